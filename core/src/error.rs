@@ -1,0 +1,127 @@
+//! The one error type of liblb. Every failure named in DESIGN.md "Bad input" has its own
+//! variant, so each binding can map it to a specific exception class or result code.
+
+use alloc::string::String;
+use core::fmt;
+
+/// Everything that can go wrong in liblb. After any error the balancer is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The balancer has no node with weight > 0 to pick from.
+    NoNodes,
+    /// A node id was empty.
+    EmptyId,
+    /// A node id contained a NUL byte.
+    IdContainsNul(String),
+    /// A node id or key was not valid UTF-8 where UTF-8 is required.
+    InvalidUtf8,
+    /// A node id appeared twice.
+    DuplicateNode(String),
+    /// No node has this id.
+    UnknownNode(String),
+    /// A keyed algorithm was asked to pick without a key.
+    KeyRequired(&'static str),
+    /// `vnodes` was 0 or above [`crate::MAX_VNODES`].
+    InvalidVnodes(u64),
+    /// More than [`crate::MAX_NODES`] nodes.
+    TooManyNodes(usize),
+    /// The algorithm name is not one of [`crate::Algorithm::NAMES`].
+    UnknownAlgorithm(String),
+    /// The option name is not one of [`crate::Options::NAMES`].
+    UnknownOption(String),
+    /// The hash name is not one of [`crate::HashKind::NAMES`].
+    UnknownHash(String),
+    /// An option had a value of the wrong kind (e.g. text for `vnodes`).
+    InvalidOptionValue {
+        /// The option's name.
+        option: &'static str,
+        /// What was given, as text.
+        value: String,
+        /// What the option accepts.
+        expected: &'static str,
+    },
+}
+
+/// `Result` with liblb's [`Error`].
+pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+impl Error {
+    /// A stable, machine-readable name for the error kind (used as Node's `code` and in tests).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::NoNodes => "LB_NO_NODES",
+            Error::EmptyId => "LB_EMPTY_ID",
+            Error::IdContainsNul(_) => "LB_ID_CONTAINS_NUL",
+            Error::InvalidUtf8 => "LB_INVALID_UTF8",
+            Error::DuplicateNode(_) => "LB_DUPLICATE_NODE",
+            Error::UnknownNode(_) => "LB_UNKNOWN_NODE",
+            Error::KeyRequired(_) => "LB_KEY_REQUIRED",
+            Error::InvalidVnodes(_) => "LB_INVALID_VNODES",
+            Error::TooManyNodes(_) => "LB_TOO_MANY_NODES",
+            Error::UnknownAlgorithm(_) => "LB_UNKNOWN_ALGORITHM",
+            Error::UnknownOption(_) => "LB_UNKNOWN_OPTION",
+            Error::UnknownHash(_) => "LB_UNKNOWN_HASH",
+            Error::InvalidOptionValue { .. } => "LB_INVALID_OPTION_VALUE",
+        }
+    }
+}
+
+/// Joins a list of names as `a, b, c` for error messages.
+struct List(&'static [&'static str]);
+
+impl fmt::Display for List {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, name) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(name)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NoNodes => f.write_str("no nodes: the balancer has no node with weight > 0"),
+            Error::EmptyId => f.write_str("node id is empty"),
+            Error::IdContainsNul(id) => write!(f, "node id {id:?} contains a NUL byte"),
+            Error::InvalidUtf8 => f.write_str("node id or key is not valid UTF-8"),
+            Error::DuplicateNode(id) => write!(f, "duplicate node id {id:?}"),
+            Error::UnknownNode(id) => write!(f, "unknown node id {id:?}"),
+            Error::KeyRequired(alg) => write!(f, "algorithm {alg:?} needs a key to pick"),
+            Error::InvalidVnodes(v) => write!(
+                f,
+                "vnodes must be between 1 and {} (got {v})",
+                crate::MAX_VNODES
+            ),
+            Error::TooManyNodes(n) => {
+                write!(f, "too many nodes: {n} (at most {})", crate::MAX_NODES)
+            }
+            Error::UnknownAlgorithm(name) => write!(
+                f,
+                "unknown algorithm {name:?}; valid algorithms: {}",
+                List(crate::Algorithm::NAMES)
+            ),
+            Error::UnknownOption(name) => write!(
+                f,
+                "unknown option {name:?}; valid options: {}",
+                List(crate::Options::NAMES)
+            ),
+            Error::UnknownHash(name) => write!(
+                f,
+                "unknown hash {name:?}; valid hashes: {}",
+                List(crate::HashKind::NAMES)
+            ),
+            Error::InvalidOptionValue {
+                option,
+                value,
+                expected,
+            } => write!(f, "option {option:?} expects {expected}, got {value:?}"),
+        }
+    }
+}
+
+impl core::error::Error for Error {}

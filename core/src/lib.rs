@@ -1,0 +1,61 @@
+//! liblb-core: every load-balancing algorithm of liblb, in one `no_std` crate.
+//!
+//! The question answered here, millions of times a second, is *which backend should this
+//! request go to?* The crate has two layers:
+//!
+//! - [`Table`] + [`State`] (always available, `no_std` + `alloc`): an immutable selection table
+//!   built from a node list, and the lock-free per-balancer state (one atomic position counter,
+//!   one atomic SplitMix64 generator). A pick is one atomic add, or one hash plus one lookup.
+//! - [`Balancer`] (feature `std`): a thread-safe balancer that publishes a new `Table` on every
+//!   membership change with `arc-swap`, so readers never lock and never see a half-updated set.
+//!
+//! Algorithms (see [`Algorithm`]): `random`, `weighted_random`, `round_robin`,
+//! `weighted_round_robin` (nginx's smooth WRR), `source_hash` and `ring` (the SHA-256 consistent
+//! hash ring of seed 001). Each lives in its own module under `select` with its sources cited.
+//!
+//! ```
+//! use liblb_core::{Algorithm, Balancer, Node, Options};
+//!
+//! let nodes = [Node::new("NodeA", 1), Node::new("NodeB", 1), Node::new("NodeC", 1)];
+//! let ring = Balancer::new(Algorithm::Ring, nodes, Options { vnodes: 3, ..Options::default() })?;
+//! assert_eq!(ring.pick(Some(b"Key1"))?.id(), "NodeB"); // seed 001's own example
+//! # Ok::<(), liblb_core::Error>(())
+//! ```
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+mod error;
+mod hash;
+mod node;
+mod options;
+mod rng;
+mod select;
+mod sync;
+mod table;
+
+#[cfg(feature = "std")]
+mod balancer;
+
+pub use error::{Error, Result};
+pub use hash::HashKind;
+pub use node::{Node, id_from_utf8, validate_id};
+pub use options::{Algorithm, OptionValue, Options};
+pub use rng::{SplitMix64, bounded};
+pub use table::{State, Table};
+
+#[cfg(feature = "std")]
+pub use balancer::{Balancer, NodeInfo, Picked, Picks};
+
+/// Default number of virtual nodes per unit of weight on the `ring`.
+pub const DEFAULT_VNODES: u32 = 160;
+/// Largest accepted `vnodes` value.
+pub const MAX_VNODES: u32 = 1 << 16;
+/// Largest number of points a ring may hold; heavier rings are scaled down proportionally.
+pub const MAX_RING_POINTS: u64 = 1 << 20;
+/// Largest number of nodes in one balancer (indices are stored as `u32`).
+pub const MAX_NODES: usize = 1 << 24;

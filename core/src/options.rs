@@ -1,0 +1,156 @@
+//! Algorithm names and balancer options, parsed the same way for every language.
+
+use crate::{DEFAULT_VNODES, Error, HashKind, MAX_VNODES, Result};
+use alloc::string::{String, ToString};
+use core::fmt;
+use core::str::FromStr;
+
+/// The selection algorithms. Names are the snake_case strings in [`Algorithm::NAMES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Uniform over nodes with weight > 0 (seed 000 FullRandom).
+    Random,
+    /// P(node) = weight / sum, O(1) alias table (seed 000 WeightRandom).
+    WeightedRandom,
+    /// Next node in insertion order, one atomic counter (seed 000 FullRound, seed 002).
+    RoundRobin,
+    /// nginx's smooth weighted round robin, lock-free from a precomputed schedule.
+    WeightedRoundRobin,
+    /// hash(key) mod n, weighted over cumulative weights (seed 000 source hash).
+    SourceHash,
+    /// Consistent-hash ring with virtual nodes; default reproduces seed 001 exactly.
+    Ring,
+}
+
+impl Algorithm {
+    /// Every algorithm, in documentation order.
+    pub const ALL: [Algorithm; 6] = [
+        Algorithm::Random,
+        Algorithm::WeightedRandom,
+        Algorithm::RoundRobin,
+        Algorithm::WeightedRoundRobin,
+        Algorithm::SourceHash,
+        Algorithm::Ring,
+    ];
+
+    /// Every algorithm's name, in the order of [`Algorithm::ALL`].
+    pub const NAMES: &'static [&'static str] = &[
+        "random",
+        "weighted_random",
+        "round_robin",
+        "weighted_round_robin",
+        "source_hash",
+        "ring",
+    ];
+
+    /// The algorithm's name.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// Whether the algorithm needs a key to pick (keyless picks fail with `KeyRequired`).
+    pub fn is_keyed(self) -> bool {
+        matches!(self, Algorithm::SourceHash | Algorithm::Ring)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = Error;
+
+    fn from_str(name: &str) -> Result<Algorithm> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == name)
+            .map(|i| Self::ALL[i])
+            .ok_or_else(|| Error::UnknownAlgorithm(name.to_string()))
+    }
+}
+
+/// A loosely typed option value, as bindings and the command line receive them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionValue<'a> {
+    /// An integer (`seed`, `vnodes`).
+    Int(u64),
+    /// Text (`hash`); integer options also accept decimal text.
+    Str(&'a str),
+}
+
+/// Balancer options. Options an algorithm does not use are accepted and ignored, so a
+/// deployment can switch algorithm by configuration alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Seed for the random algorithms: the same seed gives the same single-threaded sequence in
+    /// every language. `None` seeds from OS entropy, so two processes never march in lockstep.
+    pub seed: Option<u64>,
+    /// Ring points per unit of (gcd-reduced) weight; default [`DEFAULT_VNODES`].
+    pub vnodes: u32,
+    /// Key and point hash; `None` is the algorithm's default (ring: sha256, source_hash: xxh3).
+    pub hash: Option<HashKind>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            seed: None,
+            vnodes: DEFAULT_VNODES,
+            hash: None,
+        }
+    }
+}
+
+impl Options {
+    /// Every option's name.
+    pub const NAMES: &'static [&'static str] = &["seed", "vnodes", "hash"];
+
+    /// Sets an option by name; unknown names and ill-typed values get specific errors and leave
+    /// `self` unchanged.
+    pub fn set(&mut self, name: &str, value: OptionValue<'_>) -> Result<()> {
+        match name {
+            "seed" => self.seed = Some(int_value("seed", value)?),
+            "vnodes" => {
+                let v = int_value("vnodes", value)?;
+                if v == 0 || v > u64::from(MAX_VNODES) {
+                    return Err(Error::InvalidVnodes(v));
+                }
+                self.vnodes = v as u32;
+            }
+            "hash" => match value {
+                OptionValue::Str(s) => self.hash = Some(s.parse()?),
+                OptionValue::Int(i) => return Err(invalid("hash", i.to_string(), "a hash name")),
+            },
+            _ => return Err(Error::UnknownOption(name.to_string())),
+        }
+        Ok(())
+    }
+
+    /// Checks values set directly through the public fields.
+    pub fn validate(&self) -> Result<()> {
+        if self.vnodes == 0 || self.vnodes > MAX_VNODES {
+            return Err(Error::InvalidVnodes(u64::from(self.vnodes)));
+        }
+        Ok(())
+    }
+}
+
+fn int_value(option: &'static str, value: OptionValue<'_>) -> Result<u64> {
+    match value {
+        OptionValue::Int(i) => Ok(i),
+        OptionValue::Str(s) => s
+            .parse()
+            .map_err(|_| invalid(option, s.to_string(), "an unsigned 64-bit integer")),
+    }
+}
+
+fn invalid(option: &'static str, value: String, expected: &'static str) -> Error {
+    Error::InvalidOptionValue {
+        option,
+        value,
+        expected,
+    }
+}

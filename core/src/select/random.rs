@@ -1,0 +1,39 @@
+//! `random`: uniform over the nodes with weight > 0; weights are otherwise ignored.
+//!
+//! Source: seed 000 "完全随机" (FullRandom, `random.nextInt(list.size())`) and seed 002
+//! (`rand.Intn() % n`). The generator is the balancer's shared SplitMix64 (see `rng`), seeded
+//! from OS entropy unless a `seed` is given — seed 002's unseeded-`rand` pitfall cannot happen.
+//! Retries (`attempts`) are a lazy Fisher-Yates prefix, seed 002's fix for its biased shuffle.
+//! Cost: one atomic add, one multiply per pick.
+
+use super::{Select, sample};
+use crate::rng::bounded;
+use crate::table::State;
+use alloc::vec::Vec;
+
+pub(crate) struct Random {
+    /// Active node indices, in insertion order.
+    active: Vec<u32>,
+}
+
+impl Random {
+    pub(crate) fn build(active: Vec<u32>) -> Random {
+        Random { active }
+    }
+}
+
+impl Select for Random {
+    #[inline]
+    fn pick(&self, _key: &[u8], state: &State) -> u32 {
+        self.active[bounded(state.rng.next(), self.active.len())]
+    }
+
+    fn attempts(&self, _key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>) {
+        let n = self.active.len();
+        let first = bounded(state.rng.next(), n);
+        sample::shuffle_prefix(n, limit, first, || state.rng.next(), out);
+        for slot in out.iter_mut() {
+            *slot = self.active[*slot as usize];
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! `round_robin`: the next node in insertion order.
+//!
+//! Source: seed 000 "完全轮询" (FullRound) and seed 002's first strategy. Where FullRound keeps
+//! a plain `static int index` (a data race under threads), here the position is one atomic
+//! counter shared by the balancer: `fetch_add(1, Relaxed) % n`, no lock. The counter lives in
+//! the balancer's [`State`], not in the table, so the position survives membership updates.
+//! `attempts` takes one position and returns the following distinct nodes, so a retry does not
+//! skew the rotation. Cost: one atomic add and one division per pick.
+
+use super::Select;
+use crate::sync::next_position;
+use crate::table::State;
+use alloc::vec::Vec;
+
+pub(crate) struct RoundRobin {
+    /// Active node indices, in insertion order.
+    active: Vec<u32>,
+}
+
+impl RoundRobin {
+    pub(crate) fn build(active: Vec<u32>) -> RoundRobin {
+        RoundRobin { active }
+    }
+}
+
+impl Select for RoundRobin {
+    #[inline]
+    fn pick(&self, _key: &[u8], state: &State) -> u32 {
+        let n = self.active.len() as u64;
+        self.active[(next_position(&state.position) % n) as usize]
+    }
+
+    fn attempts(&self, _key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>) {
+        let n = self.active.len();
+        let start = (next_position(&state.position) % n as u64) as usize;
+        out.extend((0..limit.min(n)).map(|i| self.active[(start + i) % n]));
+    }
+}

@@ -1,0 +1,172 @@
+//! `weighted_round_robin`: nginx's smooth weighted round robin, lock-free.
+//!
+//! Source: nginx `src/http/ngx_http_upstream_round_robin.c`, `ngx_http_upstream_get_peer`
+//! (Dounin, 2012): every pick adds each peer's weight to its `current_weight`, takes the peer
+//! with the largest (first in order on ties) and subtracts the total from it. For weights 5,1,1
+//! that is `a a b a c a a`: proportional, and smooth where seed 000's WeightRound (`index %
+//! Σw` over cumulative weights) sends bursts (`a a a a a b c`).
+//!
+//! nginx mutates shared state under a lock on every pick. The sequence is periodic with period
+//! Σw (after dividing the weights by their gcd, which leaves the order unchanged), so it is
+//! precomputed once per membership change and a pick is one atomic add and one table read: a
+//! single thread sees exactly nginx's order, concurrent threads share it without a lock.
+//!
+//! Memory bound: the schedule holds Σw/gcd `u32`s, built in O(n·Σw/gcd). When Σw/gcd exceeds
+//! [`SCHEDULE_MAX_LEN`] (4 MiB) or n·Σw/gcd exceeds [`SCHEDULE_MAX_WORK`], the fallback is a
+//! Weyl sequence over cumulative weights: pick `c` takes the node whose cumulative-weight
+//! interval holds `frac(c·φ)·Σw`. It is still lock-free, O(log n), exactly proportional over
+//! time and smooth (a node's picks are spread evenly, with low discrepancy), but not nginx's order.
+
+use super::{Select, gcd_all, sample};
+use crate::rng::SplitMix64;
+use crate::sync::next_position;
+use crate::table::State;
+use alloc::vec::Vec;
+
+/// Longest precomputed schedule (entries of 4 bytes).
+pub const SCHEDULE_MAX_LEN: u64 = 1 << 20;
+/// Most work (n · schedule length) spent building a schedule.
+pub const SCHEDULE_MAX_WORK: u64 = 1 << 26;
+/// 2^64 / φ: the Weyl increment of the fallback (also SplitMix64's γ).
+const WEYL: u64 = 0x9E37_79B9_7F4A_7C15;
+
+enum Plan {
+    /// Active-node positions in nginx's order, one period long.
+    Schedule(Vec<u32>),
+    /// Cumulative weights (exclusive upper bounds) for the Weyl fallback.
+    Weyl { cumulative: Vec<u64> },
+}
+
+pub(crate) struct WeightedRoundRobin {
+    active: Vec<u32>,
+    weights: Vec<u32>,
+    plan: Plan,
+}
+
+/// The position whose cumulative-weight interval holds `u / 2^64 · Σw`.
+#[inline]
+fn by_cumulative(cumulative: &[u64], u: u64) -> usize {
+    let total = *cumulative.last().expect("active set is not empty");
+    let y = ((u128::from(u) * u128::from(total)) >> 64) as u64;
+    cumulative.partition_point(|end| *end <= y)
+}
+
+/// nginx's smooth weighted round robin, one period, as positions into `weights`.
+pub(crate) fn nginx_schedule(weights: &[u32]) -> Vec<u32> {
+    let total: i64 = weights.iter().map(|w| i64::from(*w)).sum();
+    let mut current = alloc::vec![0i64; weights.len()];
+    let mut schedule = Vec::with_capacity(total as usize);
+    for _ in 0..total {
+        let mut best = 0;
+        for (i, w) in weights.iter().enumerate() {
+            current[i] += i64::from(*w);
+            if current[i] > current[best] {
+                best = i;
+            }
+        }
+        current[best] -= total;
+        schedule.push(best as u32);
+    }
+    schedule
+}
+
+impl WeightedRoundRobin {
+    pub(crate) fn build(active: Vec<u32>, weights: Vec<u32>) -> WeightedRoundRobin {
+        let g = gcd_all(weights.iter().copied());
+        let reduced: Vec<u32> = weights.iter().map(|w| w / g).collect();
+        let period: u64 = reduced.iter().map(|w| u64::from(*w)).sum();
+        let plan = if period <= SCHEDULE_MAX_LEN
+            && period.saturating_mul(reduced.len() as u64) <= SCHEDULE_MAX_WORK
+        {
+            Plan::Schedule(nginx_schedule(&reduced))
+        } else {
+            let cumulative = reduced
+                .iter()
+                .scan(0u64, |sum, w| {
+                    *sum += u64::from(*w);
+                    Some(*sum)
+                })
+                .collect();
+            Plan::Weyl { cumulative }
+        };
+        WeightedRoundRobin {
+            active,
+            weights: reduced,
+            plan,
+        }
+    }
+
+    /// Whether the nginx schedule (rather than the Weyl fallback) is in use.
+    #[cfg(test)]
+    pub(crate) fn is_scheduled(&self) -> bool {
+        matches!(self.plan, Plan::Schedule(_))
+    }
+
+    /// The active position chosen at counter value `c`.
+    #[inline]
+    fn at(&self, c: u64) -> usize {
+        match &self.plan {
+            Plan::Schedule(s) => s[(c % s.len() as u64) as usize] as usize,
+            Plan::Weyl { cumulative } => by_cumulative(cumulative, c.wrapping_mul(WEYL)),
+        }
+    }
+}
+
+impl Select for WeightedRoundRobin {
+    #[inline]
+    fn pick(&self, _key: &[u8], state: &State) -> u32 {
+        self.active[self.at(next_position(&state.position))]
+    }
+
+    fn attempts(&self, _key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>) {
+        let c = next_position(&state.position);
+        let first = self.at(c);
+        match &self.plan {
+            Plan::Schedule(s) => {
+                // The next distinct nodes of the schedule: every node appears once per period.
+                let mut seen = alloc::vec![false; self.active.len()];
+                let limit = limit.min(self.active.len());
+                for step in 0..s.len() as u64 {
+                    let i = self.at(c.wrapping_add(step));
+                    if !seen[i] {
+                        seen[i] = true;
+                        out.push(i as u32);
+                        if out.len() == limit {
+                            break;
+                        }
+                    }
+                }
+            }
+            Plan::Weyl { cumulative } => {
+                // Weighted sampling without replacement from a generator seeded by the
+                // position, so the order is deterministic.
+                let g = core::cell::RefCell::new(SplitMix64::new(c));
+                let draw = || by_cumulative(cumulative, g.borrow_mut().next());
+                let next = || g.borrow_mut().next();
+                sample::weighted_prefix(&self.weights, limit, first, draw, next, out);
+            }
+        }
+        for slot in out.iter_mut() {
+            *slot = self.active[*slot as usize];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nginx_five_one_one() {
+        let s = nginx_schedule(&[5, 1, 1]);
+        assert_eq!(s, [0, 0, 1, 0, 2, 0, 0]); // a a b a c a a
+    }
+
+    #[test]
+    fn huge_weights_fall_back_to_weyl() {
+        let w = WeightedRoundRobin::build((0..3).collect(), alloc::vec![u32::MAX, 1, 2]);
+        assert!(!w.is_scheduled());
+        let w = WeightedRoundRobin::build((0..3).collect(), alloc::vec![5, 1, 1]);
+        assert!(w.is_scheduled());
+    }
+}

@@ -1,0 +1,1 @@
+//! liblb for Node.js (work in progress in this commit: see issue 5).
