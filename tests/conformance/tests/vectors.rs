@@ -1,0 +1,51 @@
+//! The checked-in vectors are fresh, and replaying them through the Rust API gives exactly the
+//! recorded answers and errors, with every failed step leaving the balancer unchanged.
+
+use liblb_conformance::{VECTORS_PATH, build, render, run_step};
+use serde_json::Value;
+use std::path::Path;
+
+fn checked_in() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(VECTORS_PATH);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+#[test]
+fn checked_in_vectors_are_up_to_date() {
+    assert!(
+        checked_in() == render(),
+        "{VECTORS_PATH} is stale: run `cargo run -p liblb-conformance --bin gen-vectors` and commit"
+    );
+}
+
+#[test]
+fn vectors_replay_through_the_rust_api() {
+    let doc: Value = serde_json::from_str(&checked_in()).unwrap();
+    let cases = doc["cases"].as_array().unwrap();
+    assert!(cases.len() >= 10);
+    let mut checked = 0;
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let b = build(
+            case["algorithm"].as_str().unwrap(),
+            &case["options"],
+            &case["nodes"],
+        )
+        .unwrap();
+        for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
+            let before = b.nodes();
+            match (run_step(&b, step), step.get("expect_error")) {
+                (Ok(answer), None) => {
+                    assert_eq!(answer, *step.get("expect").unwrap_or(&Value::Null), "{name} step {i}")
+                }
+                (Err(e), Some(code)) => {
+                    assert_eq!(e.code(), code.as_str().unwrap(), "{name} step {i}");
+                    assert_eq!(b.nodes(), before, "{name} step {i}: failed step changed nodes");
+                }
+                (got, want) => panic!("{name} step {i}: got {got:?}, expected error {want:?}"),
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 300, "only {checked} steps");
+}
