@@ -37,7 +37,13 @@ pub const SEED_000_SERVERS: [(&str, u32); 3] =
     [("192.168.1.1", 2), ("192.168.1.2", 7), ("192.168.1.3", 1)];
 
 /// The keys seed 000's ring example looks up.
-pub const SEED_000_KEYS: [&str; 5] = ["今天天气不错啊", "192.168.5.258", "0", "-110000", "风雨交加"];
+pub const SEED_000_KEYS: [&str; 5] = [
+    "今天天气不错啊",
+    "192.168.5.258",
+    "0",
+    "-110000",
+    "风雨交加",
+];
 
 fn uniform(ids: &[&str]) -> Vec<(String, u32)> {
     ids.iter().map(|id| (id.to_string(), 1)).collect()
@@ -303,7 +309,8 @@ pub fn parse_nodes(nodes: &Value) -> Vec<Node> {
 }
 
 fn key_of(step: &Value) -> Option<&[u8]> {
-    step.get("key").map(|k| k.as_str().expect("key is a string").as_bytes())
+    step.get("key")
+        .map(|k| k.as_str().expect("key is a string").as_bytes())
 }
 
 fn str_of<'a>(step: &'a Value, field: &str) -> &'a str {

@@ -6,7 +6,9 @@ use serde_json::Value;
 use std::path::Path;
 
 fn checked_in() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(VECTORS_PATH);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(VECTORS_PATH);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
@@ -36,11 +38,19 @@ fn vectors_replay_through_the_rust_api() {
             let before = b.nodes();
             match (run_step(&b, step), step.get("expect_error")) {
                 (Ok(answer), None) => {
-                    assert_eq!(answer, *step.get("expect").unwrap_or(&Value::Null), "{name} step {i}")
+                    assert_eq!(
+                        answer,
+                        *step.get("expect").unwrap_or(&Value::Null),
+                        "{name} step {i}"
+                    )
                 }
                 (Err(e), Some(code)) => {
                     assert_eq!(e.code(), code.as_str().unwrap(), "{name} step {i}");
-                    assert_eq!(b.nodes(), before, "{name} step {i}: failed step changed nodes");
+                    assert_eq!(
+                        b.nodes(),
+                        before,
+                        "{name} step {i}: failed step changed nodes"
+                    );
                 }
                 (got, want) => panic!("{name} step {i}: got {got:?}, expected error {want:?}"),
             }
