@@ -1,1 +1,161 @@
-fn main() {}
+//! `lb`: liblb on the command line.
+//!
+//! - `lb pick --algorithm ring --node 10.0.0.1:80 --node 10.0.0.2:80=3 KEY...` prints each
+//!   key's node (`KEY<TAB>NODE`); unkeyed algorithms without keys print `--count` picks.
+//! - `lb simulate` runs every algorithm on the seeds' own node lists and prints, per algorithm,
+//!   each node's share against its expected share, max/mean load, the share of keys moved when
+//!   one node is removed, and the time per pick.
+
+mod simulate;
+
+use clap::{Args, Parser, Subcommand};
+use liblb_core::{Algorithm, Balancer, HashKind, Node, Options};
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+/// A failure of the command: the library's error, or the output going away.
+pub(crate) enum Failure {
+    Lb(liblb_core::Error),
+    Io(io::Error),
+}
+
+impl From<liblb_core::Error> for Failure {
+    fn from(e: liblb_core::Error) -> Failure {
+        Failure::Lb(e)
+    }
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Failure {
+        Failure::Io(e)
+    }
+}
+
+#[derive(Parser)]
+#[command(
+    name = "lb",
+    version,
+    about = "liblb: pick a backend node for each request"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the node chosen for each key (or --count picks for unkeyed algorithms).
+    Pick(PickArgs),
+    /// Simulate algorithms: distribution, key movement and speed.
+    Simulate(simulate::SimulateArgs),
+}
+
+/// Balancer options; each maps one-to-one to an option of the library.
+#[derive(Args, Clone, Default)]
+pub(crate) struct OptionArgs {
+    /// Seed for the random algorithms (default: OS entropy).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Ring points per unit of weight.
+    #[arg(long, default_value_t = liblb_core::DEFAULT_VNODES)]
+    vnodes: u32,
+    /// Key/point hash: sha256 or xxh3 (default: per algorithm).
+    #[arg(long, value_parser = parse_hash)]
+    hash: Option<HashKind>,
+}
+
+impl OptionArgs {
+    pub(crate) fn options(&self) -> Options {
+        Options {
+            seed: self.seed,
+            vnodes: self.vnodes,
+            hash: self.hash,
+        }
+    }
+}
+
+#[derive(Args)]
+struct PickArgs {
+    /// Algorithm: random, weighted_random, round_robin, weighted_round_robin, source_hash, ring.
+    #[arg(long, short, value_parser = parse_algorithm)]
+    algorithm: Algorithm,
+    /// A node as ID or ID=WEIGHT; repeat for each node.
+    #[arg(long = "node", short, value_parser = parse_node, required = true)]
+    nodes: Vec<Node>,
+    #[command(flatten)]
+    options: OptionArgs,
+    /// Print the retry order (up to N distinct nodes) instead of one node.
+    #[arg(long, value_name = "N")]
+    attempts: Option<usize>,
+    /// Number of picks when no key is given (unkeyed algorithms).
+    #[arg(long, default_value_t = 1)]
+    count: usize,
+    /// Keys to place (hashed as UTF-8).
+    keys: Vec<String>,
+}
+
+fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
+    s.parse().map_err(|e: liblb_core::Error| e.to_string())
+}
+
+fn parse_hash(s: &str) -> Result<HashKind, String> {
+    s.parse().map_err(|e: liblb_core::Error| e.to_string())
+}
+
+/// `ID` or `ID=WEIGHT` (the last `=` splits, so ids may contain `=`).
+pub(crate) fn parse_node(s: &str) -> Result<Node, String> {
+    match s.rsplit_once('=') {
+        Some((id, weight)) => weight.parse().map(|w| Node::new(id, w)).map_err(|_| {
+            format!("weight {weight:?} of node {id:?} is not a 32-bit unsigned integer")
+        }),
+        None => Ok(Node::new(s, 1)),
+    }
+}
+
+fn pick(args: PickArgs, out: &mut impl Write) -> Result<(), Failure> {
+    let b = Balancer::new(args.algorithm, args.nodes, args.options.options())?;
+    let show = |key: Option<&str>| -> Result<String, liblb_core::Error> {
+        let key_bytes = key.map(str::as_bytes);
+        Ok(match args.attempts {
+            Some(limit) => b
+                .attempts(key_bytes, limit)?
+                .ids()
+                .collect::<Vec<_>>()
+                .join(","),
+            None => b.pick(key_bytes)?.id().to_string(),
+        })
+    };
+    if args.keys.is_empty() {
+        for _ in 0..args.count {
+            writeln!(out, "{}", show(None)?)?;
+        }
+    } else {
+        for key in &args.keys {
+            writeln!(out, "{key}\t{}", show(Some(key))?)?;
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    let result = match cli.command {
+        Command::Pick(args) => pick(args, &mut out),
+        Command::Simulate(args) => simulate::run(args, &mut out),
+    };
+    match result.and_then(|()| Ok(out.flush()?)) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`lb simulate | head`): stop quietly, like other Unix tools.
+        Err(Failure::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(Failure::Io(e)) => {
+            eprintln!("lb: cannot write output: {e}");
+            ExitCode::FAILURE
+        }
+        Err(Failure::Lb(e)) => {
+            drop(out.flush());
+            eprintln!("lb: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
