@@ -8,7 +8,7 @@
 //! every language, since every binding calls this code. Unseeded balancers take `s` from OS
 //! entropy, so seed 002's bug (every process picking the same "random" node) cannot happen.
 
-use crate::sync::{AtomicCounter, Ordering};
+use crate::sync::{AtomicCounter, next_position};
 
 const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -56,10 +56,10 @@ impl AtomicRng {
         }
     }
 
-    /// The next 64 random bits. `Relaxed`: the counter only needs to hand out distinct `k`s.
+    /// The next 64 random bits; concurrent callers get distinct draws (see `next_position`).
     #[inline]
     pub(crate) fn next(&self) -> u64 {
-        let k = self.draws.fetch_add(1, Ordering::Relaxed) as u64;
+        let k = next_position(&self.draws);
         mix(self
             .seed
             .wrapping_add(k.wrapping_add(1).wrapping_mul(GAMMA)))

@@ -21,6 +21,10 @@ pub(crate) use loom::sync::atomic::AtomicUsize as AtomicCounter;
 /// nothing but itself, and every read-modify-write on one atomic sees a single total order, so
 /// no two callers get the same position (no lost update; checked by the loom test).
 #[inline]
+#[allow(
+    clippy::unnecessary_cast,
+    reason = "AtomicCounter is usize on targets without 64-bit atomics"
+)]
 pub(crate) fn next_position(counter: &AtomicCounter) -> u64 {
     counter.fetch_add(1, Ordering::Relaxed) as u64
 }

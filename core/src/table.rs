@@ -57,6 +57,21 @@ impl State {
     }
 }
 
+/// Calls the same method on whichever selector is inside (static dispatch: no vtable on the
+/// hot path).
+macro_rules! dispatch {
+    ($selector:expr, $s:ident => $call:expr) => {
+        match $selector {
+            Selector::Random($s) => $call,
+            Selector::WeightedRandom($s) => $call,
+            Selector::RoundRobin($s) => $call,
+            Selector::WeightedRoundRobin($s) => $call,
+            Selector::SourceHash($s) => $call,
+            Selector::Ring($s) => $call,
+        }
+    };
+}
+
 enum Selector {
     Random(Random),
     WeightedRandom(WeightedRandom),
@@ -143,16 +158,10 @@ impl Table {
         self.algorithm
     }
 
+    /// The selector and the key bytes, or why the table cannot pick.
     #[inline]
-    fn ready<'k>(&self, key: Option<&'k [u8]>) -> Result<(&dyn Select, &'k [u8])> {
-        let selector: &dyn Select = match self.selector.as_ref().ok_or(Error::NoNodes)? {
-            Selector::Random(s) => s,
-            Selector::WeightedRandom(s) => s,
-            Selector::RoundRobin(s) => s,
-            Selector::WeightedRoundRobin(s) => s,
-            Selector::SourceHash(s) => s,
-            Selector::Ring(s) => s,
-        };
+    fn ready<'k>(&self, key: Option<&'k [u8]>) -> Result<(&Selector, &'k [u8])> {
+        let selector = self.selector.as_ref().ok_or(Error::NoNodes)?;
         match key {
             Some(key) => Ok((selector, key)),
             None if self.algorithm.is_keyed() => Err(Error::KeyRequired(self.algorithm.name())),
@@ -165,7 +174,7 @@ impl Table {
     #[inline]
     pub fn pick(&self, key: Option<&[u8]>, state: &State) -> Result<usize> {
         let (selector, key) = self.ready(key)?;
-        Ok(selector.pick(key, state) as usize)
+        Ok(dispatch!(selector, s => s.pick(key, state)) as usize)
     }
 
     /// Appends up to `limit` distinct node indices in retry order to `out` (the first is what
@@ -180,7 +189,7 @@ impl Table {
         let (selector, key) = self.ready(key)?;
         if limit > 0 {
             let mut order = Vec::with_capacity(limit.min(64));
-            selector.attempts(key, state, limit, &mut order);
+            dispatch!(selector, s => s.attempts(key, state, limit, &mut order));
             out.extend_from_slice(&order);
         }
         Ok(())
