@@ -65,7 +65,11 @@ fn table_only(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new(algorithm.name(), n), &n, |bench, _| {
             bench.iter(|| {
                 i = (i + 1) & 4095;
-                black_box(table.pick(Some(black_box(keys[i].as_bytes())), &state).unwrap())
+                black_box(
+                    table
+                        .pick(Some(black_box(keys[i].as_bytes())), &state)
+                        .unwrap(),
+                )
             })
         });
     }

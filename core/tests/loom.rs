@@ -35,13 +35,21 @@ fn no_lost_update(algorithm: Algorithm, nodes: &'static [(&'static str, u32)], e
 
 #[test]
 fn round_robin_counter_loses_no_update() {
-    no_lost_update(Algorithm::RoundRobin, &[("a", 1), ("b", 1), ("c", 1)], [0, 1, 2]);
+    no_lost_update(
+        Algorithm::RoundRobin,
+        &[("a", 1), ("b", 1), ("c", 1)],
+        [0, 1, 2],
+    );
 }
 
 #[test]
 fn smooth_wrr_schedule_loses_no_update() {
     // nginx order for 2,1: a b a — two concurrent picks take positions 0 and 1.
-    no_lost_update(Algorithm::WeightedRoundRobin, &[("a", 2), ("b", 1)], [0, 1, 0]);
+    no_lost_update(
+        Algorithm::WeightedRoundRobin,
+        &[("a", 2), ("b", 1)],
+        [0, 1, 0],
+    );
 }
 
 /// Two threads drawing from one seeded generator get two different draws, and together they
@@ -61,7 +69,10 @@ fn shared_generator_hands_out_distinct_draws() {
         got.sort_unstable();
         // The same two draws, single-threaded.
         let single = State::new(7);
-        let mut expect = [table.pick(None, &single).unwrap(), table.pick(None, &single).unwrap()];
+        let mut expect = [
+            table.pick(None, &single).unwrap(),
+            table.pick(None, &single).unwrap(),
+        ];
         expect.sort_unstable();
         assert_eq!(got, expect);
     });
