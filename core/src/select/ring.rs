@@ -29,6 +29,12 @@ pub(crate) struct Ring {
     points: Vec<u64>,
     /// `owners[i]` is the node index owning `points[i]`.
     owners: Vec<u32>,
+    /// Lookup accelerator: `index[b]` is the first position whose point has top bits `>= b`
+    /// (`2^bits + 1` entries, about one point per bucket), so a lookup searches one bucket
+    /// instead of the whole ring: two cache misses instead of ~log2(n·vnodes).
+    index: Vec<u32>,
+    /// `64 - bits`: a hash's bucket is `h >> shift`.
+    shift: u32,
     /// Number of distinct owners (active nodes).
     distinct: usize,
     /// Length of the full node list, for the `attempts` seen-set.
@@ -65,6 +71,21 @@ fn point_counts(nodes: &[Node], active: &[u32], vnodes: u32) -> Vec<u64> {
     }
 }
 
+/// Builds the bucket index over sorted `points`: `2^bits >= points.len()` buckets (1..=2^21).
+fn bucket_index(points: &[u64]) -> (Vec<u32>, u32) {
+    let bits = points.len().next_power_of_two().trailing_zeros().clamp(1, 21);
+    let shift = 64 - bits;
+    let mut index = Vec::with_capacity((1 << bits) + 1);
+    let mut position = 0;
+    for bucket in 0..=(1u64 << bits) {
+        while position < points.len() && (points[position] >> shift) < bucket {
+            position += 1;
+        }
+        index.push(position as u32);
+    }
+    (index, shift)
+}
+
 impl Ring {
     pub(crate) fn build(nodes: &[Node], active: &[u32], vnodes: u32, hash: HashKind) -> Ring {
         let counts = point_counts(nodes, active, vnodes);
@@ -86,20 +107,26 @@ impl Ring {
         });
         // A collided point is owned by its first (smallest-id) claimant only.
         entries.dedup_by_key(|e| e.0);
-        let (points, owners) = entries.into_iter().unzip();
+        let (points, owners): (Vec<u64>, Vec<u32>) = entries.into_iter().unzip();
+        let (index, shift) = bucket_index(&points);
         Ring {
             points,
             owners,
+            index,
+            shift,
             distinct: active.len(),
             node_count: nodes.len(),
             hash,
         }
     }
 
-    /// Index of the first point `>= h`, wrapping to 0.
+    /// Index of the first point `>= h`, wrapping to 0. Points in earlier buckets are all
+    /// `< h`, so the answer is inside `h`'s bucket or the first point after it.
     #[inline]
     fn successor(&self, h: u64) -> usize {
-        let i = self.points.partition_point(|p| *p < h);
+        let bucket = (h >> self.shift) as usize;
+        let (lo, hi) = (self.index[bucket] as usize, self.index[bucket + 1] as usize);
+        let i = lo + self.points[lo..hi].partition_point(|p| *p < h);
         if i == self.points.len() { 0 } else { i }
     }
 
@@ -136,6 +163,18 @@ impl Select for Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bucket_index_agrees_with_a_full_binary_search() {
+        let nodes = [Node::new("a", 1), Node::new("b", 2), Node::new("c", 1)];
+        let ring = Ring::build(&nodes, &[0, 1, 2], 50, HashKind::Xxh3);
+        let mut g = crate::SplitMix64::new(3);
+        let probes = [0, 1, u64::MAX, ring.points[0], ring.points[ring.points.len() - 1]];
+        for h in probes.into_iter().chain((0..2000).map(|_| g.next())) {
+            let full = ring.points.partition_point(|p| *p < h) % ring.points.len();
+            assert_eq!(ring.successor(h), full, "h = {h:#x}");
+        }
+    }
 
     #[test]
     fn equal_weights_give_exactly_vnodes_points() {
