@@ -1,20 +1,20 @@
 //! [`Balancer`]: a thread-safe balancer over a [`Table`].
 //!
 //! Readers never lock: the current membership is an immutable [`Snapshot`] (nodes + table)
-//! held in an `ArcSwap` (the pattern of pingora's `LoadBalancer`). A pick loads it (no reference
+//! held in an `ArcSwap` (the pattern of pingora's `LoadBalancer`; see `sync::publish`, which
+//! swaps in a loom model under `cfg(loom)` so the writers' protocol is model-checked). A pick loads it (no reference
 //! count traffic on the fast path), asks the table, and returns a [`Picked`] that keeps that
 //! snapshot alive, so the returned id can never dangle, whatever a concurrent `remove` does.
 //! Writers serialise on a mutex, build a complete new snapshot — validating everything first —
 //! and publish it with one atomic store: readers see the old set or the new one, never a mix,
 //! and a failed change publishes nothing.
 
+use crate::sync::publish::{Loaded, Mutex, Published};
 use crate::table::validate_nodes;
 use crate::{Algorithm, Error, Node, Options, Result, State, Table, validate_id};
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use arc_swap::{ArcSwap, Guard};
-use std::sync::Mutex;
 
 /// One published membership: the nodes in insertion order and the table built from them.
 struct Snapshot {
@@ -25,7 +25,7 @@ struct Snapshot {
 /// A thread-safe load balancer: an algorithm, its options and a membership.
 pub struct Balancer {
     options: Options,
-    current: ArcSwap<Snapshot>,
+    current: Published<Snapshot>,
     state: State,
     /// Serialises writers only; picks never touch it.
     writer: Mutex<()>,
@@ -45,7 +45,7 @@ pub struct NodeInfo {
 /// The answer to a pick. Holds the snapshot it was chosen from, so `id()` stays valid even if
 /// the node is removed meanwhile; drop it promptly (it pins that snapshot's memory).
 pub struct Picked {
-    snapshot: Guard<Arc<Snapshot>>,
+    snapshot: Loaded<Snapshot>,
     index: usize,
 }
 
@@ -124,7 +124,7 @@ impl Balancer {
         let table = Table::build(algorithm, &options, &nodes)?;
         Ok(Balancer {
             options,
-            current: ArcSwap::from_pointee(Snapshot { nodes, table }),
+            current: Published::new(Snapshot { nodes, table }),
             state: State::for_options(&options),
             writer: Mutex::new(()),
         })

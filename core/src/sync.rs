@@ -28,3 +28,59 @@ pub(crate) use loom::sync::atomic::AtomicUsize as AtomicCounter;
 pub(crate) fn next_position(counter: &AtomicCounter) -> u64 {
     counter.fetch_add(1, Ordering::Relaxed) as u64
 }
+
+/// Publication of immutable snapshots: readers load the current one without locking, writers
+/// replace it whole. `arc-swap` in real builds; under `cfg(loom)` a loom `RwLock` stands in so
+/// the model checker can explore the writers' protocol (the mutex, load, build, store) that
+/// `Balancer` builds on it.
+#[cfg(all(feature = "std", not(loom)))]
+pub(crate) mod publish {
+    use alloc::sync::Arc;
+
+    pub(crate) use std::sync::Mutex;
+    /// What a load returns: arc-swap's guard (no reference-count traffic on the fast path).
+    pub(crate) type Loaded<T> = arc_swap::Guard<Arc<T>>;
+
+    pub(crate) struct Published<T>(arc_swap::ArcSwap<T>);
+
+    impl<T> Published<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Published(arc_swap::ArcSwap::from_pointee(value))
+        }
+        #[inline]
+        pub(crate) fn load(&self) -> Loaded<T> {
+            self.0.load()
+        }
+        pub(crate) fn load_full(&self) -> Arc<T> {
+            self.0.load_full()
+        }
+        pub(crate) fn store(&self, value: Arc<T>) {
+            self.0.store(value)
+        }
+    }
+}
+
+#[cfg(all(feature = "std", loom))]
+pub(crate) mod publish {
+    use alloc::sync::Arc;
+
+    pub(crate) use loom::sync::Mutex;
+    pub(crate) type Loaded<T> = Arc<T>;
+
+    pub(crate) struct Published<T>(loom::sync::RwLock<Arc<T>>);
+
+    impl<T> Published<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Published(loom::sync::RwLock::new(Arc::new(value)))
+        }
+        pub(crate) fn load(&self) -> Loaded<T> {
+            Arc::clone(&self.0.read().unwrap())
+        }
+        pub(crate) fn load_full(&self) -> Arc<T> {
+            self.load()
+        }
+        pub(crate) fn store(&self, value: Arc<T>) {
+            *self.0.write().unwrap() = value;
+        }
+    }
+}

@@ -73,7 +73,11 @@ fn point_counts(nodes: &[Node], active: &[u32], vnodes: u32) -> Vec<u64> {
 
 /// Builds the bucket index over sorted `points`: `2^bits >= points.len()` buckets (1..=2^21).
 fn bucket_index(points: &[u64]) -> (Vec<u32>, u32) {
-    let bits = points.len().next_power_of_two().trailing_zeros().clamp(1, 21);
+    let bits = points
+        .len()
+        .next_power_of_two()
+        .trailing_zeros()
+        .clamp(1, 21);
     let shift = 64 - bits;
     let mut index = Vec::with_capacity((1 << bits) + 1);
     let mut position = 0;
@@ -169,7 +173,13 @@ mod tests {
         let nodes = [Node::new("a", 1), Node::new("b", 2), Node::new("c", 1)];
         let ring = Ring::build(&nodes, &[0, 1, 2], 50, HashKind::Xxh3);
         let mut g = crate::SplitMix64::new(3);
-        let probes = [0, 1, u64::MAX, ring.points[0], ring.points[ring.points.len() - 1]];
+        let probes = [
+            0,
+            1,
+            u64::MAX,
+            ring.points[0],
+            ring.points[ring.points.len() - 1],
+        ];
         for h in probes.into_iter().chain((0..2000).map(|_| g.next())) {
             let full = ring.points.partition_point(|p| *p < h) % ring.points.len();
             assert_eq!(ring.successor(h), full, "h = {h:#x}");
