@@ -264,3 +264,25 @@ fn source_hash_is_hash_mod_n() {
         assert_eq!(pick(&b, &key), pick(&b, &key));
     }
 }
+
+/// Seed 000's WeightRandom "method two", exactly as its code reads: walk the servers, return
+/// the first whose weight is `>= number`, else subtract. The `>=` is an off-by-one: over every
+/// `number` in `0..Σw` the weights 2,7,1 get 3,7,0 of the 10 values — the third server is never
+/// chosen. liblb implements what the article *describes* (weight-proportional; the test above
+/// checks 20/70/10 with chi-square); this pins the pitfall so the docs' claim stays true.
+#[test]
+fn seed_000_method_two_as_written_is_biased() {
+    let weights = [2u32, 7, 1];
+    let total: u32 = weights.iter().sum();
+    let mut counts = [0u32; 3];
+    for mut number in 0..total {
+        for (i, w) in weights.iter().enumerate() {
+            if *w >= number {
+                counts[i] += 1;
+                break;
+            }
+            number -= w;
+        }
+    }
+    assert_eq!(counts, [3, 7, 0]);
+}
