@@ -57,6 +57,10 @@ else
   echo "SKIPPED: Miri (no nightly toolchain with the miri component on this machine)"
 fi
 
+step "Python: pip install ./python into .venv, pytest (API, errors, vectors, properties, threads, stubs)"
+./scripts/test-python.sh
+ok
+
 total=$passed
 echo
 echo "=== all suites done in $((SECONDS - started)) s"

@@ -56,6 +56,6 @@ pub const DEFAULT_VNODES: u32 = 160;
 /// Largest accepted `vnodes` value.
 pub const MAX_VNODES: u32 = 1 << 16;
 /// Largest number of points a ring may hold; heavier rings are scaled down proportionally.
-pub const MAX_RING_POINTS: u64 = 1 << 20;
+pub const MAX_RING_POINTS: u64 = 1 << 22;
 /// Largest number of nodes in one balancer (indices are stored as `u32`).
 pub const MAX_NODES: usize = 1 << 24;

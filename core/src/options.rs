@@ -88,7 +88,7 @@ pub struct Options {
     /// Seed for the random algorithms: the same seed gives the same single-threaded sequence in
     /// every language. `None` seeds from OS entropy, so two processes never march in lockstep.
     pub seed: Option<u64>,
-    /// Ring points per unit of (gcd-reduced) weight; default [`DEFAULT_VNODES`].
+    /// Ring points per unit of weight; default [`DEFAULT_VNODES`].
     pub vnodes: u32,
     /// Key and point hash; `None` is the algorithm's default (ring: sha256, source_hash: xxh3).
     pub hash: Option<HashKind>,

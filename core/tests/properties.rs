@@ -49,6 +49,24 @@ fn ring_removal_moves_only_the_removed_nodes_keys() {
     assert!((1_000..3_000).contains(&moved), "{moved} keys moved");
 }
 
+/// Weighted sets too: no normalisation of point counts, so removing the only weight-1 node of
+/// a 2,2,1 ring (which would change the weights' gcd) moves nothing between the others.
+#[test]
+fn weighted_ring_removal_moves_only_the_removed_nodes_keys() {
+    let nodes = [Node::new("a", 2), Node::new("b", 2), Node::new("c", 1)];
+    let keys = key_list(10_000);
+    let b = keyed(Algorithm::Ring, &nodes, 160);
+    let before = assign(&b, &keys);
+    b.remove("c").unwrap();
+    for (old, new) in before.iter().zip(assign(&b, &keys)) {
+        if old != "c" {
+            assert_eq!(*old, new);
+        }
+    }
+    b.add(Node::new("c", 1)).unwrap();
+    assert_eq!(assign(&b, &keys), before);
+}
+
 #[test]
 fn ring_addition_moves_keys_only_to_the_new_node() {
     let nodes = node_list(10);
@@ -176,8 +194,8 @@ proptest! {
         keys in prop::collection::vec(".{0,10}", 1..40),
         victim in any::<prop::sample::Index>(),
     ) {
-        let nodes: Vec<Node> = nodes.iter().map(|(id, _)| Node::new(id.as_str(), 1)).collect();
-        prop_assume!(nodes.len() >= 2);
+        let nodes: Vec<Node> = nodes.iter().map(|(id, w)| Node::new(id.as_str(), *w)).collect();
+        prop_assume!(nodes.iter().filter(|n| n.weight > 0).count() >= 2);
         let b = keyed(Algorithm::Ring, &nodes, 16);
         let before = assign(&b, &keys);
         let gone = nodes[victim.index(nodes.len())].id.to_string();

@@ -1,1 +1,284 @@
-//! liblb for Python (work in progress in this commit: see issue 4).
+//! liblb for Python: the private native module `liblb._liblb`, re-exported by the pure-Python
+//! package `liblb` (see `liblb/__init__.py`; stubs in `liblb/_liblb.pyi`).
+//!
+//! [`PyBalancer`] is a frozen class over an `Arc` of the core's `Balancer`, which is `Send +
+//! Sync` and whose readers never lock: one object can be shared by any number of threads,
+//! including on free-threaded Python (the module declares `gil_used = false`). This file is
+//! argument conversion (`convert`) and error mapping (`error`) only; every decision is the
+//! core's.
+//!
+//! The GIL (or, on free-threaded builds, the thread's attachment) is released around work that
+//! can take long: `pick_many` batches above [`DETACH_BATCH`] keys and membership changes (which
+//! rebuild the selection table: a ring of many nodes is up to a million SHA-256 hashes). Single
+//! picks never release it: a pick costs less than releasing and taking it back.
+
+#![forbid(unsafe_code)]
+
+mod bench;
+mod convert;
+mod error;
+
+use convert::{KeyBatch, with_key};
+use error::OrRaise;
+use liblb_core::{Algorithm, Balancer, DEFAULT_VNODES, HashKind, MAX_VNODES, Picks};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyString, PyTuple};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// `pick_many` / `pick_n` batches larger than this run with the GIL released. Releasing is
+/// cheap when nobody waits (~0.1 µs), but taking the GIL back while other threads run can take
+/// up to the interpreter's switch interval (5 ms): worth it only when the work itself is long
+/// enough for other threads to gain (1024 keys ≈ 25 µs of picking), never for single picks.
+const DETACH_BATCH: usize = 1024;
+
+/// Slots of the per-call id -> str cache of `id_list` (a power of two).
+const ID_CACHE_SLOTS: usize = 256;
+
+/// How many nodes `repr()` lists before summarising the rest.
+const REPR_NODES: usize = 8;
+
+/// A thread-safe load balancer: an algorithm, its options and a membership.
+///
+/// `algorithm` is one of `liblb.ALGORITHMS`; `nodes` are ids (weight 1) or `(id, weight)`
+/// pairs, or a mapping id -> weight; options are keyword-only. Share one balancer between
+/// threads freely: picks never lock. Errors are `liblb.Error` subclasses. The guide is
+/// docs/python.md.
+#[pyclass(frozen, module = "liblb", name = "Balancer")]
+struct PyBalancer {
+    inner: Arc<Balancer>,
+}
+
+#[pymethods]
+impl PyBalancer {
+    #[new]
+    #[pyo3(signature = (algorithm, nodes, *, seed=None, vnodes=None, hash=None))]
+    fn new(
+        py: Python<'_>,
+        algorithm: &Bound<'_, PyAny>,
+        nodes: &Bound<'_, PyAny>,
+        seed: Option<&Bound<'_, PyAny>>,
+        vnodes: Option<&Bound<'_, PyAny>>,
+        hash: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let algorithm = convert::algorithm(algorithm)?;
+        let options = convert::options(seed, vnodes, hash)?;
+        let nodes = convert::nodes(nodes)?;
+        let inner = py
+            .detach(|| Balancer::new(algorithm, nodes, options))
+            .or_raise()?;
+        Ok(PyBalancer {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The algorithm's name.
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.algorithm().name()
+    }
+
+    /// The seed given at construction, or None (seeded from OS entropy).
+    #[getter]
+    fn seed(&self) -> Option<u64> {
+        self.inner.options().seed
+    }
+
+    /// Ring points per unit of weight (default 160).
+    #[getter]
+    fn vnodes(&self) -> u32 {
+        self.inner.options().vnodes
+    }
+
+    /// The hash given at construction, or None (the algorithm's default).
+    #[getter]
+    fn hash(&self) -> Option<&'static str> {
+        self.inner.options().hash.map(HashKind::name)
+    }
+
+    /// The id of the chosen node. Keyed algorithms need `key`; the others ignore it.
+    #[pyo3(signature = (key=None))]
+    fn pick<'py>(
+        &self,
+        py: Python<'py>,
+        key: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyString>> {
+        let picked = match key {
+            None => self.inner.pick(None),
+            Some(key) => with_key(key, |k| self.inner.pick(Some(k)))?,
+        }
+        .or_raise()?;
+        Ok(PyString::new(py, picked.id()))
+    }
+
+    /// One pick per key, all from the same membership.
+    fn pick_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let batch = KeyBatch::collect(keys)?;
+        let picks = if batch.len() > DETACH_BATCH {
+            py.detach(|| self.inner.pick_many(batch.iter()))
+        } else {
+            self.inner.pick_many(batch.iter())
+        };
+        id_list(py, &picks.or_raise()?)
+    }
+
+    /// `count` unkeyed picks from the same membership.
+    fn pick_n<'py>(
+        &self,
+        py: Python<'py>,
+        count: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let count = convert::count("count", count, false)?;
+        let picks = if count > DETACH_BATCH {
+            py.detach(|| self.inner.pick_n(count))
+        } else {
+            self.inner.pick_n(count)
+        };
+        id_list(py, &picks.or_raise()?)
+    }
+
+    /// Up to `limit` distinct node ids in retry order (None: every pickable node).
+    #[pyo3(signature = (key=None, limit=None))]
+    fn attempts<'py>(
+        &self,
+        py: Python<'py>,
+        key: Option<&Bound<'py, PyAny>>,
+        limit: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let limit = match limit {
+            Some(limit) => convert::count("limit", limit, true)?,
+            None => usize::MAX,
+        };
+        let picks = match key {
+            None => self.inner.attempts(None, limit),
+            Some(key) => with_key(key, |k| self.inner.attempts(Some(k), limit))?,
+        };
+        id_list(py, &picks.or_raise()?)
+    }
+
+    /// Adds a node at the end.
+    #[pyo3(signature = (id, weight=1))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        id: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = convert::weight_arg)] weight: u32,
+    ) -> PyResult<()> {
+        let node = liblb_core::Node::new(convert::node_id(id)?, weight);
+        py.detach(|| self.inner.add(node)).or_raise()
+    }
+
+    /// Removes a node.
+    fn remove(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> PyResult<()> {
+        let id = convert::node_id(id)?;
+        py.detach(|| self.inner.remove(id)).or_raise()
+    }
+
+    /// Changes a node's weight (0 drains it).
+    fn set_weight(
+        &self,
+        py: Python<'_>,
+        id: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = convert::weight_arg)] weight: u32,
+    ) -> PyResult<()> {
+        let id = convert::node_id(id)?;
+        py.detach(|| self.inner.set_weight(id, weight)).or_raise()
+    }
+
+    /// Replaces the whole membership atomically.
+    fn update(&self, py: Python<'_>, nodes: &Bound<'_, PyAny>) -> PyResult<()> {
+        let nodes = convert::nodes(nodes)?;
+        py.detach(|| self.inner.update(nodes)).or_raise()
+    }
+
+    /// The nodes as `(id, weight)` pairs, in insertion order.
+    fn nodes(&self) -> Vec<(String, u32)> {
+        let nodes = self.inner.nodes();
+        nodes.into_iter().map(|n| (n.id, n.weight)).collect()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// `id in balancer`: whether a node has this id (False for a non-str).
+    fn __contains__(&self, id: &Bound<'_, PyAny>) -> bool {
+        id.cast::<PyString>()
+            .ok()
+            .and_then(|s| s.to_str().ok())
+            .is_some_and(|s| self.inner.contains(s))
+    }
+
+    /// `Balancer('ring', [('a', 1), ('b', 2)], vnodes=160)`: evaluates back to an equivalent
+    /// balancer while it lists at most eight nodes.
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let nodes = self.inner.nodes();
+        let algorithm = PyString::new(py, self.inner.algorithm().name()).repr()?;
+        let mut out = format!("Balancer({algorithm}, [");
+        for (i, node) in nodes.iter().take(REPR_NODES).enumerate() {
+            let id = PyString::new(py, &node.id).repr()?;
+            let sep = if i > 0 { ", " } else { "" };
+            let _ = write!(out, "{sep}({id}, {})", node.weight);
+        }
+        if nodes.len() > REPR_NODES {
+            let _ = write!(out, ", ... {} more", nodes.len() - REPR_NODES);
+        }
+        out.push(']');
+        let options = self.inner.options();
+        if let Some(seed) = options.seed {
+            let _ = write!(out, ", seed={seed}");
+        }
+        if options.vnodes != DEFAULT_VNODES {
+            let _ = write!(out, ", vnodes={}", options.vnodes);
+        }
+        if let Some(hash) = options.hash {
+            let _ = write!(out, ", hash={}", PyString::new(py, hash.name()).repr()?);
+        }
+        out.push(')');
+        Ok(out)
+    }
+}
+
+/// The ids of a batch as a list of str.
+///
+/// Every id of one batch lives in the one membership snapshot the batch holds, so equal
+/// addresses mean the same node: one str object per node can serve the whole list (a reference
+/// count increment instead of an allocation per item). The cache is direct-mapped by address;
+/// a collision only costs a fresh str, never a wrong one, and no stale address can match while
+/// `picks` keeps the snapshot alive.
+fn id_list<'py>(py: Python<'py>, picks: &Picks) -> PyResult<Bound<'py, PyList>> {
+    let slots = picks.len().next_power_of_two().clamp(1, ID_CACHE_SLOTS);
+    let mut cache: Vec<Option<(usize, Bound<'py, PyString>)>> = vec![None; slots];
+    let items = picks.ids().map(|id| {
+        let address = id.as_ptr() as usize;
+        // Ids are separate heap allocations of at least 16 bytes: bits 4 and up differ.
+        let slot = &mut cache[(address >> 4) & (slots - 1)];
+        match slot {
+            Some((cached, s)) if *cached == address => s.clone(),
+            _ => slot.insert((address, PyString::new(py, id))).1.clone(),
+        }
+    });
+    PyList::new(py, items)
+}
+
+/// The native half of `liblb`.
+#[pymodule(gil_used = false)]
+fn _liblb(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<PyBalancer>()?;
+    error::register(m)?;
+    m.add("ALGORITHMS", PyTuple::new(py, Algorithm::NAMES)?)?;
+    m.add("HASHES", PyTuple::new(py, HashKind::NAMES)?)?;
+    m.add("DEFAULT_VNODES", DEFAULT_VNODES)?;
+    m.add("MAX_VNODES", MAX_VNODES)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(bench::_noop, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::_noop_many, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::_core_pick_ns, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::_core_pick_many_ns, m)?)?;
+    Ok(())
+}

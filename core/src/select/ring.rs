@@ -5,19 +5,22 @@
 //! appended to the UTF-8 id; a point is the digest's first 8 bytes, big-endian), and a key goes to
 //! the first point `>= sha256(key)`, wrapping to the first point of the ring.
 //!
-//! Weights scale points: weights are divided by their gcd, and a node of reduced weight `w` gets
-//! `vnodes · w` points, so equal weights give exactly `vnodes` each (seed 001 has no weights).
-//! Rings heavier than [`crate::MAX_RING_POINTS`] are scaled down proportionally (each node keeps
-//! at least one point). Two nodes whose points collide are ordered by id, so the ring depends
-//! only on the set of nodes, never on insertion order (Java's `TreeMap.put` would let the later
-//! one win). Removing a node moves only its keys; adding one moves keys only to it.
+//! Weights scale points: a node of weight `w` gets `vnodes · w` points, so nodes of the default
+//! weight 1 get exactly `vnodes` each (seed 001 has no weights). The count depends on the node's
+//! own weight only — never normalised by the gcd, sum or minimum of the set — because any
+//! normalisation re-counts every node's points when one node joins or leaves, and keys would
+//! move between surviving nodes. Only rings heavier than [`crate::MAX_RING_POINTS`] are scaled
+//! down proportionally (each node keeps at least one point), and there the guarantee below
+//! weakens to "approximately". Two nodes whose points collide are ordered by id, so the ring
+//! depends only on the set of nodes, never on insertion order (Java's `TreeMap.put` would let
+//! the later one win). Removing a node moves only its keys; adding one moves keys only to it.
 //!
 //! Layout: points and owners in two parallel arrays (the binary search touches only the 8-byte
 //! points). Cost: one key hash plus a binary search over n·vnodes points. Option `hash = "xxh3"`
 //! swaps SHA-256 for XXH3-64 on both points and keys (same construction, ~10x faster hashing).
 //! `attempts`: the next distinct nodes clockwise.
 
-use super::{Select, gcd_all};
+use super::Select;
 use crate::node::Node;
 use crate::table::State;
 use crate::{HashKind, MAX_RING_POINTS};
@@ -52,19 +55,17 @@ impl Write for Buf {
     }
 }
 
-/// Points per node: `vnodes · w/gcd`, scaled down to fit `MAX_RING_POINTS`.
+/// Points per node: `vnodes · w`, scaled down to fit `MAX_RING_POINTS`.
 fn point_counts(nodes: &[Node], active: &[u32], vnodes: u32) -> Vec<u64> {
-    let g = gcd_all(active.iter().map(|i| nodes[*i as usize].weight));
-    let reduced: Vec<u64> = active
+    let weights: Vec<u64> = active
         .iter()
-        .map(|i| u64::from(nodes[*i as usize].weight / g))
+        .map(|i| u64::from(nodes[*i as usize].weight))
         .collect();
-    let total: u128 = reduced.iter().map(|w| u128::from(*w)).sum::<u128>() * u128::from(vnodes);
-    if total <= u128::from(MAX_RING_POINTS) {
-        reduced.iter().map(|w| w * u64::from(vnodes)).collect()
+    let sum: u128 = weights.iter().map(|w| u128::from(*w)).sum();
+    if sum * u128::from(vnodes) <= u128::from(MAX_RING_POINTS) {
+        weights.iter().map(|w| w * u64::from(vnodes)).collect()
     } else {
-        let sum: u128 = reduced.iter().map(|w| u128::from(*w)).sum();
-        reduced
+        weights
             .iter()
             .map(|w| ((u128::from(*w) * u128::from(MAX_RING_POINTS) / sum) as u64).max(1))
             .collect()
@@ -187,12 +188,20 @@ mod tests {
     }
 
     #[test]
-    fn equal_weights_give_exactly_vnodes_points() {
-        let nodes = [Node::new("a", 4), Node::new("b", 4), Node::new("c", 4)];
+    fn default_weights_give_exactly_vnodes_points() {
+        let nodes = [Node::new("a", 1), Node::new("b", 1), Node::new("c", 1)];
         let ring = Ring::build(&nodes, &[0, 1, 2], 10, HashKind::Sha256);
         for owner in 0..3 {
             assert_eq!(ring.points().filter(|(_, o)| *o == owner).count(), 10);
         }
+    }
+
+    #[test]
+    fn a_nodes_point_count_ignores_the_other_nodes() {
+        let with_c = [Node::new("a", 2), Node::new("b", 2), Node::new("c", 1)];
+        let without_c = [Node::new("a", 2), Node::new("b", 2)];
+        assert_eq!(point_counts(&with_c, &[0, 1, 2], 160), [320, 320, 160]);
+        assert_eq!(point_counts(&without_c, &[0, 1], 160), [320, 320]);
     }
 
     #[test]

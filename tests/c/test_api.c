@@ -1,0 +1,433 @@
+/* Every function of lb.h, every documented error path, and the "outputs written only on
+ * success" rule, checked from C. Run plain, under ASan+UBSan, under valgrind, and linked
+ * statically against liblb.a (scripts/test-c.sh). */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+/* A sentinel that no output of liblb can legitimately produce in these tests. */
+#define SENTINEL_TAG UINT64_C(0xDEADBEEFDEADBEEF)
+#define SENTINEL_SIZE ((size_t)0xABCD)
+
+static lb_node node(const char *id, uint32_t weight, uint64_t tag) {
+    lb_node n;
+    n.id = id;
+    n.id_len = id ? strlen(id) : 0;
+    n.weight = weight;
+    n.tag = tag;
+    return n;
+}
+
+static lb_balancer *make(const char *algorithm, const lb_options *options, const lb_node *nodes,
+                         size_t n) {
+    lb_balancer *b = NULL;
+    lb_result r = lb_balancer_new(algorithm, strlen(algorithm), options, nodes, n, &b);
+    if (r != LB_RESULT_OK) {
+        fprintf(stderr, "lb_balancer_new(%s) failed: %s\n", algorithm, lb_result_str(r));
+        exit(2);
+    }
+    return b;
+}
+
+/* Picks with an id buffer and checks the id/tag/size contract; returns the result. */
+static lb_result pick(const lb_balancer *b, const char *key, char *id, size_t id_cap,
+                      uint64_t *tag) {
+    size_t size = SENTINEL_SIZE;
+    lb_result r = lb_balancer_pick(b, key, key ? strlen(key) : 0, tag, id, id_cap, &size);
+    if (r == LB_RESULT_OK) {
+        CHECK(size == strlen(id) + 1);
+    }
+    return r;
+}
+
+static void test_version_and_names(void) {
+    char expected[64];
+    snprintf(expected, sizeof expected, "%d.%d.%d", LB_VERSION_MAJOR, LB_VERSION_MINOR,
+             LB_VERSION_PATCH);
+    CHECK_STR(lb_version(), expected);
+
+    const char *names[] = {"random", "weighted_random", "round_robin", "weighted_round_robin",
+                           "source_hash", "ring"};
+    size_t i = 0;
+    for (; lb_algorithm_name(i) != NULL; i++) {
+        CHECK(i < sizeof names / sizeof names[0]);
+        if (i < sizeof names / sizeof names[0]) CHECK_STR(lb_algorithm_name(i), names[i]);
+        /* Every listed name builds a balancer that reports it back. */
+        lb_balancer *b = make(lb_algorithm_name(i), NULL, NULL, 0);
+        const char *name = NULL;
+        CHECK_OK(lb_balancer_algorithm(b, &name));
+        CHECK_STR(name, lb_algorithm_name(i));
+        lb_balancer_free(b);
+    }
+    CHECK(i == sizeof names / sizeof names[0]);
+    CHECK_RESULT(lb_balancer_algorithm(NULL, &names[0]), LB_RESULT_NULL_PARAMETER);
+
+    /* Every code has a name and a description; unknown numbers too. */
+    CHECK_STR(lb_result_name(LB_RESULT_OK), "LB_OK");
+    CHECK_STR(lb_result_str(LB_RESULT_OK), "success");
+    CHECK_STR(lb_result_name(LB_RESULT_KEY_REQUIRED), "LB_KEY_REQUIRED");
+    CHECK_STR(lb_result_name(LB_RESULT_BUFFER_TOO_SMALL), "LB_BUFFER_TOO_SMALL");
+    CHECK_STR(lb_result_name(LB_RESULT_PANIC), "LB_PANIC");
+    for (uint32_t code = 0; code <= 200; code++) {
+        CHECK(lb_result_str(code) != NULL && strlen(lb_result_str(code)) > 0);
+        CHECK(strncmp(lb_result_name(code), "LB_", 3) == 0);
+    }
+    CHECK_STR(lb_result_str(12345), "unknown lb_result code");
+    CHECK_STR(lb_result_name(12345), "LB_UNKNOWN_RESULT");
+}
+
+static void test_options(void) {
+    lb_options *o = NULL;
+    CHECK_RESULT(lb_options_new(NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_OK(lb_options_new(&o));
+    CHECK(o != NULL);
+    CHECK_OK(lb_options_set_int(o, S("seed"), 42));
+    CHECK_OK(lb_options_set_int(o, S("vnodes"), 3));
+    CHECK_OK(lb_options_set_str(o, S("hash"), S("sha256")));
+    CHECK_OK(lb_options_set_str(o, S("vnodes"), S("3")));
+    CHECK_RESULT(lb_options_set_int(o, S("vnodes"), 0), LB_RESULT_INVALID_VNODES);
+    CHECK_RESULT(lb_options_set_int(o, S("vnodes"), 65537), LB_RESULT_INVALID_VNODES);
+    CHECK_RESULT(lb_options_set_str(o, S("vnodes"), S("three")), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_str(o, S("seed"), S("-1")), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_int(o, S("hash"), 1), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_str(o, S("hash"), S("md5")), LB_RESULT_UNKNOWN_HASH);
+    CHECK_RESULT(lb_options_set_int(o, S("vnode"), 3), LB_RESULT_UNKNOWN_OPTION);
+    CHECK_RESULT(lb_options_set_int(o, S("\xff\xfe"), 3), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_options_set_str(o, S("hash"), S("\xc3")), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_options_set_int(o, NULL, 4, 3), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_options_set_str(o, S("hash"), NULL, 6), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_options_set_int(NULL, S("seed"), 1), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_options_set_str(NULL, S("hash"), S("xxh3")), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_options_set_int(o, "seed", SIZE_MAX, 1), LB_RESULT_INVALID_LENGTH);
+
+    /* The failed sets left vnodes at 3 and the seed at 42: seed 001's ring answer, and two
+     * balancers from the same options give the same random sequence. */
+    lb_node abc[] = {node("NodeA", 1, 1), node("NodeB", 1, 2), node("NodeC", 1, 3)};
+    lb_balancer *ring = make("ring", o, abc, 3);
+    char id[16];
+    uint64_t tag = 0;
+    CHECK_OK(pick(ring, "Key1", id, sizeof id, &tag));
+    CHECK_STR(id, "NodeB");
+    CHECK(tag == 2);
+    lb_balancer *r1 = make("random", o, abc, 3);
+    lb_balancer *r2 = make("random", o, abc, 3);
+    lb_options_free(o); /* balancers copied the options */
+    lb_options_free(NULL);
+    for (int i = 0; i < 20; i++) {
+        uint64_t t1 = 0, t2 = 1;
+        CHECK_OK(lb_balancer_pick(r1, NULL, 0, &t1, NULL, 0, NULL));
+        CHECK_OK(lb_balancer_pick(r2, NULL, 0, &t2, NULL, 0, NULL));
+        CHECK(t1 == t2);
+    }
+    lb_balancer_free(ring);
+    lb_balancer_free(r1);
+    lb_balancer_free(r2);
+}
+
+static void test_new_errors(void) {
+    lb_balancer *b = (lb_balancer *)&b; /* any non-NULL value: must stay untouched */
+    lb_balancer *const before = b;
+    lb_node dup[] = {node("a", 1, 0), node("a", 1, 0)};
+    lb_node empty[] = {node("", 1, 0)};
+    lb_node nul[] = {{"a\0b", 3, 1, 0}};
+    lb_node utf8[] = {{"\xc3\x28", 2, 1, 0}};
+    lb_node null_id[] = {{NULL, 5, 1, 0}};
+    CHECK_RESULT(lb_balancer_new(S("rings"), NULL, NULL, 0, &b), LB_RESULT_UNKNOWN_ALGORITHM);
+    CHECK_RESULT(lb_balancer_new(S("\xff"), NULL, NULL, 0, &b), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_new(NULL, 4, NULL, NULL, 0, &b), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_new(S("ring"), NULL, NULL, 2, &b), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_new(S("ring"), NULL, dup, 2, &b), LB_RESULT_DUPLICATE_NODE);
+    CHECK_RESULT(lb_balancer_new(S("ring"), NULL, empty, 1, &b), LB_RESULT_EMPTY_ID);
+    CHECK_RESULT(lb_balancer_new(S("ring"), NULL, nul, 1, &b), LB_RESULT_ID_CONTAINS_NUL);
+    CHECK_RESULT(lb_balancer_new(S("ring"), NULL, utf8, 1, &b), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_new(S("ring"), NULL, null_id, 1, &b), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_new(S("ring"), NULL, dup, SIZE_MAX / 2, &b), LB_RESULT_INVALID_LENGTH);
+    CHECK_RESULT(lb_balancer_new(S("ring"), NULL, NULL, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK(b == before);
+    lb_balancer_free(NULL);
+}
+
+/* Lists the nodes into caller buffers; returns the count (checks the two-call protocol). */
+static size_t list(const lb_balancer *b, lb_node *nodes, size_t cap, char *ids, size_t ids_cap) {
+    size_t count = SENTINEL_SIZE, size = SENTINEL_SIZE;
+    lb_result r = lb_balancer_nodes(b, NULL, 0, NULL, 0, &count, &size);
+    CHECK(r == (count == 0 ? LB_RESULT_OK : LB_RESULT_BUFFER_TOO_SMALL));
+    CHECK(count <= cap && size <= ids_cap);
+    size_t count2 = 0, size2 = 0;
+    CHECK_OK(lb_balancer_nodes(b, nodes, cap, ids, ids_cap, &count2, &size2));
+    CHECK(count2 == count && size2 == size);
+    return count2;
+}
+
+static void test_membership(void) {
+    lb_node init[] = {node("a", 1, 10), node("b", 1, 11), node("c", 1, 12)};
+    lb_balancer *b = make("round_robin", NULL, init, 3);
+    lb_node nodes[8];
+    char ids[64];
+
+    CHECK_OK(lb_balancer_add(b, S("d"), 2, 13));
+    CHECK(list(b, nodes, 8, ids, sizeof ids) == 4);
+    CHECK_STR(nodes[3].id, "d");
+    CHECK(nodes[3].id_len == 1 && nodes[3].weight == 2 && nodes[3].tag == 13);
+    CHECK(nodes[3].id >= ids && nodes[3].id < ids + sizeof ids); /* caller memory */
+
+    /* Every failing change leaves the listing as it was. */
+    CHECK_RESULT(lb_balancer_add(b, S("d"), 1, 0), LB_RESULT_DUPLICATE_NODE);
+    CHECK_RESULT(lb_balancer_add(b, NULL, 0, 1, 0), LB_RESULT_EMPTY_ID);
+    CHECK_RESULT(lb_balancer_add(b, NULL, 3, 1, 0), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_add(b, S("x\0y"), 1, 0), LB_RESULT_ID_CONTAINS_NUL);
+    CHECK_RESULT(lb_balancer_add(b, S("\xed\xa0\x80"), 1, 0), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_add(NULL, S("e"), 1, 0), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_add(b, "e", SIZE_MAX, 1, 0), LB_RESULT_INVALID_LENGTH);
+    CHECK_RESULT(lb_balancer_remove(b, S("zz")), LB_RESULT_UNKNOWN_NODE);
+    CHECK_RESULT(lb_balancer_remove(b, S("\x80")), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_remove(b, NULL, 1), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_remove(NULL, S("a")), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_set_weight(b, S("zz"), 3), LB_RESULT_UNKNOWN_NODE);
+    CHECK_RESULT(lb_balancer_set_weight(b, S("\xff"), 3), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_set_weight(b, NULL, 1, 3), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_set_weight(NULL, S("a"), 3), LB_RESULT_NULL_PARAMETER);
+    lb_node bad_last[] = {node("x", 1, 0), node("y", 1, 0), node("x", 1, 0)};
+    lb_node bad_utf8[] = {node("x", 1, 0), {"\xff", 1, 1, 0}};
+    CHECK_RESULT(lb_balancer_update(b, bad_last, 3), LB_RESULT_DUPLICATE_NODE);
+    CHECK_RESULT(lb_balancer_update(b, bad_utf8, 2), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_update(b, NULL, 2), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_update(NULL, bad_last, 1), LB_RESULT_NULL_PARAMETER);
+    size_t n = list(b, nodes, 8, ids, sizeof ids);
+    CHECK(n == 4);
+    const char *want[] = {"a", "b", "c", "d"};
+    for (size_t i = 0; i < n && i < 4; i++) {
+        CHECK_STR(nodes[i].id, want[i]);
+        CHECK(nodes[i].tag == 10 + i);
+    }
+
+    /* Successful changes. */
+    CHECK_OK(lb_balancer_set_weight(b, S("a"), 0));
+    CHECK_OK(lb_balancer_remove(b, S("b")));
+    bool has = true;
+    CHECK_OK(lb_balancer_contains(b, S("b"), &has));
+    CHECK(!has);
+    CHECK_OK(lb_balancer_contains(b, S("c"), &has));
+    CHECK(has);
+    CHECK_RESULT(lb_balancer_contains(b, S("c"), NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_contains(NULL, S("c"), &has), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_contains(b, S("\xff"), &has), LB_RESULT_INVALID_UTF8);
+    size_t len = SENTINEL_SIZE;
+    CHECK_OK(lb_balancer_len(b, &len));
+    CHECK(len == 3);
+    CHECK_RESULT(lb_balancer_len(b, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_len(NULL, &len), LB_RESULT_NULL_PARAMETER);
+    n = list(b, nodes, 8, ids, sizeof ids);
+    CHECK(n == 3 && nodes[0].weight == 0 && strcmp(nodes[1].id, "c") == 0);
+
+    /* Drained node a is never picked while others have weight. */
+    for (int i = 0; i < 10; i++) {
+        char id[8];
+        uint64_t tag = 0;
+        CHECK_OK(pick(b, NULL, id, sizeof id, &tag));
+        CHECK(strcmp(id, "a") != 0);
+    }
+
+    /* The listing feeds update directly (ids point into our buffer; liblb copies them). */
+    CHECK_OK(lb_balancer_update(b, nodes + 1, 2));
+    n = list(b, nodes, 8, ids, sizeof ids);
+    CHECK(n == 2 && strcmp(nodes[0].id, "c") == 0 && strcmp(nodes[1].id, "d") == 0);
+
+    /* Short listing buffers report both sizes and write nothing else. */
+    size_t count = 0, size = 0;
+    lb_node one[1] = {node("keep", 9, 9)};
+    CHECK_RESULT(lb_balancer_nodes(b, one, 1, ids, sizeof ids, &count, &size),
+                 LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(count == 2 && size == 4 && strcmp(one[0].id, "keep") == 0);
+    CHECK_RESULT(lb_balancer_nodes(b, nodes, 8, ids, 3, &count, &size),
+                 LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK_RESULT(lb_balancer_nodes(b, nodes, 8, ids, sizeof ids, NULL, &size),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_nodes(b, nodes, 8, ids, sizeof ids, &count, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_nodes(b, NULL, 8, ids, sizeof ids, &count, &size),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_nodes(NULL, nodes, 8, ids, sizeof ids, &count, &size),
+                 LB_RESULT_NULL_PARAMETER);
+
+    /* Emptying: picks fail with NO_NODES, outputs untouched. */
+    CHECK_OK(lb_balancer_update(b, NULL, 0));
+    CHECK(list(b, nodes, 8, ids, sizeof ids) == 0);
+    uint64_t tag = SENTINEL_TAG;
+    CHECK_RESULT(lb_balancer_pick(b, NULL, 0, &tag, NULL, 0, NULL), LB_RESULT_NO_NODES);
+    CHECK(tag == SENTINEL_TAG);
+    lb_balancer_free(b);
+}
+
+static void test_picks(void) {
+    lb_node init[] = {node("alpha", 1, 10), node("beta", 1, 11), node("gamma", 1, 12)};
+    lb_balancer *rr = make("round_robin", NULL, init, 3);
+    char id[16];
+    uint64_t tag = 0;
+    const char *order[] = {"alpha", "beta", "gamma", "alpha"};
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(pick(rr, NULL, id, sizeof id, &tag));
+        CHECK_STR(id, order[i]);
+        CHECK(tag == 10 + (uint64_t)(i % 3));
+    }
+    /* Tag only, and no output at all. */
+    CHECK_OK(lb_balancer_pick(rr, NULL, 0, &tag, NULL, 0, NULL));
+    CHECK(tag == 11);
+    CHECK_OK(lb_balancer_pick(rr, NULL, 0, NULL, NULL, 0, NULL));
+    /* Short buffer: the size needed (id + NUL), tag and buffer untouched. */
+    char small[3] = {'x', 'x', 'x'};
+    size_t size = 0;
+    tag = SENTINEL_TAG;
+    CHECK_RESULT(lb_balancer_pick(rr, NULL, 0, &tag, small, sizeof small, &size),
+                 LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(tag == SENTINEL_TAG && small[0] == 'x');
+    CHECK(size == 6); /* "alpha": the pick still counted, so the next one is "beta" */
+    CHECK_RESULT(lb_balancer_pick(rr, NULL, 0, &tag, NULL, 0, &size), LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(size == 5);
+    /* Exactly big enough. */
+    char exact[6];
+    CHECK_OK(lb_balancer_pick(rr, NULL, 0, &tag, exact, sizeof exact, &size));
+    CHECK_STR(exact, "gamma");
+    CHECK(size == 6 && tag == 12);
+    /* NULL pointers with lengths, NULL handle, absurd lengths. */
+    CHECK_RESULT(lb_balancer_pick(rr, NULL, 0, &tag, NULL, 16, &size), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_pick(rr, NULL, 4, &tag, NULL, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_pick(NULL, NULL, 0, &tag, NULL, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_pick(rr, "k", SIZE_MAX, &tag, NULL, 0, NULL),
+                 LB_RESULT_INVALID_LENGTH);
+    CHECK(tag == 12);
+
+    /* Keyed: a key is required; NULL/0 is "no key", a non-NULL empty key is a key. */
+    lb_node abc[] = {node("NodeA", 1, 1), node("NodeB", 1, 2), node("NodeC", 1, 3)};
+    lb_balancer *sh = make("source_hash", NULL, abc, 3);
+    tag = SENTINEL_TAG;
+    CHECK_RESULT(lb_balancer_pick(sh, NULL, 0, &tag, id, sizeof id, &size), LB_RESULT_KEY_REQUIRED);
+    CHECK(tag == SENTINEL_TAG);
+    CHECK_OK(lb_balancer_pick(sh, "", 0, &tag, id, sizeof id, &size));
+    CHECK(tag >= 1 && tag <= 3);
+    /* The same key always gives the same node; binary keys are fine. */
+    const unsigned char bin[] = {0, 1, 2, 0xff, 0};
+    uint64_t t1 = 0, t2 = 0;
+    CHECK_OK(lb_balancer_pick(sh, bin, sizeof bin, &t1, NULL, 0, NULL));
+    CHECK_OK(lb_balancer_pick(sh, bin, sizeof bin, &t2, NULL, 0, NULL));
+    CHECK(t1 == t2);
+
+    /* pick_many: one answer per key, the same as single picks, ids packed in our buffer. */
+    lb_key keys[3] = {{"Key1", 4}, {"user:42", 7}, {NULL, 0}};
+    lb_pick picks[3];
+    char buf[64];
+    size = SENTINEL_SIZE;
+    CHECK_OK(lb_balancer_pick_many(sh, keys, 3, picks, buf, sizeof buf, &size));
+    size_t total = 0;
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(lb_balancer_pick(sh, keys[i].key ? keys[i].key : "", keys[i].key_len, &tag, id,
+                                  sizeof id, NULL));
+        CHECK(picks[i].tag == tag);
+        CHECK(picks[i].id >= buf && picks[i].id < buf + sizeof buf);
+        CHECK(strlen(picks[i].id) == picks[i].id_len);
+        total += picks[i].id_len + 1;
+    }
+    CHECK(size == total);
+    lb_pick tags_only[3];
+    CHECK_OK(lb_balancer_pick_many(sh, keys, 3, tags_only, NULL, 0, NULL));
+    for (int i = 0; i < 3; i++) CHECK(tags_only[i].tag == picks[i].tag && !tags_only[i].id);
+    lb_pick untouched[3] = {{SENTINEL_TAG, NULL, 0}, {SENTINEL_TAG, NULL, 0}, {SENTINEL_TAG, NULL, 0}};
+    CHECK_RESULT(lb_balancer_pick_many(sh, keys, 3, untouched, buf, 4, &size),
+                 LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(size == total && untouched[0].tag == SENTINEL_TAG);
+    lb_key null_key[1] = {{NULL, 3}};
+    CHECK_RESULT(lb_balancer_pick_many(sh, null_key, 1, untouched, NULL, 0, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_pick_many(sh, keys, 3, NULL, NULL, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_pick_many(sh, NULL, 3, picks, NULL, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_pick_many(NULL, keys, 3, picks, NULL, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_OK(lb_balancer_pick_many(sh, NULL, 0, NULL, NULL, 0, NULL));
+
+    /* pick_n: unkeyed batches; keyed algorithms refuse. */
+    lb_pick five[5];
+    CHECK_OK(lb_balancer_pick_n(rr, 5, five, buf, sizeof buf, &size));
+    for (int i = 1; i < 5; i++) CHECK(five[i].tag != five[i - 1].tag); /* round robin moves on */
+    CHECK_RESULT(lb_balancer_pick_n(sh, 2, five, NULL, 0, NULL), LB_RESULT_KEY_REQUIRED);
+    CHECK_RESULT(lb_balancer_pick_n(rr, 2, NULL, NULL, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_pick_n(rr, 2, five, buf, 2, &size), LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK_RESULT(lb_balancer_pick_n(rr, SIZE_MAX, five, NULL, 0, NULL), LB_RESULT_INVALID_LENGTH);
+
+    /* attempts: distinct nodes, the first one is the pick, fewer than limit when few nodes. */
+    lb_pick tries[5];
+    size_t count = SENTINEL_SIZE;
+    CHECK_OK(lb_balancer_attempts(sh, S("Key1"), tries, 5, buf, sizeof buf, &size, &count));
+    CHECK(count == 3);
+    CHECK_OK(lb_balancer_pick(sh, S("Key1"), &tag, NULL, 0, NULL));
+    CHECK(tries[0].tag == tag);
+    CHECK(tries[0].tag != tries[1].tag && tries[1].tag != tries[2].tag &&
+          tries[0].tag != tries[2].tag);
+    CHECK_OK(lb_balancer_attempts(sh, S("Key1"), tries, 2, NULL, 0, NULL, &count));
+    CHECK(count == 2);
+    CHECK_RESULT(lb_balancer_attempts(sh, NULL, 0, tries, 2, NULL, 0, NULL, &count),
+                 LB_RESULT_KEY_REQUIRED);
+    CHECK_RESULT(lb_balancer_attempts(sh, S("Key1"), tries, 2, NULL, 0, NULL, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_attempts(sh, S("Key1"), NULL, 2, NULL, 0, NULL, &count),
+                 LB_RESULT_NULL_PARAMETER);
+    count = SENTINEL_SIZE;
+    CHECK_RESULT(lb_balancer_attempts(sh, S("Key1"), tries, 3, buf, 5, &size, &count),
+                 LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(size == 18 && count == SENTINEL_SIZE);
+    CHECK_OK(lb_balancer_attempts(rr, NULL, 0, tries, 0, NULL, 0, NULL, &count));
+    CHECK(count == 0);
+
+    lb_balancer *empty = make("random", NULL, NULL, 0);
+    CHECK_RESULT(lb_balancer_pick(empty, NULL, 0, &tag, NULL, 0, NULL), LB_RESULT_NO_NODES);
+    CHECK_RESULT(lb_balancer_pick_n(empty, 1, five, NULL, 0, NULL), LB_RESULT_NO_NODES);
+    CHECK_RESULT(lb_balancer_attempts(empty, NULL, 0, tries, 2, NULL, 0, NULL, &count),
+                 LB_RESULT_NO_NODES);
+    lb_balancer_free(empty);
+    lb_balancer_free(sh);
+    lb_balancer_free(rr);
+}
+
+/* The id size bound fits every id ever held and never shrinks. */
+static void test_id_size_bound(void) {
+    lb_node init[] = {node("short", 1, 0)};
+    lb_balancer *b = make("round_robin", NULL, init, 1);
+    size_t bound = 0;
+    CHECK_OK(lb_balancer_id_size_bound(b, &bound));
+    CHECK(bound == 6);
+    CHECK_OK(lb_balancer_add(b, S("a-much-longer-id"), 1, 0));
+    CHECK_OK(lb_balancer_id_size_bound(b, &bound));
+    CHECK(bound == 17);
+    CHECK_OK(lb_balancer_remove(b, S("a-much-longer-id")));
+    CHECK_OK(lb_balancer_id_size_bound(b, &bound));
+    CHECK(bound == 17);
+    CHECK_RESULT(lb_balancer_id_size_bound(NULL, &bound), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_id_size_bound(b, NULL), LB_RESULT_NULL_PARAMETER);
+    lb_balancer_free(b);
+}
+
+/* An id copied out stays valid after the node is removed: it lives in our buffer. */
+static void test_no_dangling(void) {
+    lb_node one[] = {node("only", 1, 7)};
+    lb_balancer *b = make("random", NULL, one, 1);
+    char id[8];
+    uint64_t tag = 0;
+    CHECK_OK(pick(b, NULL, id, sizeof id, &tag));
+    CHECK_OK(lb_balancer_remove(b, S("only")));
+    lb_balancer_free(b);
+    CHECK_STR(id, "only");
+    CHECK(tag == 7);
+}
+
+int main(void) {
+    test_version_and_names();
+    test_options();
+    test_new_errors();
+    test_membership();
+    test_picks();
+    test_id_size_bound();
+    test_no_dangling();
+    return check_report("test_api");
+}

@@ -1,0 +1,134 @@
+// Tests lb.hpp, the C++17 RAII wrapper: ownership (move-only, freed once), exceptions with
+// the right codes, string_view keys, and the same answers as the C API and the core.
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "lb.hpp"
+
+static std::atomic<int> failures{0};
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+// Runs `body`, expecting an lb::error with `code`.
+template <class F>
+static void expect_error(lb_result code, F body, int line) {
+    try {
+        body();
+        std::fprintf(stderr, "line %d: no exception, expected %s\n", line, lb_result_name(code));
+        failures++;
+    } catch (const lb::error &e) {
+        if (e.code() != code) {
+            std::fprintf(stderr, "line %d: got %s, expected %s\n", line, e.name(),
+                         lb_result_name(code));
+            failures++;
+        }
+        CHECK(std::string(e.what()).rfind(lb_result_name(code), 0) == 0);
+    }
+}
+#define EXPECT_ERROR(code, ...) expect_error(code, [&] { __VA_ARGS__; }, __LINE__)
+
+static_assert(!std::is_copy_constructible_v<lb::balancer>, "unique ownership");
+static_assert(std::is_nothrow_move_constructible_v<lb::balancer>, "movable");
+static_assert(!std::is_copy_constructible_v<lb::options>, "unique ownership");
+
+int main() {
+    CHECK(lb::version() == std::to_string(LB_VERSION_MAJOR) + "." + std::to_string(LB_VERSION_MINOR) + "." + std::to_string(LB_VERSION_PATCH));
+    auto names = lb::algorithms();
+    CHECK(names.size() == 6 && names.front() == "random" && names.back() == "ring");
+
+    // Seed 001's example through options and string_view keys.
+    lb::options opts;
+    opts.set("vnodes", 3).set("hash", "sha256");
+    EXPECT_ERROR(LB_RESULT_UNKNOWN_OPTION, opts.set("vnode", 3));
+    EXPECT_ERROR(LB_RESULT_INVALID_VNODES, opts.set("vnodes", 0));
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, opts.set("vnodes", -1));
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, opts.set("seed", "x"));
+    EXPECT_ERROR(LB_RESULT_UNKNOWN_HASH, opts.set("hash", "md5"));
+    lb::balancer ring("ring", {{"NodeA", 1, 1}, {"NodeB", 1, 2}, {"NodeC", 1, 3}}, opts);
+    std::string key = "Key1";
+    CHECK(ring.pick(std::string_view(key)) == (lb::picked{"NodeB", 2}));
+    CHECK(ring.pick_tag(std::string_view("Key1")) == 2);
+    CHECK(ring.algorithm() == "ring");
+    EXPECT_ERROR(LB_RESULT_KEY_REQUIRED, ring.pick());
+    EXPECT_ERROR(LB_RESULT_KEY_REQUIRED, ring.pick_n(2));
+
+    // Batches agree with single picks; attempts are distinct and start with the pick.
+    std::vector<std::string_view> keys = {"Key1", "user:42", "", "今天天气不错啊"};
+    auto many = ring.pick_many(keys);
+    CHECK(many.size() == keys.size());
+    for (size_t i = 0; i < keys.size() && i < many.size(); i++) CHECK(many[i] == ring.pick(keys[i]));
+    auto tries = ring.attempts(std::string_view("Key1"), 5);
+    CHECK(tries.size() == 3 && tries[0].id == "NodeB");
+    CHECK(tries.size() == 3 && tries[1].id != tries[0].id && tries[2].id != tries[1].id &&
+          tries[2].id != tries[0].id);
+    CHECK(ring.attempts(std::string_view("Key1"), 1).size() == 1);
+
+    // Membership and its errors (the balancer is unchanged after each).
+    lb::balancer rr("round_robin");
+    EXPECT_ERROR(LB_RESULT_NO_NODES, rr.pick());
+    rr.add("a", 1, 10);
+    rr.add("b", 1, 11);
+    rr.add("c", 2, 12);
+    auto before = rr.nodes();
+    EXPECT_ERROR(LB_RESULT_DUPLICATE_NODE, rr.add("a"));
+    EXPECT_ERROR(LB_RESULT_EMPTY_ID, rr.add(""));
+    EXPECT_ERROR(LB_RESULT_ID_CONTAINS_NUL, rr.add(std::string_view("x\0y", 3)));
+    EXPECT_ERROR(LB_RESULT_INVALID_UTF8, rr.add("\xff"));
+    EXPECT_ERROR(LB_RESULT_UNKNOWN_NODE, rr.remove("zz"));
+    EXPECT_ERROR(LB_RESULT_UNKNOWN_NODE, rr.set_weight("zz", 1));
+    EXPECT_ERROR(LB_RESULT_DUPLICATE_NODE, rr.update({{"x"}, {"x"}}));
+    CHECK(rr.nodes() == before);
+    CHECK(before == (std::vector<lb::node>{{"a", 1, 10}, {"b", 1, 11}, {"c", 2, 12}}));
+    auto five = rr.pick_n(5);
+    CHECK(five.size() == 5 && five[0].id == "a" && five[1].id == "b" && five[2].id == "c" &&
+          five[3].id == "a" && five[3].tag == 10);
+    rr.set_weight("a", 0);
+    rr.remove("b");
+    CHECK(rr.size() == 2 && !rr.contains("b") && rr.contains("c"));
+    for (int i = 0; i < 5; i++) CHECK(rr.pick().id == "c");  // a is drained
+    rr.update({{"long-node-name-" + std::string(300, 'x'), 1, 99}});
+    CHECK(rr.pick().id.size() == 315);  // longer than any earlier id: buffers follow the bound
+    CHECK(rr.pick_many({"k"})[0].tag == 99);
+    EXPECT_ERROR(LB_RESULT_UNKNOWN_ALGORITHM, lb::balancer("nope"));
+    EXPECT_ERROR(LB_RESULT_DUPLICATE_NODE, lb::balancer("random", {{"a"}, {"a"}}));
+
+    // Moves transfer ownership (the moved-from object frees nothing).
+    lb::balancer moved = std::move(rr);
+    CHECK(moved.size() == 1);
+    lb::balancer assigned("random", {{"z"}});
+    assigned = std::move(moved);
+    CHECK(assigned.pick().tag == 99);
+
+    // Concurrent use of one balancer from several threads.
+    lb::balancer shared("weighted_round_robin", {{"a", 1, 1}, {"b", 2, 2}});
+    std::thread updater([&] {
+        for (int i = 0; i < 500; i++) shared.update({{"a", 1, 1}, {i % 2 ? "b" : "c", 2, 2}});
+    });
+    std::thread picker([&] {
+        for (int i = 0; i < 5000; i++) {
+            auto p = shared.pick();
+            CHECK((p.id == "a" && p.tag == 1) || ((p.id == "b" || p.id == "c") && p.tag == 2));
+        }
+    });
+    updater.join();
+    picker.join();
+
+    if (failures) {
+        std::fprintf(stderr, "test_cpp: %d check(s) FAILED\n", failures.load());
+        return 1;
+    }
+    std::printf("test_cpp: all checks passed\n");
+    return 0;
+}

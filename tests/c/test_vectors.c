@@ -1,0 +1,211 @@
+/* Replays every case of tests/vectors/vectors.json (the file the Rust core generates and
+ * every language checks) through the C API: same answers, same error codes, and after each
+ * expected error the node list is unchanged. Usage: test_vectors path/to/vectors.json */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "json.h"
+
+#define IDS_CAP 65536
+
+static const char *case_name = "";
+static size_t step_index = 0;
+
+#define FAIL(...)                                                                  \
+    do {                                                                           \
+        fprintf(stderr, "case %s, step %zu: ", case_name, step_index);             \
+        fprintf(stderr, __VA_ARGS__);                                              \
+        fputc('\n', stderr);                                                       \
+        check_failures++;                                                          \
+    } while (0)
+
+/* Each node's tag is a hash of its id, so every answer's tag can be checked against its id. */
+static uint64_t tag_of(const char *id, size_t len) {
+    uint64_t h = UINT64_C(0xcbf29ce484222325); /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)id[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+static int same_bytes(const char *a, size_t a_len, const json *b) {
+    return b && b->kind == JSON_STRING && a_len == b->len && memcmp(a, b->str, a_len) == 0;
+}
+
+/* JSON [[id, weight], ...] -> lb_node array (ids borrowed from the JSON tree). */
+static lb_node *nodes_of(const json *list, size_t *n) {
+    *n = list ? list->len : 0;
+    lb_node *nodes = calloc(*n ? *n : 1, sizeof *nodes);
+    for (size_t i = 0; i < *n; i++) {
+        const json *pair = &list->items[i];
+        nodes[i].id = pair->items[0].str;
+        nodes[i].id_len = pair->items[0].len;
+        nodes[i].weight = (uint32_t)pair->items[1].integer;
+        nodes[i].tag = tag_of(pair->items[0].str, pair->items[0].len);
+    }
+    return nodes;
+}
+
+/* The current node list as text "id:weight,..." (malloc'ed), to prove errors change nothing. */
+static char *snapshot(const lb_balancer *b) {
+    size_t count = 0, size = 0;
+    lb_result r = lb_balancer_nodes(b, NULL, 0, NULL, 0, &count, &size);
+    if (r != LB_RESULT_OK && r != LB_RESULT_BUFFER_TOO_SMALL) FAIL("nodes: %s", lb_result_name(r));
+    lb_node *nodes = calloc(count ? count : 1, sizeof *nodes);
+    char *ids = malloc(size ? size : 1);
+    r = lb_balancer_nodes(b, nodes, count, ids, size, &count, &size);
+    if (r != LB_RESULT_OK) FAIL("nodes: %s", lb_result_name(r));
+    char *text = malloc(size + count * 24 + 1);
+    size_t at = 0;
+    for (size_t i = 0; r == LB_RESULT_OK && i < count; i++) {
+        if (nodes[i].tag != tag_of(nodes[i].id, nodes[i].id_len)) FAIL("listed tag mismatch");
+        at += (size_t)sprintf(text + at, "%s:%u,", nodes[i].id, (unsigned)nodes[i].weight);
+    }
+    text[at] = '\0';
+    free(nodes);
+    free(ids);
+    return text;
+}
+
+/* Checks answers (ids and tags) against a JSON array of expected ids. */
+static void check_picks(const char *op, const lb_pick *picks, size_t n, const json *expect) {
+    if (!expect || expect->kind != JSON_ARRAY || expect->len != n) {
+        FAIL("%s: %zu answers, expected %zu", op, n, expect ? expect->len : 0);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!same_bytes(picks[i].id, picks[i].id_len, &expect->items[i]))
+            FAIL("%s[%zu]: got %s, expected %s", op, i, picks[i].id, expect->items[i].str);
+        if (picks[i].tag != tag_of(picks[i].id, picks[i].id_len)) FAIL("%s[%zu]: tag", op, i);
+    }
+}
+
+/* Runs one step; returns the result code to compare with expect_error. */
+static lb_result run_step(const lb_balancer *b, const json *step, char *ids) {
+    const char *op = json_get(step, "op")->str;
+    const json *key = json_get(step, "key");
+    const json *expect = json_get(step, "expect");
+    const json *id = json_get(step, "id");
+    const json *weight = json_get(step, "weight");
+    size_t size = 0, count = 0;
+    lb_result r;
+    if (strcmp(op, "pick") == 0) {
+        uint64_t tag = 0;
+        r = lb_balancer_pick(b, key ? key->str : NULL, key ? key->len : 0, &tag, ids, IDS_CAP,
+                             &size);
+        if (r == LB_RESULT_OK) {
+            if (!same_bytes(ids, size - 1, expect))
+                FAIL("pick: got %s, expected %s", ids, expect ? expect->str : "(error)");
+            if (tag != tag_of(ids, size - 1)) FAIL("pick: tag of %s", ids);
+        }
+    } else if (strcmp(op, "pick_many") == 0) {
+        const json *keys = json_get(step, "keys");
+        lb_key *k = calloc(keys->len ? keys->len : 1, sizeof *k);
+        lb_pick *picks = calloc(keys->len ? keys->len : 1, sizeof *picks);
+        for (size_t i = 0; i < keys->len; i++) {
+            k[i].key = keys->items[i].str;
+            k[i].key_len = keys->items[i].len;
+        }
+        r = lb_balancer_pick_many(b, k, keys->len, picks, ids, IDS_CAP, &size);
+        if (r == LB_RESULT_OK) check_picks("pick_many", picks, keys->len, expect);
+        free(k);
+        free(picks);
+    } else if (strcmp(op, "attempts") == 0) {
+        size_t limit = (size_t)json_get(step, "limit")->integer;
+        lb_pick *picks = calloc(limit ? limit : 1, sizeof *picks);
+        r = lb_balancer_attempts(b, key ? key->str : NULL, key ? key->len : 0, picks, limit, ids,
+                                 IDS_CAP, &size, &count);
+        if (r == LB_RESULT_OK) check_picks("attempts", picks, count, expect);
+        free(picks);
+    } else if (strcmp(op, "add") == 0) {
+        r = lb_balancer_add(b, id->str, id->len, (uint32_t)weight->integer,
+                            tag_of(id->str, id->len));
+    } else if (strcmp(op, "remove") == 0) {
+        r = lb_balancer_remove(b, id->str, id->len);
+    } else if (strcmp(op, "set_weight") == 0) {
+        r = lb_balancer_set_weight(b, id->str, id->len, (uint32_t)weight->integer);
+    } else if (strcmp(op, "update") == 0) {
+        size_t n;
+        lb_node *nodes = nodes_of(json_get(step, "nodes"), &n);
+        r = lb_balancer_update(b, nodes, n);
+        free(nodes);
+    } else {
+        FAIL("unknown op %s", op);
+        r = LB_RESULT_OK;
+    }
+    return r;
+}
+
+static lb_balancer *build(const json *c) {
+    lb_options *options = NULL;
+    if (lb_options_new(&options) != LB_RESULT_OK) return NULL;
+    const json *opts = json_get(c, "options");
+    for (size_t i = 0; opts && i < opts->len; i++) {
+        const char *name = opts->keys[i];
+        const json *v = &opts->items[i];
+        lb_result r = v->kind == JSON_STRING
+                          ? lb_options_set_str(options, name, strlen(name), v->str, v->len)
+                          : lb_options_set_int(options, name, strlen(name), v->integer);
+        if (r != LB_RESULT_OK) FAIL("option %s: %s", name, lb_result_name(r));
+    }
+    size_t n;
+    lb_node *nodes = nodes_of(json_get(c, "nodes"), &n);
+    const char *algorithm = json_get(c, "algorithm")->str;
+    lb_balancer *b = NULL;
+    lb_result r = lb_balancer_new(algorithm, strlen(algorithm), options, nodes, n, &b);
+    if (r != LB_RESULT_OK) FAIL("new: %s", lb_result_name(r));
+    free(nodes);
+    lb_options_free(options);
+    return b;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s tests/vectors/vectors.json\n", argv[0]);
+        return 2;
+    }
+    json root;
+    if (!json_read_file(argv[1], &root)) return 2;
+    const json *version = json_get(&root, "version");
+    const json *cases = json_get(&root, "cases");
+    if (!version || version->integer != 1 || !cases || cases->kind != JSON_ARRAY || !cases->len) {
+        fprintf(stderr, "%s: not a version 1 vectors file with cases\n", argv[1]);
+        json_free(&root);
+        return 2;
+    }
+    char *ids = malloc(IDS_CAP);
+    size_t steps_run = 0, errors_checked = 0;
+    for (size_t ci = 0; ci < cases->len; ci++) {
+        const json *c = &cases->items[ci];
+        case_name = json_get(c, "name")->str;
+        step_index = 0;
+        lb_balancer *b = build(c);
+        if (!b) continue;
+        const json *steps = json_get(c, "steps");
+        for (step_index = 0; step_index < steps->len; step_index++) {
+            const json *step = &steps->items[step_index];
+            const json *expect_error = json_get(step, "expect_error");
+            char *before = expect_error ? snapshot(b) : NULL;
+            lb_result r = run_step(b, step, ids);
+            steps_run++;
+            if (expect_error) {
+                if (strcmp(lb_result_name(r), expect_error->str) != 0)
+                    FAIL("got %s, expected %s", lb_result_name(r), expect_error->str);
+                char *after = snapshot(b);
+                if (strcmp(before, after) != 0) FAIL("a failed step changed the nodes");
+                free(after);
+                free(before);
+                errors_checked++;
+            } else if (r != LB_RESULT_OK) {
+                FAIL("%s failed: %s", json_get(step, "op")->str, lb_result_name(r));
+            }
+        }
+        lb_balancer_free(b);
+    }
+    printf("test_vectors: %zu cases, %zu steps (%zu expected errors)\n", cases->len, steps_run,
+           errors_checked);
+    free(ids);
+    json_free(&root);
+    return check_report("test_vectors");
+}
