@@ -61,6 +61,10 @@ step "Python: pip install ./python into .venv, pytest (API, errors, vectors, pro
 ./scripts/test-python.sh
 ok
 
+step "Node: npm ci, napi build, generated files fresh, node --test, npm install from a scratch folder"
+./scripts/test-node.sh
+ok
+
 total=$passed
 echo
 echo "=== all suites done in $((SECONDS - started)) s"

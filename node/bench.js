@@ -1,0 +1,124 @@
+'use strict'
+// Speed of the Node binding: ns per call for one pick of each algorithm, for pickMany per key, for
+// npm's `hashring` (a pure-JS ketama ring) and for `noop()`, an export of this same addon that does
+// nothing: the floor every call pays to cross from JavaScript into Rust and back.
+//
+//   cd node && npm run build && node bench.js [--quick]
+//
+// Each figure is the best of several rounds (after a warm-up), timed in process CPU time, so
+// it estimates the cost on an idle core even while other processes load the machine. Absolute
+// numbers are machine-dependent: compare ratios.
+const { Balancer, algorithms, noop } = require('.')
+const HashRing = require('hashring')
+
+const quick = process.argv.includes('--quick')
+const CALLS = quick ? 100_000 : 1_000_000
+const RUNS = quick ? 3 : 7
+const BATCH = 1000
+const NODES = Array.from({ length: 10 }, (_, i) => `backend-${i}.example:8080`)
+// More distinct keys than hashring's default LRU cache (5000), so its cache mostly misses.
+const KEYS = Array.from({ length: 1 << 16 }, (_, i) => `user-${i * 2654435761}`)
+const MASK = KEYS.length - 1
+const KEYED = new Set(['source_hash', 'ring'])
+
+/** CPU time used by this process so far, in ns (not wall time: other processes on a busy
+ * machine do not inflate it). */
+const cpuNs = () => {
+  const { user, system } = process.cpuUsage()
+  return (user + system) * 1000
+}
+
+// Every case is timed once per round, round after round, and keeps its best round: a burst of
+// load from elsewhere then hits one round of every case instead of all rounds of one case.
+const cases = []
+/** Registers a case: `body(n)` makes `n` calls; the result is reported per call / `per`. */
+const bench = (name, note, body, { calls = CALLS, per = 1 } = {}) => {
+  const c = { name, note, body, calls, per, ns: Infinity }
+  cases.push(c)
+  return c
+}
+
+const floor = bench('noop() (floor)', '', (n) => {
+  for (let i = 0; i < n; i++) noop()
+})
+
+// What napi-rs 3's generated class members cost, for comparison with the hand-written hot
+// methods (see node/src/fast.rs): a getter without arguments, and a method with one.
+{
+  const b = new Balancer('round_robin', NODES)
+  bench('size (generated getter)', 'napi-rs class accessor: one length read', (n) => {
+    for (let i = 0; i < n; i++) b.size
+  })
+  bench('has(id) (generated method)', 'napi-rs class method, one string argument', (n) => {
+    for (let i = 0; i < n; i++) b.has('backend-3.example:8080')
+  })
+}
+
+// One pick per call, every algorithm (keyed ones get a string key).
+const single = {}
+for (const name of algorithms()) {
+  const b = new Balancer(name, NODES, { seed: 1 })
+  single[name] = KEYED.has(name)
+    ? bench(`pick() ${name}`, 'string key', (n) => {
+        for (let i = 0; i < n; i++) b.pick(KEYS[i & MASK])
+      })
+    : bench(`pick() ${name}`, 'no key', (n) => {
+        for (let i = 0; i < n; i++) b.pick()
+      })
+}
+
+// Keys as bytes instead of strings (borrowed in place, no UTF-8 conversion), and the fast hash.
+{
+  const b = new Balancer('ring', NODES)
+  const bufs = KEYS.slice(0, 4096).map((k) => Buffer.from(k))
+  bench('pick(Buffer) ring', 'Buffer key', (n) => {
+    for (let i = 0; i < n; i++) b.pick(bufs[i & 4095])
+  })
+  const x = new Balancer('ring', NODES, { hash: 'xxh3' })
+  bench('pick() ring, hash xxh3', 'string key', (n) => {
+    for (let i = 0; i < n; i++) x.pick(KEYS[i & MASK])
+  })
+}
+
+// npm hashring: ketama-style ring in JavaScript (md5, 40 vnodes x 4 replicas, LRU cache of 5000).
+const ring = new HashRing(NODES)
+const hashringMiss = bench('hashring.get()', '65536 distinct keys: LRU cache mostly misses', (n) => {
+  for (let i = 0; i < n; i++) ring.get(KEYS[i & MASK])
+})
+const hot = KEYS.slice(0, 1024)
+const hashringHit = bench('hashring.get() cached', '1024 distinct keys: every lookup hits its LRU cache', (n) => {
+  for (let i = 0; i < n; i++) ring.get(hot[i & 1023])
+})
+
+// pickMany: one call per batch of BATCH keys; reported per key.
+const batch = Array.from({ length: BATCH }, (_, i) => KEYS[(i * 37) & MASK])
+const perKey = {}
+for (const name of algorithms()) {
+  const b = new Balancer(name, NODES, { seed: 1 })
+  perKey[name] = bench(`pickMany() ${name}, per key`, `batches of ${BATCH} string keys`, (n) => {
+    for (let i = 0; i < n; i++) b.pickMany(batch)
+  }, { calls: Math.max(1, Math.floor(CALLS / BATCH)), per: BATCH })
+}
+
+for (const c of cases) c.body(Math.min(c.calls, 50_000)) // warm-up: JIT, caches
+for (let round = 0; round < RUNS; round++) {
+  for (const c of cases) {
+    const start = cpuNs()
+    c.body(c.calls)
+    c.ns = Math.min(c.ns, (cpuNs() - start) / c.calls / c.per)
+  }
+}
+
+const fmt = (x) => x.toFixed(1).padStart(8)
+console.log(`liblb Node binding bench: ${process.version}, ${NODES.length} nodes, best of ${RUNS} runs of ${CALLS} calls\n`)
+console.log('| what | ns/call | x noop | note |')
+console.log('|---|---:|---:|---|')
+for (const c of cases) console.log(`| ${c.name} | ${fmt(c.ns)} | ${(c.ns / floor.ns).toFixed(2)} | ${c.note} |`)
+
+console.log('\nRatios')
+for (const name of algorithms()) {
+  const pick = single[name].ns
+  console.log(`  ${name.padEnd(21)} pick / noop ${(pick / floor.ns).toFixed(2)}x   pickMany per key / pick ${(perKey[name].ns / pick).toFixed(2)}x`)
+}
+console.log(`  ring pick / hashring.get (cache misses) ${(single.ring.ns / hashringMiss.ns).toFixed(2)}x`)
+console.log(`  ring pick / hashring.get (cache hits)   ${(single.ring.ns / hashringHit.ns).toFixed(2)}x`)

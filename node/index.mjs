@@ -1,0 +1,9 @@
+// ESM entry: `import { Balancer } from 'liblb'`. The native addon is loaded once, through the
+// generated CommonJS loader (index.js), so `require` and `import` share one module instance.
+import { createRequire } from 'node:module'
+
+const require = createRequire(import.meta.url)
+const binding = require('./index.js')
+
+export const { Balancer, algorithms, noop } = binding
+export default binding

@@ -1,0 +1,441 @@
+//! Conversions between JavaScript values and liblb's core types.
+//!
+//! Arguments arrive as [`Unknown`] so that a value of the wrong type becomes a `TypeError` naming
+//! the argument and what it got (napi-rs's own conversions would throw a plain `Error`). Keys are
+//! read without allocating on the hot path: a string key is copied into a stack buffer, a
+//! `Buffer`/`Uint8Array` key is borrowed in place.
+
+use crate::error::{OrThrow, Result, type_error};
+use liblb_core::{Node, OptionValue, Options};
+use napi::bindgen_prelude::{Array, BigInt, FromNapiValue, Object, ToNapiValue};
+use napi::{Env, JsValue, Unknown, ValueType, sys};
+use std::mem::MaybeUninit;
+use std::ptr;
+
+/// `typeof`-style name of a value, for error messages.
+fn describe(value: &Unknown<'_>) -> &'static str {
+    match value.get_type() {
+        Ok(ValueType::Undefined) => "undefined",
+        Ok(ValueType::Null) => "null",
+        Ok(ValueType::Boolean) => "boolean",
+        Ok(ValueType::Number) => "number",
+        Ok(ValueType::String) => "string",
+        Ok(ValueType::Symbol) => "symbol",
+        Ok(ValueType::Object) if value.is_array().unwrap_or(false) => "array",
+        Ok(ValueType::Object) => "object",
+        Ok(ValueType::Function) => "function",
+        Ok(ValueType::BigInt) => "bigint",
+        _ => "an unknown value",
+    }
+}
+
+/// Whether the value is `undefined` or `null` (both mean "absent" for optional arguments).
+fn is_nullish(value: &Unknown<'_>) -> Result<bool> {
+    Ok(matches!(
+        value.get_type().or_throw()?,
+        ValueType::Undefined | ValueType::Null
+    ))
+}
+
+/// `Some(value)` unless it is missing, `undefined` or `null`.
+fn present<'e>(value: Option<Unknown<'e>>) -> Result<Option<Unknown<'e>>> {
+    match value {
+        Some(v) if !is_nullish(&v)? => Ok(Some(v)),
+        _ => Ok(None),
+    }
+}
+
+/// A JavaScript string, or a `TypeError` naming `what`.
+pub fn string(env: &Env, value: &Unknown<'_>, what: &str) -> Result<String> {
+    if value.get_type().or_throw()? != ValueType::String {
+        return Err(type_error(
+            env,
+            format!("{what} must be a string, got {}", describe(value)),
+        ));
+    }
+    // SAFETY: the value was just checked to be a string.
+    unsafe { value.cast::<String>() }.or_throw()
+}
+
+/// A non-negative integer number no larger than `max`, or a `TypeError` naming `what`.
+fn integer(env: &Env, value: &Unknown<'_>, what: &str, max: f64) -> Result<f64> {
+    let number = if value.get_type().or_throw()? == ValueType::Number {
+        // SAFETY: the value was just checked to be a number.
+        Some(unsafe { value.cast::<f64>() }.or_throw()?)
+    } else {
+        None
+    };
+    match number {
+        Some(n) if n >= 0.0 && n <= max && n.fract() == 0.0 => Ok(n),
+        Some(n) => Err(type_error(
+            env,
+            format!("{what} must be an integer between 0 and {max}, got {n}"),
+        )),
+        None => Err(type_error(
+            env,
+            format!("{what} must be a number, got {}", describe(value)),
+        )),
+    }
+}
+
+/// A node weight (an integer in 0..=2^32-1); absent means 1.
+pub fn weight(env: &Env, value: Option<Unknown<'_>>, what: &str) -> Result<u32> {
+    match present(value)? {
+        None => Ok(1),
+        Some(v) => Ok(integer(env, &v, what, f64::from(u32::MAX))? as u32),
+    }
+}
+
+/// A weight that must be given (`setWeight`).
+pub fn required_weight(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u32> {
+    Ok(integer(env, value, what, f64::from(u32::MAX))? as u32)
+}
+
+/// The `limit` of `attempts`; absent means "every node".
+pub fn limit(env: &Env, value: Option<Unknown<'_>>) -> Result<usize> {
+    match present(value)? {
+        None => Ok(usize::MAX),
+        // 2^53 - 1: every integer up to it is exact in a double.
+        Some(v) => Ok(integer(env, &v, "limit", 9_007_199_254_740_991.0)? as usize),
+    }
+}
+
+/// One node: an id string, or an object `{ id, weight? }`.
+fn node(env: &Env, value: &Unknown<'_>, index: u32) -> Result<Node> {
+    match value.get_type().or_throw()? {
+        ValueType::String => Ok(Node::new(string(env, value, "node id")?, 1)),
+        ValueType::Object if !value.is_array().or_throw()? => {
+            // SAFETY: the value was just checked to be an object.
+            let object = unsafe { value.cast::<Object>() }.or_throw()?;
+            let id = object.get::<Unknown>("id").or_throw()?;
+            let id = match id {
+                Some(id) => string(env, &id, &format!("nodes[{index}].id"))?,
+                None => {
+                    return Err(type_error(
+                        env,
+                        format!("nodes[{index}] must have an `id` string"),
+                    ));
+                }
+            };
+            let weight = object.get::<Unknown>("weight").or_throw()?;
+            let weight = self::weight(env, weight, &format!("nodes[{index}].weight"))?;
+            Ok(Node::new(id, weight))
+        }
+        _ => Err(type_error(
+            env,
+            format!(
+                "nodes[{index}] must be an id string or {{ id, weight }}, got {}",
+                describe(value)
+            ),
+        )),
+    }
+}
+
+/// A JavaScript array, or a `TypeError` naming `what`.
+pub fn array<'e>(env: &Env, value: &Unknown<'e>, what: &str) -> Result<Array<'e>> {
+    if !value.is_array().or_throw()? {
+        return Err(type_error(
+            env,
+            format!("{what} must be an array, got {}", describe(value)),
+        ));
+    }
+    // SAFETY: the value was just checked to be an array.
+    unsafe { value.cast::<Array>() }.or_throw()
+}
+
+/// A node list: an array of ids or `{ id, weight }` objects.
+pub fn nodes(env: &Env, value: &Unknown<'_>) -> Result<Vec<Node>> {
+    let array = array(env, value, "nodes")?;
+    (0..array.len())
+        .map(|i| {
+            let item = array.get::<Unknown>(i).or_throw()?;
+            match item {
+                Some(item) => node(env, &item, i),
+                None => Err(type_error(env, format!("nodes[{i}] is missing"))),
+            }
+        })
+        .collect()
+}
+
+/// Balancer options from `{ seed?, vnodes?, hash? }`. Every property goes through the core's
+/// `Options::set`, so unknown names and bad values get the same errors as in every language.
+pub fn options(env: &Env, value: Option<Unknown<'_>>) -> Result<Options> {
+    let mut options = Options::default();
+    let Some(value) = present(value)? else {
+        return Ok(options);
+    };
+    if value.get_type().or_throw()? != ValueType::Object || value.is_array().or_throw()? {
+        return Err(type_error(
+            env,
+            format!("options must be an object, got {}", describe(&value)),
+        ));
+    }
+    // SAFETY: the value was just checked to be an object.
+    let object = unsafe { value.cast::<Object>() }.or_throw()?;
+    for name in Object::keys(&object).or_throw()? {
+        let Some(item) = object.get::<Unknown>(&name).or_throw()? else {
+            continue; // `{ seed: undefined }` means "not given".
+        };
+        let what = format!("options.{name}");
+        let text;
+        let option = match item.get_type().or_throw()? {
+            ValueType::Null => continue,
+            ValueType::String => {
+                text = string(env, &item, &what)?;
+                OptionValue::Str(&text)
+            }
+            ValueType::Number => {
+                OptionValue::Int(integer(env, &item, &what, 9_007_199_254_740_991.0)? as u64)
+            }
+            ValueType::BigInt => OptionValue::Int(big_u64(env, &item, &what)?),
+            _ => {
+                return Err(type_error(
+                    env,
+                    format!(
+                        "{what} must be a number, bigint or string, got {}",
+                        describe(&item)
+                    ),
+                ));
+            }
+        };
+        options.set(&name, option).or_throw()?;
+    }
+    Ok(options)
+}
+
+/// An unsigned 64-bit integer given as a bigint.
+fn big_u64(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u64> {
+    // SAFETY: the caller checked that the value is a bigint.
+    let big = unsafe { value.cast::<BigInt>() }.or_throw()?;
+    match big.get_u64() {
+        (false, n, true) => Ok(n),
+        (negative, low, _) => {
+            let got = match (negative, big.words.len()) {
+                (true, 1) => format!("-{low}n"),
+                (true, _) => "a negative bigint".to_string(),
+                (false, _) => "a bigint of 2n ** 64n or more".to_string(),
+            };
+            Err(type_error(
+                env,
+                format!("{what} must be a bigint between 0n and 2n ** 64n - 1n, got {got}"),
+            ))
+        }
+    }
+}
+
+/// Scratch space for one key: short string keys never touch the heap. The stack part is left
+/// uninitialised (only what napi writes is ever read), saving a 256-byte clear per pick.
+pub struct KeyBuf {
+    stack: [MaybeUninit<u8>; 256],
+    heap: Vec<u8>,
+}
+
+impl KeyBuf {
+    /// An empty buffer.
+    #[inline]
+    pub fn new() -> KeyBuf {
+        KeyBuf {
+            stack: [MaybeUninit::uninit(); 256],
+            heap: Vec::new(),
+        }
+    }
+}
+
+/// The bytes of a key: a string's UTF-8, or a `Buffer`/`Uint8Array`'s contents (borrowed).
+/// `undefined` and `null` give `None` when `optional`. `index` names the key in batch errors.
+#[inline]
+fn key_bytes<'a>(
+    env: &Env,
+    value: &Unknown<'a>,
+    buf: &'a mut KeyBuf,
+    index: Option<u32>,
+    optional: bool,
+) -> Result<Option<&'a [u8]>> {
+    let (raw_env, raw) = (env.raw(), value.raw());
+    let mut len = 0usize;
+    // Strings first, without asking for the type: one napi call for the common case.
+    // SAFETY: `stack` is writable for its whole length; napi writes at most that many bytes
+    // (including the NUL it appends) and stores the count written, excluding the NUL, in `len`.
+    let status = unsafe {
+        sys::napi_get_value_string_utf8(
+            raw_env,
+            raw,
+            buf.stack.as_mut_ptr().cast(),
+            buf.stack.len(),
+            &mut len,
+        )
+    };
+    if status == sys::Status::napi_ok {
+        // napi truncates at a character boundary, so a string whose last character (up to 4
+        // bytes) did not fit can come back shorter than the buffer: only a result leaving room
+        // for one more character plus the NUL is known to be whole.
+        if len + 5 <= buf.stack.len() {
+            // SAFETY: napi initialised the first `len` bytes (the string's UTF-8).
+            let bytes = unsafe { std::slice::from_raw_parts(buf.stack.as_ptr().cast::<u8>(), len) };
+            return Ok(Some(bytes));
+        }
+        return long_string_key(raw_env, raw, buf).map(Some);
+    }
+    if optional && is_nullish(value)? {
+        return Ok(None);
+    }
+    // Not a string: a Buffer or Uint8Array, borrowed in place.
+    // SAFETY: `from_napi_value` checks that `raw` is a Uint8Array (Buffer is one); the slice
+    // points into its ArrayBuffer, which stays alive and unmoved while this call runs no JS.
+    match unsafe { <&[u8]>::from_napi_value(raw_env, raw) } {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(_) => Err(type_error(
+            env,
+            match index {
+                None => format!(
+                    "key must be a string, Buffer or Uint8Array, got {}",
+                    describe(value)
+                ),
+                Some(i) => format!(
+                    "keys[{i}] must be a string, Buffer or Uint8Array, got {}",
+                    describe(value)
+                ),
+            },
+        )),
+    }
+}
+
+/// An optional key: `undefined`/`null` mean "no key".
+#[inline]
+pub fn key_or_none<'a>(
+    env: &Env,
+    value: &Unknown<'a>,
+    buf: &'a mut KeyBuf,
+) -> Result<Option<&'a [u8]>> {
+    key_bytes(env, value, buf, None, true)
+}
+
+/// A string key that may not fit the stack buffer: copied to the heap.
+#[cold]
+fn long_string_key(env: sys::napi_env, raw: sys::napi_value, buf: &mut KeyBuf) -> Result<&[u8]> {
+    utf8_into(env, raw, &mut buf.heap)?;
+    Ok(&buf.heap)
+}
+
+/// Replaces `out` with the UTF-8 bytes of `raw`, a string of any length: measure, then copy.
+fn utf8_into(env: sys::napi_env, raw: sys::napi_value, out: &mut Vec<u8>) -> Result<()> {
+    let mut len = 0usize;
+    // SAFETY: with a null buffer napi only stores the string's UTF-8 length in `len`.
+    let status = unsafe { sys::napi_get_value_string_utf8(env, raw, ptr::null_mut(), 0, &mut len) };
+    napi::check_status!(status).or_throw()?;
+    out.clear();
+    out.resize(len + 1, 0);
+    // SAFETY: `out` is writable for `len + 1` bytes, room for the string and napi's NUL.
+    let status = unsafe {
+        sys::napi_get_value_string_utf8(env, raw, out.as_mut_ptr().cast(), len + 1, &mut len)
+    };
+    napi::check_status!(status).or_throw()?;
+    out.truncate(len);
+    Ok(())
+}
+
+/// The UTF-8 bytes of a value already known to be a string (of any length).
+pub fn utf8(env: &Env, value: &Unknown<'_>) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    utf8_into(env.raw(), value.raw(), &mut out)?;
+    Ok(out)
+}
+
+/// Many keys packed into one buffer: `pickMany` converts the whole batch before picking.
+pub struct Keys {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Keys {
+    /// The keys of a JavaScript array.
+    pub fn from_array(env: &Env, value: &Unknown<'_>) -> Result<Keys> {
+        let array = array(env, value, "keys")?;
+        let mut keys = Keys {
+            bytes: Vec::with_capacity(array.len() as usize * 16),
+            ends: Vec::with_capacity(array.len() as usize),
+        };
+        let mut buf = KeyBuf::new();
+        for i in 0..array.len() {
+            let item = array.get::<Unknown>(i).or_throw()?;
+            let item = match item {
+                Some(item) => item,
+                None => return Err(type_error(env, format!("keys[{i}] is missing"))),
+            };
+            let bytes = key_bytes(env, &item, &mut buf, Some(i), false)?.unwrap_or_default();
+            keys.bytes.extend_from_slice(bytes);
+            keys.ends.push(keys.bytes.len());
+        }
+        Ok(keys)
+    }
+
+    /// `count` keys joined by NUL bytes; `None` if the pieces do not number `count` (a key
+    /// contained a NUL itself).
+    pub fn from_joined(joined: &[u8], count: usize) -> Option<Keys> {
+        let mut keys = Keys {
+            bytes: Vec::with_capacity(joined.len()),
+            ends: Vec::with_capacity(count),
+        };
+        for piece in joined.split(|b| *b == 0) {
+            if keys.ends.len() == count {
+                return None;
+            }
+            keys.bytes.extend_from_slice(piece);
+            keys.ends.push(keys.bytes.len());
+        }
+        (keys.ends.len() == count).then_some(keys)
+    }
+
+    /// Each key's bytes, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(self.ends.iter())
+            .map(|(s, e)| &self.bytes[s..*e])
+    }
+}
+
+/// A picked node id, turned into a JavaScript string when returned.
+pub struct Id(pub liblb_core::Picked);
+
+impl ToNapiValue for Id {
+    #[inline]
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        // SAFETY: forwarded from the caller (a valid env on this thread).
+        unsafe { <&str>::to_napi_value(env, val.0.id()) }
+    }
+}
+
+/// Several picked ids, turned into a JavaScript array of strings when returned. Each distinct
+/// node becomes one JavaScript string, shared by every slot that names it.
+pub struct Ids(pub liblb_core::Picks);
+
+impl ToNapiValue for Ids {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        let picks = val.0;
+        let mut array = ptr::null_mut();
+        // SAFETY: a valid env (from the caller) and an out-pointer to a local.
+        napi::check_status!(unsafe {
+            sys::napi_create_array_with_length(env, picks.len(), &mut array)
+        })?;
+        // Ids of one `Picks` point into one snapshot, so equal pointers mean the same node. A
+        // short linear cache catches the common case of few nodes and many keys.
+        let mut made: Vec<(*const u8, sys::napi_value)> = Vec::new();
+        for (i, id) in picks.ids().enumerate() {
+            let string = match made.iter().find(|(p, _)| *p == id.as_ptr()) {
+                Some(&(_, s)) => s,
+                None => {
+                    // SAFETY: forwarded from the caller (a valid env on this thread).
+                    let s = unsafe { <&str>::to_napi_value(env, id) }?;
+                    if made.len() < 64 {
+                        made.push((id.as_ptr(), s));
+                    }
+                    s
+                }
+            };
+            // SAFETY: `array` was created above with room for `picks.len()` elements.
+            napi::check_status!(unsafe { sys::napi_set_element(env, array, i as u32, string) })?;
+        }
+        Ok(array)
+    }
+}
