@@ -57,6 +57,10 @@ else
   echo "SKIPPED: Miri (no nightly toolchain with the miri component on this machine)"
 fi
 
+step "C and C++: liblb.so/liblb.a, header fresh, C tests plain + ASan/UBSan + valgrind, static link, C++ wrapper, pkg-config install + example, Miri on ffi, 30 s fuzz"
+./scripts/test-c.sh
+ok
+
 step "Python: pip install ./python into .venv, pytest (API, errors, vectors, properties, threads, stubs)"
 ./scripts/test-python.sh
 ok

@@ -1,1 +1,88 @@
-//! liblb's C ABI (work in progress in this commit: see issue 3).
+//! liblb's C ABI: `liblb.so` / `liblb.a`, described by the generated `include/lb.h`.
+//!
+//! A thin layer over `liblb-core` in the style of rustls-ffi: `lb_<object>_<verb>` functions,
+//! opaque handles (`lb_balancer`, `lb_options`) with `_new`/`_free` pairs, an [`lb_result`]
+//! code from every fallible function, outputs through trailing out-pointers written only on
+//! success. Every exported body runs inside a panic boundary (`panic.rs`) and every pointer is
+//! checked for NULL before use (`ptr.rs`). Picks never hand C a pointer into balancer memory:
+//! they return the caller's 64-bit tag and/or copy the id into a caller buffer.
+//!
+//! `include/lb.h` is generated from these sources by cbindgen 0.29.4 (`cbindgen.toml`); the
+//! `header` test fails when it is stale and `LB_BLESS=1 cargo test -p liblb-ffi --test header`
+//! rewrites it. Doc comments on exported items are the C documentation.
+#![allow(non_camel_case_types)] // C type names: lb_balancer, lb_node, ...
+#![warn(clippy::undocumented_unsafe_blocks)]
+// The exported functions are safe `extern "C"` functions taking raw pointers from C by design
+// (as in rustls-ffi): each checks its pointers through `ptr.rs`, and their contract — NULL or
+// valid for the given length — is documented in lb.h. Rust code calling them through the rlib
+// (tests, fuzzing) must honour the same contract.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+#![warn(missing_docs)]
+
+mod balancer;
+mod options;
+mod panic;
+mod ptr;
+mod result;
+#[cfg(test)]
+mod tests;
+
+pub use balancer::{
+    lb_algorithm_name, lb_balancer, lb_balancer_add, lb_balancer_algorithm, lb_balancer_attempts,
+    lb_balancer_contains, lb_balancer_free, lb_balancer_id_size_bound, lb_balancer_len,
+    lb_balancer_new, lb_balancer_nodes, lb_balancer_pick, lb_balancer_pick_many,
+    lb_balancer_pick_n, lb_balancer_remove, lb_balancer_set_weight, lb_balancer_update, lb_key,
+    lb_node, lb_pick,
+};
+pub use options::{
+    lb_options, lb_options_free, lb_options_new, lb_options_set_int, lb_options_set_str,
+};
+pub use result::{lb_result, lb_result_name, lb_result_str};
+
+use core::ffi::{CStr, c_char};
+use panic::ffi_panic_boundary;
+
+/// liblb's major version (the `N` of `liblb.so.N`).
+pub const LB_VERSION_MAJOR: u32 = 0;
+/// liblb's minor version.
+pub const LB_VERSION_MINOR: u32 = 1;
+/// liblb's patch version.
+pub const LB_VERSION_PATCH: u32 = 0;
+
+/// Parses a decimal version component at compile time.
+const fn parse_u32(text: &str) -> u32 {
+    let bytes = text.as_bytes();
+    let mut value = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        assert!(
+            bytes[i].is_ascii_digit(),
+            "version component is not a number"
+        );
+        value = value * 10 + (bytes[i] - b'0') as u32;
+        i += 1;
+    }
+    value
+}
+
+// The header's version macros are literals (cbindgen cannot evaluate `env!`), so pin them to
+// Cargo.toml here: bumping the version without updating them fails the build.
+const _: () = {
+    assert!(LB_VERSION_MAJOR == parse_u32(env!("CARGO_PKG_VERSION_MAJOR")));
+    assert!(LB_VERSION_MINOR == parse_u32(env!("CARGO_PKG_VERSION_MINOR")));
+    assert!(LB_VERSION_PATCH == parse_u32(env!("CARGO_PKG_VERSION_PATCH")));
+};
+
+/// The version as a NUL-terminated string.
+const VERSION: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(version) => version,
+        Err(_) => panic!("the version contains a NUL byte"),
+    };
+
+/// liblb's version, e.g. "0.1.0": a static NUL-terminated string (never freed). Compare with
+/// `LB_VERSION_MAJOR` etc. to check that the library matches the header. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_version() -> *const c_char {
+    ffi_panic_boundary!(VERSION.as_ptr())
+}

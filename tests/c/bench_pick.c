@@ -5,7 +5,8 @@
  *   cargo build -p liblb-ffi --release
  *   cc -std=c11 -O2 -Iinclude tests/c/bench_pick.c -Ltarget/release -llb \
  *      -Wl,-rpath,$PWD/target/release -o /tmp/bench_pick && /tmp/bench_pick
- * (liblb.so has the soname liblb.so.0: symlink it next to liblb.so first, see docs/benchmarks-c.md). */
+ * (liblb.so has the soname liblb.so.0: symlink it next to liblb.so first, see
+ * docs/benchmarks-c.md). */
 #define _POSIX_C_SOURCE 199309L
 #include <stdint.h>
 #include <stdio.h>
@@ -63,7 +64,8 @@ int main(void) {
         snprintf(ids[i], sizeof ids[i], "10.0.0.%d:8080", i);
         nodes[i] = (lb_node){ids[i], strlen(ids[i]), 1 + (uint32_t)(i % 3), (uint64_t)i};
     }
-    for (int i = 0; i < 1024; i++) key_lens[i] = (size_t)snprintf(keys[i], sizeof keys[i], "user-%d", i);
+    for (int i = 0; i < 1024; i++)
+        key_lens[i] = (size_t)snprintf(keys[i], sizeof keys[i], "user-%d", i);
     printf("| algorithm | C via liblb.so, tag (ns) | C via liblb.so, tag + id copy (ns) |\n|---|---|---|\n");
     for (size_t a = 0; lb_algorithm_name(a); a++) {
         const char *name = lb_algorithm_name(a);

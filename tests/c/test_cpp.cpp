@@ -44,7 +44,9 @@ static_assert(std::is_nothrow_move_constructible_v<lb::balancer>, "movable");
 static_assert(!std::is_copy_constructible_v<lb::options>, "unique ownership");
 
 int main() {
-    CHECK(lb::version() == std::to_string(LB_VERSION_MAJOR) + "." + std::to_string(LB_VERSION_MINOR) + "." + std::to_string(LB_VERSION_PATCH));
+    CHECK(lb::version() == std::to_string(LB_VERSION_MAJOR) + "." +
+                               std::to_string(LB_VERSION_MINOR) + "." +
+                               std::to_string(LB_VERSION_PATCH));
     auto names = lb::algorithms();
     CHECK(names.size() == 6 && names.front() == "random" && names.back() == "ring");
 

@@ -1,0 +1,847 @@
+//! `lb_balancer`: the core's thread-safe `Balancer` behind an opaque handle.
+//!
+//! Every exported function is one line: a panic boundary around a private `*_impl` function
+//! that checks all pointers first, calls the core, and writes outputs only when everything
+//! succeeded. Nothing handed to C points into balancer memory: picks return the caller's own
+//! tag and/or copy the id into the caller's buffer, so a concurrent `remove` can never leave C
+//! holding a dangling pointer.
+
+use crate::lb_result;
+use crate::panic::ffi_panic_boundary;
+use crate::ptr::{
+    Castable, OutSlice, free_handle, opt_out, opt_ref, to_handle, try_bytes, try_key, try_out,
+    try_out_slice, try_ref, try_slice, try_str,
+};
+use core::ffi::{CStr, c_char, c_void};
+use core::sync::atomic::{AtomicUsize, Ordering};
+use liblb_core::{Algorithm, Balancer, Node};
+
+/// A load balancer: an algorithm, its options and a set of nodes. Create with
+/// `lb_balancer_new`, free with `lb_balancer_free`.
+///
+/// Thread safety: every function taking a `const lb_balancer *` — picks and membership changes
+/// alike — may be called concurrently from any number of threads. Picks never lock; changes are
+/// serialised internally and published atomically (a concurrent pick sees the old node set or
+/// the new one, never a mix). Only `lb_balancer_free` needs exclusive access.
+pub struct lb_balancer {
+    _private: [u8; 0],
+}
+
+impl Castable for lb_balancer {
+    type Rust = FfiBalancer;
+}
+
+/// What an `lb_balancer` handle points to: the core balancer plus one C-only number.
+pub(crate) struct FfiBalancer {
+    core: Balancer,
+    /// The buffer size (id bytes + NUL) that fits every id this balancer has ever held, so C can
+    /// size id buffers up front (`lb_balancer_id_size_bound`). Raised before a change is
+    /// published (even one that then fails validation: a harmless over-estimate) and never
+    /// lowered, so any id a pick can return fits once the change that added it has been seen.
+    /// `Relaxed` is enough: it is a monotonic hint, and a reader that saw the new node already
+    /// synchronised with the writer through the core's snapshot publication.
+    id_size_bound: AtomicUsize,
+}
+
+impl FfiBalancer {
+    fn new(core: Balancer) -> FfiBalancer {
+        let bound = core
+            .nodes()
+            .iter()
+            .map(|n| n.id.len() + 1)
+            .max()
+            .unwrap_or(0);
+        FfiBalancer {
+            core,
+            id_size_bound: AtomicUsize::new(bound),
+        }
+    }
+
+    /// Raises the bound for ids about to be added (before the change is published).
+    fn note_ids<'a>(&self, ids: impl Iterator<Item = &'a str>) {
+        if let Some(size) = ids.map(|id| id.len() + 1).max() {
+            self.id_size_bound.fetch_max(size, Ordering::Relaxed);
+        }
+    }
+}
+
+impl core::ops::Deref for FfiBalancer {
+    type Target = Balancer;
+
+    fn deref(&self) -> &Balancer {
+        &self.core
+    }
+}
+
+/// A node given to `lb_balancer_new` / `lb_balancer_update`, or listed by `lb_balancer_nodes`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct lb_node {
+    /// The id: `id_len` bytes of UTF-8, non-empty, no NUL byte; need not be NUL-terminated.
+    /// liblb copies it. In `lb_balancer_nodes` output it points into the caller's `ids_buf`
+    /// (and is NUL-terminated there).
+    pub id: *const c_char,
+    /// Length of `id` in bytes, without any terminating NUL.
+    pub id_len: usize,
+    /// Relative weight; 0 drains the node (never picked while any node has weight > 0).
+    pub weight: u32,
+    /// A value of the caller's choosing, handed back by picks (e.g. an index or a pointer cast
+    /// to `uint64_t`; liblb never interprets it).
+    pub tag: u64,
+}
+
+/// One key of a `lb_balancer_pick_many` batch: `key_len` bytes at `key` (NULL with length 0 is
+/// the empty key).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct lb_key {
+    /// The key's bytes (strings are hashed as their bytes, e.g. UTF-8).
+    pub key: *const c_void,
+    /// Length of `key` in bytes.
+    pub key_len: usize,
+}
+
+/// One answer of `lb_balancer_pick_many`, `lb_balancer_pick_n` or `lb_balancer_attempts`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct lb_pick {
+    /// The chosen node's tag (given at `lb_balancer_add` / in its `lb_node`).
+    pub tag: u64,
+    /// The chosen node's id, NUL-terminated, inside the caller's `ids_buf`; NULL when the
+    /// caller asked for tags only (`ids_size_out` NULL).
+    pub id: *const c_char,
+    /// Length of `id` without its NUL; 0 when `id` is NULL.
+    pub id_len: usize,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle
+// ---------------------------------------------------------------------------------------------
+
+/// Creates a balancer in `*balancer_out`.
+///
+/// - `algorithm`: `algorithm_len` bytes naming the algorithm (`"random"`, `"weighted_random"`,
+///   `"round_robin"`, `"weighted_round_robin"`, `"source_hash"`, `"ring"`; see
+///   `lb_algorithm_name`), not necessarily NUL-terminated.
+/// - `options`: NULL for the defaults, or options from `lb_options_new` (copied; free them
+///   whenever you like).
+/// - `nodes`, `nodes_len`: the initial nodes in order (ids are copied); NULL with 0 starts
+///   empty (picks then fail with `LB_RESULT_NO_NODES` until a node is added).
+///
+/// The caller owns the result and must call `lb_balancer_free`. If this returns an error,
+/// `*balancer_out` is unchanged and nothing needs freeing. Errors: `LB_RESULT_NULL_PARAMETER`,
+/// `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_ALGORITHM`,
+/// `LB_RESULT_INVALID_VNODES`, and for the nodes `LB_RESULT_EMPTY_ID`,
+/// `LB_RESULT_ID_CONTAINS_NUL`, `LB_RESULT_DUPLICATE_NODE`, `LB_RESULT_TOO_MANY_NODES`.
+/// Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_new(
+    algorithm: *const c_char,
+    algorithm_len: usize,
+    options: *const crate::lb_options,
+    nodes: *const lb_node,
+    nodes_len: usize,
+    balancer_out: *mut *mut lb_balancer,
+) -> lb_result {
+    ffi_panic_boundary!(new_impl(
+        algorithm,
+        algorithm_len,
+        options,
+        nodes,
+        nodes_len,
+        balancer_out
+    ))
+}
+
+fn new_impl(
+    algorithm: *const c_char,
+    algorithm_len: usize,
+    options: *const crate::lb_options,
+    nodes: *const lb_node,
+    nodes_len: usize,
+    balancer_out: *mut *mut lb_balancer,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires each pointer to be NULL or valid for its length (a non-NULL
+    // `options` a live handle), and nothing to change them during the call.
+    let (out, name, options, nodes) = unsafe {
+        (
+            try_out(balancer_out)?,
+            try_str(algorithm, algorithm_len)?,
+            opt_ref(options).copied().unwrap_or_default(),
+            nodes_from_c(nodes, nodes_len)?,
+        )
+    };
+    let algorithm: Algorithm = name.parse()?;
+    out.write(to_handle(FfiBalancer::new(Balancer::new(
+        algorithm, nodes, options,
+    )?)));
+    Ok(())
+}
+
+/// Frees a balancer. Calling with NULL is fine. No other thread may be using it, and it must
+/// not be used afterwards. Ids and tags already copied out stay valid (they are the caller's).
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_free(balancer: *mut lb_balancer) {
+    // SAFETY: lb.h requires a NULL or live handle from `lb_balancer_new`, freed once, unshared.
+    ffi_panic_boundary!(unsafe { free_handle(balancer) })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Membership
+// ---------------------------------------------------------------------------------------------
+
+/// Adds a node at the end: `id_len` bytes of UTF-8 at `id` (copied), its weight, and a `tag` of
+/// the caller's choosing that picks hand back.
+///
+/// Errors (the balancer is then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL balancer, or NULL
+/// id with a non-zero length), `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`,
+/// `LB_RESULT_EMPTY_ID`, `LB_RESULT_ID_CONTAINS_NUL`, `LB_RESULT_DUPLICATE_NODE`,
+/// `LB_RESULT_TOO_MANY_NODES`. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_add(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+    weight: u32,
+    tag: u64,
+) -> lb_result {
+    ffi_panic_boundary!(add_impl(balancer, id, id_len, weight, tag))
+}
+
+fn add_impl(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+    weight: u32,
+    tag: u64,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
+    let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
+    balancer.note_ids([id].into_iter());
+    Ok(balancer.add(Node::with_tag(id, weight, tag))?)
+}
+
+/// Removes the node with this id (`id_len` bytes of UTF-8).
+///
+/// Errors (the balancer is then unchanged): `LB_RESULT_NULL_PARAMETER`,
+/// `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_NODE`.
+/// Thread-safe: ids and tags other threads already copied out stay valid.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_remove(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+) -> lb_result {
+    ffi_panic_boundary!(remove_impl(balancer, id, id_len))
+}
+
+fn remove_impl(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
+    let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
+    Ok(balancer.remove(id)?)
+}
+
+/// Changes a node's weight; 0 drains it (never picked while any node has weight > 0).
+///
+/// Errors (the balancer is then unchanged): `LB_RESULT_NULL_PARAMETER`,
+/// `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_NODE`. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_set_weight(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+    weight: u32,
+) -> lb_result {
+    ffi_panic_boundary!(set_weight_impl(balancer, id, id_len, weight))
+}
+
+fn set_weight_impl(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+    weight: u32,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
+    let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
+    Ok(balancer.set_weight(id, weight)?)
+}
+
+/// Replaces the whole membership with `nodes_len` nodes (ids copied), atomically: concurrent
+/// picks see the old set or the new one, never a mix. NULL with 0 empties the balancer. The
+/// round robin position carries on.
+///
+/// Errors (the balancer is then unchanged, even if only the last node is bad):
+/// `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`,
+/// `LB_RESULT_EMPTY_ID`, `LB_RESULT_ID_CONTAINS_NUL`, `LB_RESULT_DUPLICATE_NODE`,
+/// `LB_RESULT_TOO_MANY_NODES`. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_update(
+    balancer: *const lb_balancer,
+    nodes: *const lb_node,
+    nodes_len: usize,
+) -> lb_result {
+    ffi_panic_boundary!(update_impl(balancer, nodes, nodes_len))
+}
+
+fn update_impl(
+    balancer: *const lb_balancer,
+    nodes: *const lb_node,
+    nodes_len: usize,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle, and `nodes` valid for `nodes_len`.
+    let (balancer, nodes) = unsafe { (try_ref(balancer)?, nodes_from_c(nodes, nodes_len)?) };
+    balancer.note_ids(nodes.iter().map(|n| &*n.id));
+    Ok(balancer.update(nodes)?)
+}
+
+/// Copies C node descriptions into core nodes, checking every pointer and every id's UTF-8.
+///
+/// # Safety
+/// `nodes` is NULL or valid for `len` `lb_node`s whose `id`s are NULL or valid for `id_len`.
+unsafe fn nodes_from_c(nodes: *const lb_node, len: usize) -> Result<Vec<Node>, lb_result> {
+    // SAFETY: forwarded contract.
+    let nodes = unsafe { try_slice(nodes, len) }?;
+    let node = |n: &lb_node| {
+        // SAFETY: forwarded contract for each node's id.
+        let id = unsafe { try_str(n.id, n.id_len) }?;
+        Ok(Node::with_tag(id, n.weight, n.tag))
+    };
+    nodes.iter().map(node).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Picks
+// ---------------------------------------------------------------------------------------------
+
+/// Picks a node for `key` (`key_len` bytes; NULL with 0 means no key, fine for the unkeyed
+/// algorithms, `LB_RESULT_KEY_REQUIRED` for `source_hash` and `ring`; a non-NULL pointer with
+/// length 0 is the empty key).
+///
+/// Outputs, each optional (NULL = not wanted):
+/// - `*tag_out`: the node's tag. Tag-only picks (`id_buf` NULL, `id_size_out` NULL) copy
+///   nothing and are the fastest.
+/// - the id: if `id_size_out` is non-NULL, the id is copied into `id_buf` (`id_buf_len`
+///   bytes) followed by a NUL, and `*id_size_out` is set to the bytes written (id length + 1).
+///
+/// Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_NO_NODES`,
+/// `LB_RESULT_KEY_REQUIRED`, and `LB_RESULT_BUFFER_TOO_SMALL` when the id plus NUL does not fit:
+/// then `*id_size_out` is set to the size needed and nothing else is written (for round robin
+/// and the random algorithms the pick still counted: size `id_buf` with
+/// `lb_balancer_id_size_bound` to avoid this). On any other error no output is written.
+/// Thread-safe; never locks.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_pick(
+    balancer: *const lb_balancer,
+    key: *const c_void,
+    key_len: usize,
+    tag_out: *mut u64,
+    id_buf: *mut c_char,
+    id_buf_len: usize,
+    id_size_out: *mut usize,
+) -> lb_result {
+    ffi_panic_boundary!(pick_impl(
+        balancer,
+        key,
+        key_len,
+        tag_out,
+        id_buf,
+        id_buf_len,
+        id_size_out
+    ))
+}
+
+#[inline]
+fn pick_impl(
+    balancer: *const lb_balancer,
+    key: *const c_void,
+    key_len: usize,
+    tag_out: *mut u64,
+    id_buf: *mut c_char,
+    id_buf_len: usize,
+    id_size_out: *mut usize,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle, `key` valid for `key_len` bytes, each
+    // out-pointer NULL or writable, and `id_buf` valid for `id_buf_len` bytes.
+    let (balancer, key, tag_out, id_out) = unsafe {
+        (
+            try_ref(balancer)?,
+            try_key(key, key_len)?,
+            opt_out(tag_out),
+            ids_out(id_buf, id_buf_len, id_size_out)?,
+        )
+    };
+    let picked = balancer.pick(key)?;
+    if let Some((mut buf, size_out)) = id_out {
+        let id = picked.id().as_bytes();
+        let needed = id.len() + 1;
+        if buf.len() < needed {
+            size_out.write(needed);
+            return Err(lb_result::BufferTooSmall);
+        }
+        buf.write_bytes(0, id);
+        buf.write(id.len(), 0);
+        size_out.write(needed);
+    }
+    if let Some(tag_out) = tag_out {
+        tag_out.write(picked.tag());
+    }
+    Ok(())
+}
+
+/// Picks once per key, all from the same membership snapshot: `keys_len` keys in, `keys_len`
+/// answers out in `picks_out` (which must have room for `keys_len` entries). For unkeyed
+/// algorithms the keys only count the picks (see also `lb_balancer_pick_n`).
+///
+/// Ids: with `ids_size_out` NULL only tags are returned (each `id` NULL). Otherwise the ids are
+/// copied into `ids_buf` (`ids_buf_len` bytes) back to back, each followed by a NUL; each
+/// answer's `id` points at its copy there, and `*ids_size_out` gets the bytes used. If they do
+/// not fit: `LB_RESULT_BUFFER_TOO_SMALL`, `*ids_size_out` gets the size needed, and `picks_out`
+/// is untouched (the picks still counted for round robin and the random algorithms).
+///
+/// Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_NO_NODES`,
+/// `LB_RESULT_BUFFER_TOO_SMALL`; on error `picks_out` is untouched. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_pick_many(
+    balancer: *const lb_balancer,
+    keys: *const lb_key,
+    keys_len: usize,
+    picks_out: *mut lb_pick,
+    ids_buf: *mut c_char,
+    ids_buf_len: usize,
+    ids_size_out: *mut usize,
+) -> lb_result {
+    ffi_panic_boundary!(pick_many_impl(
+        balancer,
+        keys,
+        keys_len,
+        picks_out,
+        ids_buf,
+        ids_buf_len,
+        ids_size_out
+    ))
+}
+
+fn pick_many_impl(
+    balancer: *const lb_balancer,
+    keys: *const lb_key,
+    keys_len: usize,
+    picks_out: *mut lb_pick,
+    ids_buf: *mut c_char,
+    ids_buf_len: usize,
+    ids_size_out: *mut usize,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle, `keys` valid for `keys_len` entries whose
+    // `key`s are valid for their lengths, `picks_out` writable for `keys_len` entries,
+    // `ids_buf` for `ids_buf_len` bytes, and `ids_size_out` NULL or writable.
+    let (balancer, keys, picks_out, ids) = unsafe {
+        (
+            try_ref(balancer)?,
+            try_slice(keys, keys_len)?
+                .iter()
+                .map(|k| try_bytes(k.key, k.key_len))
+                .collect::<Result<Vec<&[u8]>, lb_result>>()?,
+            try_out_slice(picks_out, keys_len)?,
+            ids_out(ids_buf, ids_buf_len, ids_size_out)?,
+        )
+    };
+    let picks = balancer.pick_many(keys.iter().copied())?;
+    write_picks(&picks, picks_out, ids)
+}
+
+/// `count` unkeyed picks from the same membership snapshot into `picks_out` (room for `count`
+/// entries); ids as in `lb_balancer_pick_many`. Keyed algorithms fail with
+/// `LB_RESULT_KEY_REQUIRED`.
+///
+/// Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_NO_NODES`,
+/// `LB_RESULT_KEY_REQUIRED`, `LB_RESULT_BUFFER_TOO_SMALL` (`*ids_size_out` = size needed); on
+/// error `picks_out` is untouched. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_pick_n(
+    balancer: *const lb_balancer,
+    count: usize,
+    picks_out: *mut lb_pick,
+    ids_buf: *mut c_char,
+    ids_buf_len: usize,
+    ids_size_out: *mut usize,
+) -> lb_result {
+    ffi_panic_boundary!(pick_n_impl(
+        balancer,
+        count,
+        picks_out,
+        ids_buf,
+        ids_buf_len,
+        ids_size_out
+    ))
+}
+
+fn pick_n_impl(
+    balancer: *const lb_balancer,
+    count: usize,
+    picks_out: *mut lb_pick,
+    ids_buf: *mut c_char,
+    ids_buf_len: usize,
+    ids_size_out: *mut usize,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle, `picks_out` writable for `count` entries,
+    // `ids_buf` for `ids_buf_len` bytes, and `ids_size_out` NULL or writable.
+    let (balancer, picks_out, ids) = unsafe {
+        (
+            try_ref(balancer)?,
+            try_out_slice(picks_out, count)?,
+            ids_out(ids_buf, ids_buf_len, ids_size_out)?,
+        )
+    };
+    let picks = balancer.pick_n(count)?;
+    write_picks(&picks, picks_out, ids)
+}
+
+/// Up to `limit` distinct nodes in retry order for `key` (NULL with 0 = no key, as in
+/// `lb_balancer_pick`): the first is what a pick would have returned, the rest are where to go
+/// when it fails. `picks_out` has room for `limit` entries; `*count_out` gets how many were
+/// written (fewer than `limit` when the balancer has fewer nodes with weight > 0). Ids as in
+/// `lb_balancer_pick_many`.
+///
+/// Errors: `LB_RESULT_NULL_PARAMETER` (including NULL `count_out`), `LB_RESULT_INVALID_LENGTH`,
+/// `LB_RESULT_NO_NODES`, `LB_RESULT_KEY_REQUIRED`, `LB_RESULT_BUFFER_TOO_SMALL`
+/// (`*ids_size_out` = size needed, nothing else written). Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_attempts(
+    balancer: *const lb_balancer,
+    key: *const c_void,
+    key_len: usize,
+    picks_out: *mut lb_pick,
+    limit: usize,
+    ids_buf: *mut c_char,
+    ids_buf_len: usize,
+    ids_size_out: *mut usize,
+    count_out: *mut usize,
+) -> lb_result {
+    ffi_panic_boundary!(attempts_impl(
+        balancer,
+        key,
+        key_len,
+        picks_out,
+        limit,
+        ids_buf,
+        ids_buf_len,
+        ids_size_out,
+        count_out
+    ))
+}
+
+#[allow(clippy::too_many_arguments)] // Mirrors the C signature one to one.
+fn attempts_impl(
+    balancer: *const lb_balancer,
+    key: *const c_void,
+    key_len: usize,
+    picks_out: *mut lb_pick,
+    limit: usize,
+    ids_buf: *mut c_char,
+    ids_buf_len: usize,
+    ids_size_out: *mut usize,
+    count_out: *mut usize,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle, `key` valid for `key_len` bytes,
+    // `picks_out` writable for `limit` entries, `ids_buf` for `ids_buf_len` bytes, and the
+    // size outputs NULL or writable.
+    let (balancer, key, picks_out, ids, count_out) = unsafe {
+        (
+            try_ref(balancer)?,
+            try_key(key, key_len)?,
+            try_out_slice(picks_out, limit)?,
+            ids_out(ids_buf, ids_buf_len, ids_size_out)?,
+            try_out(count_out)?,
+        )
+    };
+    let picks = balancer.attempts(key, limit)?;
+    write_picks(&picks, picks_out, ids)?;
+    count_out.write(picks.len());
+    Ok(())
+}
+
+/// The caller's id buffer and its size output, present when ids were asked for.
+type IdsOut<'a> = Option<(OutSlice<'a, u8>, crate::ptr::Out<'a, usize>)>;
+
+/// Checks an optional `ids_buf` / `ids_buf_len` / `ids_size_out` triple.
+///
+/// # Safety
+/// `ids_buf` is NULL or writable for `ids_buf_len` bytes; `ids_size_out` NULL or writable.
+unsafe fn ids_out<'a>(
+    ids_buf: *mut c_char,
+    ids_buf_len: usize,
+    ids_size_out: *mut usize,
+) -> Result<IdsOut<'a>, lb_result> {
+    // SAFETY: forwarded contract.
+    let Some(size_out) = (unsafe { opt_out(ids_size_out) }) else {
+        return Ok(None);
+    };
+    // SAFETY: forwarded contract.
+    let buf = unsafe { try_out_slice(ids_buf.cast::<u8>(), ids_buf_len) }?;
+    Ok(Some((buf, size_out)))
+}
+
+/// Bytes needed to copy `ids` NUL-terminated, back to back.
+fn ids_size<'s>(ids: impl Iterator<Item = &'s str>) -> usize {
+    ids.map(|id| id.len() + 1).sum()
+}
+
+/// Copies `id` plus a NUL to `buf` at `*offset`, advancing it; returns where the copy starts.
+fn copy_id(buf: &mut OutSlice<'_, u8>, offset: &mut usize, id: &str) -> *const c_char {
+    let start = buf.address_of(*offset).cast_const().cast::<c_char>();
+    buf.write_bytes(*offset, id.as_bytes());
+    buf.write(*offset + id.len(), 0);
+    *offset += id.len() + 1;
+    start
+}
+
+/// Writes the answers of `picks` (and their ids, when asked for) to the caller's arrays, after
+/// checking that everything fits: either every output is written, or (on
+/// `LB_RESULT_BUFFER_TOO_SMALL`) only the size needed.
+fn write_picks(
+    picks: &liblb_core::Picks,
+    mut picks_out: OutSlice<'_, lb_pick>,
+    ids: IdsOut<'_>,
+) -> Result<(), lb_result> {
+    assert!(
+        picks.len() <= picks_out.len(),
+        "the core returned more answers than asked for"
+    );
+    match ids {
+        None => {
+            for (i, tag) in picks.tags().enumerate() {
+                picks_out.write(
+                    i,
+                    lb_pick {
+                        tag,
+                        id: core::ptr::null(),
+                        id_len: 0,
+                    },
+                );
+            }
+        }
+        Some((mut buf, size_out)) => {
+            let needed = ids_size(picks.ids());
+            if buf.len() < needed {
+                size_out.write(needed);
+                return Err(lb_result::BufferTooSmall);
+            }
+            let mut offset = 0;
+            for (i, (id, tag)) in picks.ids().zip(picks.tags()).enumerate() {
+                let at = copy_id(&mut buf, &mut offset, id);
+                picks_out.write(
+                    i,
+                    lb_pick {
+                        tag,
+                        id: at,
+                        id_len: id.len(),
+                    },
+                );
+            }
+            size_out.write(needed);
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inspection
+// ---------------------------------------------------------------------------------------------
+
+/// Lists the nodes in insertion order, drained ones included: `nodes_out` (room for
+/// `nodes_cap` entries) gets each node's weight and tag, and its `id` pointing at a
+/// NUL-terminated copy in the caller's `ids_buf` (`ids_buf_len` bytes). `*count_out` gets the
+/// number of nodes and `*ids_size_out` the id bytes used. The entries can be passed straight
+/// back to `lb_balancer_update` while `ids_buf` lives.
+///
+/// If `nodes_cap` or `ids_buf_len` is too small: `LB_RESULT_BUFFER_TOO_SMALL`, with the count
+/// and id bytes needed in `*count_out` and `*ids_size_out` (another thread may change the set
+/// before you retry: loop). `NULL, 0, NULL, 0` is the way to ask for the sizes (unless the
+/// balancer is empty, which succeeds with both 0).
+///
+/// Errors: `LB_RESULT_NULL_PARAMETER` (NULL balancer, `count_out` or `ids_size_out`, or NULL
+/// arrays with non-zero sizes), `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_BUFFER_TOO_SMALL`.
+/// Thread-safe: the list is one consistent snapshot.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_nodes(
+    balancer: *const lb_balancer,
+    nodes_out: *mut lb_node,
+    nodes_cap: usize,
+    ids_buf: *mut c_char,
+    ids_buf_len: usize,
+    count_out: *mut usize,
+    ids_size_out: *mut usize,
+) -> lb_result {
+    ffi_panic_boundary!(nodes_impl(
+        balancer,
+        nodes_out,
+        nodes_cap,
+        ids_buf,
+        ids_buf_len,
+        count_out,
+        ids_size_out
+    ))
+}
+
+fn nodes_impl(
+    balancer: *const lb_balancer,
+    nodes_out: *mut lb_node,
+    nodes_cap: usize,
+    ids_buf: *mut c_char,
+    ids_buf_len: usize,
+    count_out: *mut usize,
+    ids_size_out: *mut usize,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle, `nodes_out` writable for `nodes_cap`
+    // entries, `ids_buf` for `ids_buf_len` bytes, and the size outputs NULL or writable.
+    let (balancer, mut nodes_out, mut buf, count_out, size_out) = unsafe {
+        (
+            try_ref(balancer)?,
+            try_out_slice(nodes_out, nodes_cap)?,
+            try_out_slice(ids_buf.cast::<u8>(), ids_buf_len)?,
+            try_out(count_out)?,
+            try_out(ids_size_out)?,
+        )
+    };
+    let nodes = balancer.nodes();
+    let needed = ids_size(nodes.iter().map(|n| &*n.id));
+    if nodes.len() > nodes_out.len() || needed > buf.len() {
+        count_out.write(nodes.len());
+        size_out.write(needed);
+        return Err(lb_result::BufferTooSmall);
+    }
+    let mut offset = 0;
+    for (i, node) in nodes.iter().enumerate() {
+        let id = copy_id(&mut buf, &mut offset, &node.id);
+        nodes_out.write(
+            i,
+            lb_node {
+                id,
+                id_len: node.id.len(),
+                weight: node.weight,
+                tag: node.tag,
+            },
+        );
+    }
+    count_out.write(nodes.len());
+    size_out.write(needed);
+    Ok(())
+}
+
+/// A buffer size (id bytes + NUL) that fits every id this balancer has ever held, in
+/// `*size_out` (0 if it never had a node; it may also count ids of changes that failed). Use it
+/// to size `id_buf` for `lb_balancer_pick` (and `n` times it for batches of `n`) so
+/// `LB_RESULT_BUFFER_TOO_SMALL` cannot happen, which matters because a pick that fails that way
+/// still counted for round robin. The bound only grows; an id added by another thread after
+/// this call may be longer, so keep handling `LB_RESULT_BUFFER_TOO_SMALL`.
+/// Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_id_size_bound(
+    balancer: *const lb_balancer,
+    size_out: *mut usize,
+) -> lb_result {
+    ffi_panic_boundary!(id_size_bound_impl(balancer, size_out))
+}
+
+fn id_size_bound_impl(balancer: *const lb_balancer, size_out: *mut usize) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable `size_out`.
+    let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(size_out)?) };
+    out.write(balancer.id_size_bound.load(Ordering::Relaxed));
+    Ok(())
+}
+
+/// The number of nodes, drained ones included, in `*len_out`.
+/// Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_len(balancer: *const lb_balancer, len_out: *mut usize) -> lb_result {
+    ffi_panic_boundary!(len_impl(balancer, len_out))
+}
+
+fn len_impl(balancer: *const lb_balancer, len_out: *mut usize) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable `len_out`.
+    let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(len_out)?) };
+    out.write(balancer.len());
+    Ok(())
+}
+
+/// Whether a node with this id (`id_len` bytes of UTF-8) exists, in `*contains_out`.
+/// Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`.
+/// Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_contains(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+    contains_out: *mut bool,
+) -> lb_result {
+    ffi_panic_boundary!(contains_impl(balancer, id, id_len, contains_out))
+}
+
+fn contains_impl(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+    contains_out: *mut bool,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle, `id` valid for `id_len` bytes and a NULL
+    // or writable `contains_out`.
+    let (balancer, id, out) = unsafe {
+        (
+            try_ref(balancer)?,
+            try_str(id, id_len)?,
+            try_out(contains_out)?,
+        )
+    };
+    out.write(balancer.contains(id));
+    Ok(())
+}
+
+/// The balancer's algorithm name in `*name_out`: a static NUL-terminated string (never freed,
+/// valid forever, not balancer memory). Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_algorithm(
+    balancer: *const lb_balancer,
+    name_out: *mut *const c_char,
+) -> lb_result {
+    ffi_panic_boundary!(algorithm_impl(balancer, name_out))
+}
+
+fn algorithm_impl(
+    balancer: *const lb_balancer,
+    name_out: *mut *const c_char,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable `name_out`.
+    let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(name_out)?) };
+    let algorithm = balancer.algorithm();
+    let index = Algorithm::ALL
+        .iter()
+        .position(|a| *a == algorithm)
+        .expect("every algorithm is in ALL");
+    out.write(ALGORITHM_NAMES[index].as_ptr());
+    Ok(())
+}
+
+/// `Algorithm::NAMES` as C strings (a unit test checks they match, entry for entry).
+pub(crate) const ALGORITHM_NAMES: [&CStr; Algorithm::ALL.len()] = [
+    c"random",
+    c"weighted_random",
+    c"round_robin",
+    c"weighted_round_robin",
+    c"source_hash",
+    c"ring",
+];
+
+/// The name of algorithm number `index` (0, 1, ... in documentation order) as a static
+/// NUL-terminated string, or NULL when `index` is past the last one: loop until NULL to list
+/// every algorithm `lb_balancer_new` accepts. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_algorithm_name(index: usize) -> *const c_char {
+    ffi_panic_boundary!(
+        ALGORITHM_NAMES
+            .get(index)
+            .map_or(core::ptr::null(), |n| n.as_ptr())
+    )
+}

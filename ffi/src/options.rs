@@ -1,0 +1,102 @@
+//! `lb_options`: balancer options built up by name, exactly like the core's `Options::set`, so
+//! C rejects unknown names and ill-typed values with the same specific errors as every binding.
+
+use crate::lb_result;
+use crate::panic::ffi_panic_boundary;
+use crate::ptr::{Castable, free_handle, to_handle, try_mut, try_out, try_str};
+use core::ffi::c_char;
+use liblb_core::{OptionValue, Options};
+
+/// Options for `lb_balancer_new`: `seed`, `vnodes`, `hash`. Create with `lb_options_new`, set
+/// with `lb_options_set_int` / `lb_options_set_str`, free with `lb_options_free`. A balancer
+/// copies the options it is built with, so they can be freed (or reused) right after
+/// `lb_balancer_new`. Setters need exclusive access; `lb_balancer_new` only reads them.
+pub struct lb_options {
+    _private: [u8; 0],
+}
+
+impl Castable for lb_options {
+    type Rust = Options;
+}
+
+/// Creates default options (no seed: random algorithms seed from OS entropy; vnodes 160; each
+/// algorithm's default hash) in `*options_out`. The caller owns the result and must free it
+/// with `lb_options_free`. Errors: `LB_RESULT_NULL_PARAMETER` if `options_out` is NULL (then
+/// nothing is allocated). Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_options_new(options_out: *mut *mut lb_options) -> lb_result {
+    ffi_panic_boundary!(options_new(options_out))
+}
+
+fn options_new(options_out: *mut *mut lb_options) -> Result<(), lb_result> {
+    // SAFETY: C promises `options_out` is NULL or valid for one write (lb.h).
+    let out = unsafe { try_out(options_out) }?;
+    out.write(to_handle(Options::default()));
+    Ok(())
+}
+
+/// Frees options made by `lb_options_new`. Calling with NULL is fine. No other thread may be
+/// using the options, and they must not be used afterwards; balancers built from them are not
+/// affected (each keeps its own copy).
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_options_free(options: *mut lb_options) {
+    // SAFETY: C promises `options` is NULL or a live handle from `lb_options_new`, freed once.
+    ffi_panic_boundary!(unsafe { free_handle(options) })
+}
+
+/// Sets an integer option: `seed` (any value) or `vnodes` (1..=65536). `name` is `name_len`
+/// bytes of UTF-8, not necessarily NUL-terminated.
+///
+/// Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or
+/// NULL `name` with a non-zero length), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`
+/// (not `seed`, `vnodes` or `hash`), `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE`
+/// (an integer for `hash`). Not thread-safe for the same `options`.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_options_set_int(
+    options: *mut lb_options,
+    name: *const c_char,
+    name_len: usize,
+    value: u64,
+) -> lb_result {
+    ffi_panic_boundary!(options_set(options, name, name_len, || Ok(
+        OptionValue::Int(value)
+    )))
+}
+
+/// Sets an option from text: `hash` (`"sha256"` or `"xxh3"`), or `seed`/`vnodes` as decimal
+/// text. `name` and `value` are UTF-8 of the given lengths, not necessarily NUL-terminated.
+///
+/// Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER`,
+/// `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`, `LB_RESULT_UNKNOWN_HASH`,
+/// `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (text that is not a number for
+/// `seed` or `vnodes`). Not thread-safe for the same `options`.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_options_set_str(
+    options: *mut lb_options,
+    name: *const c_char,
+    name_len: usize,
+    value: *const c_char,
+    value_len: usize,
+) -> lb_result {
+    ffi_panic_boundary! {
+        options_set(options, name, name_len, || {
+            // SAFETY: lb.h requires `value` to be NULL or valid for `value_len` bytes.
+            Ok(OptionValue::Str(unsafe { try_str(value, value_len) }?))
+        })
+    }
+}
+
+/// Checks every pointer, then applies `Options::set`, which leaves the options unchanged on
+/// error. `value` runs after the handle and name checks, so NULL handles win over bad values.
+fn options_set<'v>(
+    options: *mut lb_options,
+    name: *const c_char,
+    name_len: usize,
+    value: impl FnOnce() -> Result<OptionValue<'v>, lb_result>,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires `options` to be NULL or a live handle nobody else uses during the
+    // call, and `name` NULL or valid for `name_len` bytes.
+    let (options, name) = unsafe { (try_mut(options)?, try_str(name, name_len)?) };
+    let value = value()?;
+    Ok(options.set(name, value)?)
+}

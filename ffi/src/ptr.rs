@@ -1,0 +1,241 @@
+//! Every raw pointer from C goes through these helpers, which check for NULL (and absurd
+//! lengths) before anything is dereferenced, and turn the opaque handle types into their Rust
+//! types in one place (the rustls-ffi `Castable` pattern).
+
+use crate::lb_result;
+use core::ffi::c_void;
+use core::mem::size_of;
+
+/// Ties an opaque C handle type to the Rust value it stands for. Handles are made by
+/// `Box::into_raw` in [`to_handle`] and only ever cast back to that same type.
+pub(crate) trait Castable {
+    /// The Rust type behind the handle.
+    type Rust;
+}
+
+/// Moves `value` to the heap and hands C an opaque pointer to it; [`free_handle`] takes it back.
+pub(crate) fn to_handle<C: Castable>(value: C::Rust) -> *mut C {
+    Box::into_raw(Box::new(value)).cast()
+}
+
+/// Borrows the Rust value behind a handle.
+///
+/// # Safety
+/// `handle` is NULL or came from [`to_handle`] for the same `C`, and has not been freed.
+pub(crate) unsafe fn try_ref<'a, C: Castable>(handle: *const C) -> Result<&'a C::Rust, lb_result> {
+    // SAFETY: by the caller's contract a non-NULL handle points to a live `C::Rust` made by
+    // `to_handle`; `as_ref` turns NULL into `None`.
+    unsafe { handle.cast::<C::Rust>().as_ref() }.ok_or(lb_result::NullParameter)
+}
+
+/// Borrows the Rust value behind an optional handle: NULL is `None` (e.g. "default options").
+///
+/// # Safety
+/// As [`try_ref`].
+pub(crate) unsafe fn opt_ref<'a, C: Castable>(handle: *const C) -> Option<&'a C::Rust> {
+    // SAFETY: forwarded contract.
+    unsafe { try_ref(handle) }.ok()
+}
+
+/// Mutably borrows the Rust value behind a handle.
+///
+/// # Safety
+/// As [`try_ref`], and no other reference to the value exists during `'a`.
+pub(crate) unsafe fn try_mut<'a, C: Castable>(
+    handle: *mut C,
+) -> Result<&'a mut C::Rust, lb_result> {
+    // SAFETY: as `try_ref`; exclusivity is the caller's contract (documented in lb.h).
+    unsafe { handle.cast::<C::Rust>().as_mut() }.ok_or(lb_result::NullParameter)
+}
+
+/// Drops the value behind a handle. NULL is fine and does nothing.
+///
+/// # Safety
+/// `handle` is NULL or came from [`to_handle`] for the same `C` and has not been freed.
+pub(crate) unsafe fn free_handle<C: Castable>(handle: *mut C) {
+    if !handle.is_null() {
+        // SAFETY: a non-NULL handle is a live `Box<C::Rust>` turned into a raw pointer by
+        // `to_handle`; the caller promises not to use it again.
+        drop(unsafe { Box::from_raw(handle.cast::<C::Rust>()) });
+    }
+}
+
+/// Checks that `len` elements of `T` fit in the address space: `slice::from_raw_parts` needs
+/// the total size to be at most `isize::MAX`, and a bigger length can only be a bug (e.g. -1).
+fn check_len<T>(len: usize) -> Result<(), lb_result> {
+    match len.checked_mul(size_of::<T>().max(1)) {
+        Some(bytes) if bytes <= isize::MAX as usize => Ok(()),
+        _ => Err(lb_result::InvalidLength),
+    }
+}
+
+/// An input array of `len` elements. NULL with length 0 is the empty array; NULL with a
+/// non-zero length is `LB_RESULT_NULL_PARAMETER`.
+///
+/// # Safety
+/// A non-NULL `ptr` points to `len` initialised `T`s that stay unchanged during `'a`.
+pub(crate) unsafe fn try_slice<'a, T>(ptr: *const T, len: usize) -> Result<&'a [T], lb_result> {
+    check_len::<T>(len)?;
+    if ptr.is_null() {
+        return if len == 0 {
+            Ok(&[])
+        } else {
+            Err(lb_result::NullParameter)
+        };
+    }
+    // SAFETY: `ptr` is non-NULL and, by the caller's contract, valid for `len` reads of `T`;
+    // `check_len` proved the size fits in `isize`.
+    Ok(unsafe { core::slice::from_raw_parts(ptr, len) })
+}
+
+/// Input bytes given as `const void *` or `const char *` plus a length (see [`try_slice`]).
+///
+/// # Safety
+/// As [`try_slice`] with `T = u8`.
+pub(crate) unsafe fn try_bytes<'a, P>(ptr: *const P, len: usize) -> Result<&'a [u8], lb_result> {
+    // SAFETY: forwarded contract; bytes have no alignment requirement.
+    unsafe { try_slice(ptr.cast::<u8>(), len) }
+}
+
+/// An optional key: NULL with length 0 means "no key"; anything else is [`try_bytes`].
+///
+/// # Safety
+/// As [`try_bytes`].
+pub(crate) unsafe fn try_key<'a>(
+    ptr: *const c_void,
+    len: usize,
+) -> Result<Option<&'a [u8]>, lb_result> {
+    if ptr.is_null() && len == 0 {
+        return Ok(None);
+    }
+    // SAFETY: forwarded contract.
+    unsafe { try_bytes(ptr, len) }.map(Some)
+}
+
+/// A UTF-8 string given as pointer plus length (ids, names, option values).
+///
+/// # Safety
+/// As [`try_bytes`].
+pub(crate) unsafe fn try_str<'a, P>(ptr: *const P, len: usize) -> Result<&'a str, lb_result> {
+    // SAFETY: forwarded contract.
+    let bytes = unsafe { try_bytes(ptr, len) }?;
+    liblb_core::id_from_utf8(bytes).map_err(lb_result::from)
+}
+
+/// An output array of `len` elements the caller lends us. NULL with length 0 is an empty
+/// array; NULL with a non-zero length is `LB_RESULT_NULL_PARAMETER`. Elements are written one
+/// by one through the raw pointer and never read, so C may hand over uninitialised memory.
+///
+/// # Safety
+/// A non-NULL `ptr` is valid for `len` writes of `T` during `'a` and nothing else accesses them.
+pub(crate) unsafe fn try_out_slice<'a, T>(
+    ptr: *mut T,
+    len: usize,
+) -> Result<OutSlice<'a, T>, lb_result> {
+    check_len::<T>(len)?;
+    if ptr.is_null() && len != 0 {
+        return Err(lb_result::NullParameter);
+    }
+    Ok(OutSlice {
+        ptr,
+        len,
+        _borrow: core::marker::PhantomData,
+    })
+}
+
+/// A checked output array (see [`try_out_slice`]).
+pub(crate) struct OutSlice<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _borrow: core::marker::PhantomData<&'a mut [T]>,
+}
+
+impl<T> OutSlice<'_, T> {
+    /// Number of elements the caller provided.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Writes element `index`.
+    ///
+    /// # Panics
+    /// If `index >= len()` (a bug in liblb; the panic boundary reports it).
+    pub(crate) fn write(&mut self, index: usize, value: T) {
+        assert!(
+            index < self.len,
+            "output index {index} out of bounds {}",
+            self.len
+        );
+        // SAFETY: `index < len`, and `try_out_slice`'s contract makes `ptr` valid for `len`
+        // writes (a NULL `ptr` has `len == 0`, so this line is never reached with it).
+        // `write` neither reads nor drops the old contents.
+        unsafe { self.ptr.add(index).write(value) }
+    }
+
+    /// The address of element `index` (for ids pointing into the caller's own buffer).
+    pub(crate) fn address_of(&self, index: usize) -> *mut T {
+        assert!(
+            index <= self.len,
+            "output offset {index} out of bounds {}",
+            self.len
+        );
+        // SAFETY: `index <= len` stays within (or one past) the caller's allocation; when
+        // `ptr` is NULL, `len` and `index` are 0 and `add(0)` is allowed on any pointer.
+        unsafe { self.ptr.add(index) }
+    }
+}
+
+/// A required out-pointer: NULL is `LB_RESULT_NULL_PARAMETER`. Check every out-pointer
+/// before doing any work, and write through it only on success.
+///
+/// # Safety
+/// A non-NULL `ptr` is valid for one write of `T` during `'a`.
+pub(crate) unsafe fn try_out<'a, T>(ptr: *mut T) -> Result<Out<'a, T>, lb_result> {
+    if ptr.is_null() {
+        Err(lb_result::NullParameter)
+    } else {
+        Ok(Out(ptr, core::marker::PhantomData))
+    }
+}
+
+/// An optional out-pointer: NULL means the caller does not want this output.
+///
+/// # Safety
+/// As [`try_out`].
+pub(crate) unsafe fn opt_out<'a, T>(ptr: *mut T) -> Option<Out<'a, T>> {
+    // SAFETY: forwarded contract.
+    unsafe { try_out(ptr) }.ok()
+}
+
+/// A checked, non-NULL out-pointer. Writing does not read or drop the old value (C may have
+/// left it uninitialised).
+pub(crate) struct Out<'a, T>(*mut T, core::marker::PhantomData<&'a mut T>);
+
+impl<T> Out<'_, T> {
+    /// Writes the output.
+    pub(crate) fn write(self, value: T) {
+        // SAFETY: the pointer is non-NULL (checked in `try_out`) and valid for one write by
+        // the contract of `try_out`; `write` does not read or drop the previous contents.
+        unsafe { self.0.write(value) }
+    }
+}
+
+impl OutSlice<'_, u8> {
+    /// Writes `bytes` starting at `offset`.
+    ///
+    /// # Panics
+    /// If they do not fit (a bug in liblb; callers check sizes first).
+    pub(crate) fn write_bytes(&mut self, offset: usize, bytes: &[u8]) {
+        let end = offset
+            .checked_add(bytes.len())
+            .expect("output size overflow");
+        assert!(
+            end <= self.len,
+            "output bytes {offset}..{end} out of bounds {}",
+            self.len
+        );
+        // SAFETY: `offset..end` lies within the caller's `len` writable bytes (checked above),
+        // and `bytes` is Rust memory, so the two ranges cannot overlap.
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(offset), bytes.len()) }
+    }
+}

@@ -1,0 +1,834 @@
+//! Unit tests that drive the exported functions exactly as C does: through raw pointers, with
+//! NULLs, short buffers and bad bytes. They also run under Miri
+//! (`cargo +nightly miri test -p liblb-ffi`), which checks every pointer access for undefined
+//! behaviour; sizes are kept small for it (the ring uses a few vnodes).
+
+use crate::*;
+use core::ffi::{CStr, c_char, c_void};
+use core::ptr::{null, null_mut};
+use liblb_core::{Algorithm, Error, OptionValue, Options};
+
+/// The C-side view of a string argument.
+fn s(text: &str) -> (*const c_char, usize) {
+    (text.as_ptr().cast(), text.len())
+}
+
+fn cstr(ptr: *const c_char) -> &'static str {
+    assert!(!ptr.is_null());
+    // SAFETY: every string liblb returns is static and NUL-terminated.
+    unsafe { CStr::from_ptr(ptr) }.to_str().unwrap()
+}
+
+/// Owns a balancer handle for a test and frees it at the end.
+struct Handle(*mut lb_balancer);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        lb_balancer_free(self.0);
+    }
+}
+
+fn node(id: &str, weight: u32, tag: u64) -> lb_node {
+    lb_node {
+        id: id.as_ptr().cast(),
+        id_len: id.len(),
+        weight,
+        tag,
+    }
+}
+
+fn new(
+    algorithm: &str,
+    options: *const lb_options,
+    nodes: &[lb_node],
+) -> Result<Handle, lb_result> {
+    let (name, name_len) = s(algorithm);
+    let mut out = null_mut();
+    match lb_balancer_new(
+        name,
+        name_len,
+        options,
+        nodes.as_ptr(),
+        nodes.len(),
+        &mut out,
+    ) {
+        lb_result::Ok => {
+            assert!(!out.is_null());
+            Ok(Handle(out))
+        }
+        err => {
+            assert!(out.is_null(), "output written on error");
+            Err(err)
+        }
+    }
+}
+
+/// A balancer over nodes a, b, c (weights 1, tags 10, 11, 12).
+fn abc(algorithm: &str) -> Handle {
+    let nodes = [node("a", 1, 10), node("b", 1, 11), node("c", 1, 12)];
+    new(algorithm, null(), &nodes).unwrap()
+}
+
+fn pick_id(b: &Handle, key: Option<&str>) -> Result<(String, u64), lb_result> {
+    let (key, key_len) = key.map_or((null(), 0), |k| (k.as_ptr().cast::<c_void>(), k.len()));
+    let mut tag = u64::MAX;
+    let mut buf = [0x55 as c_char; 32];
+    let mut size = usize::MAX;
+    let r = lb_balancer_pick(
+        b.0,
+        key,
+        key_len,
+        &mut tag,
+        buf.as_mut_ptr(),
+        buf.len(),
+        &mut size,
+    );
+    if r != lb_result::Ok {
+        assert_eq!(tag, u64::MAX, "tag written on error");
+        return Err(r);
+    }
+    assert_eq!(buf[size - 1], 0, "id is NUL-terminated");
+    let id = cstr(buf.as_ptr()).to_string();
+    assert_eq!(id.len() + 1, size);
+    Ok((id, tag))
+}
+
+/// Lists the nodes as (id, weight, tag), checking the sizes the listing reports.
+fn list(b: &Handle) -> Vec<(String, u32, u64)> {
+    let (mut count, mut size) = (0usize, 0usize);
+    let r = lb_balancer_nodes(b.0, null_mut(), 0, null_mut(), 0, &mut count, &mut size);
+    if count == 0 {
+        assert_eq!(r, lb_result::Ok);
+        return Vec::new();
+    }
+    assert_eq!(r, lb_result::BufferTooSmall);
+    let mut nodes: Vec<lb_node> = (0..count).map(|_| node("", 0, 0)).collect();
+    let mut buf = vec![0 as c_char; size];
+    let (mut count2, mut size2) = (0, 0);
+    let r = lb_balancer_nodes(
+        b.0,
+        nodes.as_mut_ptr(),
+        count,
+        buf.as_mut_ptr(),
+        size,
+        &mut count2,
+        &mut size2,
+    );
+    assert_eq!(r, lb_result::Ok);
+    assert_eq!((count2, size2), (count, size));
+    nodes
+        .iter()
+        .map(|n| {
+            // SAFETY: `id` points into `buf`, NUL-terminated, `id_len` bytes before the NUL.
+            let id = unsafe { CStr::from_ptr(n.id) }
+                .to_str()
+                .unwrap()
+                .to_string();
+            assert_eq!(id.len(), n.id_len);
+            (id, n.weight, n.tag)
+        })
+        .collect()
+}
+
+#[test]
+fn every_core_error_has_its_own_code_with_the_core_name() {
+    let errors = [
+        Error::NoNodes,
+        Error::EmptyId,
+        Error::IdContainsNul("a\0".into()),
+        Error::InvalidUtf8,
+        Error::DuplicateNode("a".into()),
+        Error::UnknownNode("a".into()),
+        Error::KeyRequired("ring"),
+        Error::InvalidVnodes(0),
+        Error::TooManyNodes(1 << 25),
+        Error::UnknownAlgorithm("x".into()),
+        Error::UnknownOption("x".into()),
+        Error::UnknownHash("x".into()),
+        Error::InvalidOptionValue {
+            option: "vnodes",
+            value: "x".into(),
+            expected: "a number",
+        },
+    ];
+    let mut seen = Vec::new();
+    for error in errors {
+        let code = error.code();
+        let result = lb_result::from(error);
+        assert_eq!(cstr(lb_result_name(result as u32)), code);
+        assert!(!seen.contains(&result), "{code} shares a result code");
+        seen.push(result);
+    }
+}
+
+#[test]
+fn result_texts_and_names_are_static_and_total() {
+    for result in crate::result::ALL_RESULTS {
+        let name = cstr(lb_result_name(result as u32));
+        assert!(name.starts_with("LB_"));
+        assert!(!cstr(lb_result_str(result as u32)).is_empty());
+    }
+    assert_eq!(cstr(lb_result_str(lb_result::Ok as u32)), "success");
+    assert_eq!(cstr(lb_result_str(99)), "unknown lb_result code");
+    assert_eq!(cstr(lb_result_name(u32::MAX)), "LB_UNKNOWN_RESULT");
+    // The limits quoted in the texts are the core's.
+    let vnodes = cstr(lb_result_str(lb_result::InvalidVnodes as u32));
+    assert!(
+        vnodes.ends_with(&liblb_core::MAX_VNODES.to_string()),
+        "{vnodes}"
+    );
+    let too_many = cstr(lb_result_str(lb_result::TooManyNodes as u32));
+    assert!(
+        too_many.contains(&liblb_core::MAX_NODES.to_string()),
+        "{too_many}"
+    );
+}
+
+#[test]
+fn version_and_algorithm_names_match_the_crates() {
+    assert_eq!(cstr(lb_version()), env!("CARGO_PKG_VERSION"));
+    let version = format!("{LB_VERSION_MAJOR}.{LB_VERSION_MINOR}.{LB_VERSION_PATCH}");
+    assert_eq!(version, env!("CARGO_PKG_VERSION"));
+    let names: Vec<&str> = (0..)
+        .map(|i| lb_algorithm_name(i))
+        .take_while(|p| !p.is_null())
+        .map(cstr)
+        .collect();
+    assert_eq!(names, Algorithm::NAMES);
+    for name in Algorithm::NAMES {
+        let b = new(name, null(), &[]).unwrap();
+        let mut out = null();
+        assert_eq!(lb_balancer_algorithm(b.0, &mut out), lb_result::Ok);
+        assert_eq!(cstr(out), *name);
+    }
+}
+
+#[test]
+fn panics_become_lb_result_panic() {
+    fn index_out_of_bounds() -> lb_result {
+        crate::panic::ffi_panic_boundary! {
+            let results: Vec<lb_result> = Vec::new();
+            results[usize::from(std::hint::black_box(3u8))]
+        }
+    }
+    fn text() -> *const c_char {
+        crate::panic::ffi_panic_boundary! {
+            if std::hint::black_box(true) {
+                panic!("boom");
+            }
+            c"no panic".as_ptr()
+        }
+    }
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let (result, message) = (index_out_of_bounds(), text());
+    std::panic::set_hook(hook);
+    assert_eq!(result, lb_result::Panic);
+    assert_eq!(cstr(message), "panic inside liblb");
+}
+
+#[test]
+fn options_are_set_by_name_with_specific_errors() {
+    let mut options = null_mut();
+    assert_eq!(lb_options_new(null_mut()), lb_result::NullParameter);
+    assert_eq!(lb_options_new(&mut options), lb_result::Ok);
+    let set_int = |name: &str, v: u64| {
+        let (n, l) = s(name);
+        lb_options_set_int(options, n, l, v)
+    };
+    let set_str = |name: &str, v: &[u8]| {
+        let (n, l) = s(name);
+        lb_options_set_str(options, n, l, v.as_ptr().cast(), v.len())
+    };
+    assert_eq!(set_int("vnodes", 4), lb_result::Ok);
+    assert_eq!(set_int("seed", 7), lb_result::Ok);
+    assert_eq!(set_str("hash", b"xxh3"), lb_result::Ok);
+    assert_eq!(set_int("vnodes", 0), lb_result::InvalidVnodes);
+    assert_eq!(set_int("vnodes", 65537), lb_result::InvalidVnodes);
+    assert_eq!(set_str("vnodes", b"many"), lb_result::InvalidOptionValue);
+    assert_eq!(set_int("hash", 1), lb_result::InvalidOptionValue);
+    assert_eq!(set_str("hash", b"md5"), lb_result::UnknownHash);
+    assert_eq!(set_int("vnode", 1), lb_result::UnknownOption);
+    assert_eq!(set_str("hash", b"\xff"), lb_result::InvalidUtf8);
+    assert_eq!(
+        lb_options_set_int(options, b"\xc3".as_ptr().cast(), 1, 1),
+        lb_result::InvalidUtf8
+    );
+    assert_eq!(
+        lb_options_set_int(options, null(), 6, 1),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_options_set_int(options, null(), 0, 1),
+        lb_result::UnknownOption
+    );
+    assert_eq!(
+        lb_options_set_str(options, s("hash").0, 4, null(), 3),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_options_set_int(null_mut(), s("seed").0, 4, 1),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_options_set_int(options, s("seed").0, usize::MAX, 1),
+        lb_result::InvalidLength
+    );
+    // Failed sets changed nothing.
+    let mut expected = Options::default();
+    expected.set("vnodes", OptionValue::Int(4)).unwrap();
+    expected.set("seed", OptionValue::Int(7)).unwrap();
+    expected.set("hash", OptionValue::Str("xxh3")).unwrap();
+    // SAFETY: `options` is a live handle made by `lb_options_new`, not used concurrently.
+    assert_eq!(unsafe { crate::ptr::try_ref(options) }, Ok(&expected));
+    // Two balancers built from the same seeded options give the same sequence, and the
+    // options can be freed right after.
+    let nodes = [node("a", 1, 0), node("b", 1, 1), node("c", 1, 2)];
+    let one = new("random", options, &nodes).unwrap();
+    let two = new("random", options, &nodes).unwrap();
+    lb_options_free(options);
+    lb_options_free(null_mut());
+    for _ in 0..8 {
+        assert_eq!(pick_id(&one, None), pick_id(&two, None));
+    }
+}
+
+#[test]
+fn new_rejects_bad_arguments_without_writing_the_output() {
+    let mut out = null_mut();
+    let (ring, ring_len) = s("ring");
+    assert_eq!(
+        new("rings", null(), &[]).err(),
+        Some(lb_result::UnknownAlgorithm)
+    );
+    assert_eq!(
+        new("", null(), &[]).err(),
+        Some(lb_result::UnknownAlgorithm)
+    );
+    assert_eq!(
+        lb_balancer_new(b"\xff".as_ptr().cast(), 1, null(), null(), 0, &mut out),
+        lb_result::InvalidUtf8
+    );
+    assert_eq!(
+        lb_balancer_new(null(), 4, null(), null(), 0, &mut out),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_new(ring, ring_len, null(), null(), 3, &mut out),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_new(ring, ring_len, null(), null(), 0, null_mut()),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_new(ring, usize::MAX, null(), null(), 0, &mut out),
+        lb_result::InvalidLength
+    );
+    let dup = [node("a", 1, 0), node("a", 2, 1)];
+    assert_eq!(
+        new("ring", null(), &dup).err(),
+        Some(lb_result::DuplicateNode)
+    );
+    assert_eq!(
+        new("ring", null(), &[node("", 1, 0)]).err(),
+        Some(lb_result::EmptyId)
+    );
+    assert_eq!(
+        new("ring", null(), &[node("a\0b", 1, 0)]).err(),
+        Some(lb_result::IdContainsNul)
+    );
+    let bad = lb_node {
+        id: b"\xfe".as_ptr().cast(),
+        id_len: 1,
+        weight: 1,
+        tag: 0,
+    };
+    assert_eq!(
+        new("ring", null(), &[bad]).err(),
+        Some(lb_result::InvalidUtf8)
+    );
+    let null_id = lb_node {
+        id: null(),
+        id_len: 2,
+        weight: 1,
+        tag: 0,
+    };
+    assert_eq!(
+        new("ring", null(), &[null_id]).err(),
+        Some(lb_result::NullParameter)
+    );
+    assert!(out.is_null());
+    lb_balancer_free(null_mut());
+}
+
+#[test]
+fn membership_changes_and_their_errors_leave_the_balancer_unchanged_on_failure() {
+    let b = abc("round_robin");
+    let (d, d_len) = s("d");
+    assert_eq!(lb_balancer_add(b.0, d, d_len, 2, 13), lb_result::Ok);
+    let before = list(&b);
+    assert_eq!(
+        before,
+        [
+            ("a".into(), 1, 10),
+            ("b".into(), 1, 11),
+            ("c".into(), 1, 12),
+            ("d".into(), 2, 13)
+        ]
+    );
+    // Every failure, then the same listing.
+    assert_eq!(
+        lb_balancer_add(b.0, d, d_len, 1, 0),
+        lb_result::DuplicateNode
+    );
+    assert_eq!(lb_balancer_add(b.0, null(), 0, 1, 0), lb_result::EmptyId);
+    assert_eq!(
+        lb_balancer_add(b.0, null(), 1, 1, 0),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_add(b.0, "x\0y".as_ptr().cast(), 3, 1, 0),
+        lb_result::IdContainsNul
+    );
+    assert_eq!(
+        lb_balancer_add(b.0, b"\xc3\x28".as_ptr().cast(), 2, 1, 0),
+        lb_result::InvalidUtf8
+    );
+    assert_eq!(
+        lb_balancer_add(null(), d, d_len, 1, 0),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_remove(b.0, s("zz").0, 2),
+        lb_result::UnknownNode
+    );
+    assert_eq!(
+        lb_balancer_remove(b.0, b"\xff".as_ptr().cast(), 1),
+        lb_result::InvalidUtf8
+    );
+    assert_eq!(
+        lb_balancer_remove(null(), d, d_len),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_set_weight(b.0, s("zz").0, 2, 5),
+        lb_result::UnknownNode
+    );
+    assert_eq!(
+        lb_balancer_set_weight(b.0, null(), 1, 5),
+        lb_result::NullParameter
+    );
+    let bad = [node("x", 1, 0), node("y", 1, 0), node("x", 1, 0)];
+    assert_eq!(
+        lb_balancer_update(b.0, bad.as_ptr(), bad.len()),
+        lb_result::DuplicateNode
+    );
+    assert_eq!(lb_balancer_update(b.0, null(), 1), lb_result::NullParameter);
+    assert_eq!(
+        lb_balancer_update(b.0, bad.as_ptr(), usize::MAX / 8),
+        lb_result::InvalidLength
+    );
+    assert_eq!(list(&b), before);
+    // Successful changes.
+    assert_eq!(lb_balancer_set_weight(b.0, s("a").0, 1, 0), lb_result::Ok);
+    assert_eq!(lb_balancer_remove(b.0, s("b").0, 1), lb_result::Ok);
+    assert_eq!(
+        list(&b),
+        [
+            ("a".into(), 0, 10),
+            ("c".into(), 1, 12),
+            ("d".into(), 2, 13)
+        ]
+    );
+    let mut contains = false;
+    assert_eq!(
+        lb_balancer_contains(b.0, s("c").0, 1, &mut contains),
+        lb_result::Ok
+    );
+    assert!(contains);
+    assert_eq!(
+        lb_balancer_contains(b.0, s("b").0, 1, &mut contains),
+        lb_result::Ok
+    );
+    assert!(!contains);
+    assert_eq!(
+        lb_balancer_contains(b.0, s("b").0, 1, null_mut()),
+        lb_result::NullParameter
+    );
+    let mut len = 0;
+    assert_eq!(lb_balancer_len(b.0, &mut len), lb_result::Ok);
+    assert_eq!(len, 3);
+    assert_eq!(lb_balancer_len(null(), &mut len), lb_result::NullParameter);
+    // A listing can be fed straight back to update.
+    let (mut count, mut size) = (0, 0);
+    let mut nodes: Vec<lb_node> = (0..3).map(|_| node("", 0, 0)).collect();
+    let mut buf = [0 as c_char; 16];
+    let r = lb_balancer_nodes(
+        b.0,
+        nodes.as_mut_ptr(),
+        3,
+        buf.as_mut_ptr(),
+        buf.len(),
+        &mut count,
+        &mut size,
+    );
+    assert_eq!((r, count, size), (lb_result::Ok, 3, 6));
+    assert_eq!(
+        lb_balancer_update(b.0, nodes[1..].as_ptr(), 2),
+        lb_result::Ok
+    );
+    assert_eq!(list(&b), [("c".into(), 1, 12), ("d".into(), 2, 13)]);
+    assert_eq!(lb_balancer_update(b.0, null(), 0), lb_result::Ok);
+    assert_eq!(list(&b), []);
+    assert_eq!(pick_id(&b, None), Err(lb_result::NoNodes));
+}
+
+#[test]
+fn the_id_size_bound_fits_every_id_ever_held() {
+    let bound = |b: &Handle| {
+        let mut size = usize::MAX;
+        assert_eq!(lb_balancer_id_size_bound(b.0, &mut size), lb_result::Ok);
+        size
+    };
+    let b = new("random", null(), &[]).unwrap();
+    assert_eq!(bound(&b), 0);
+    assert_eq!(lb_balancer_add(b.0, s("abc").0, 3, 1, 0), lb_result::Ok);
+    assert_eq!(bound(&b), 4);
+    let longer = [node("x", 1, 0), node("longer-id", 1, 1)];
+    assert_eq!(lb_balancer_update(b.0, longer.as_ptr(), 2), lb_result::Ok);
+    assert_eq!(bound(&b), 10);
+    assert_eq!(lb_balancer_remove(b.0, s("longer-id").0, 9), lb_result::Ok);
+    assert_eq!(bound(&b), 10, "the bound never shrinks");
+    assert_eq!(bound(&abc("round_robin")), 2);
+    assert_eq!(
+        lb_balancer_id_size_bound(null(), &mut 0),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_id_size_bound(b.0, null_mut()),
+        lb_result::NullParameter
+    );
+}
+
+#[test]
+fn picks_return_tags_and_copied_ids() {
+    let b = abc("round_robin");
+    let got: Vec<_> = (0..4).map(|_| pick_id(&b, None).unwrap()).collect();
+    assert_eq!(
+        got,
+        [
+            ("a".into(), 10),
+            ("b".into(), 11),
+            ("c".into(), 12),
+            ("a".into(), 10)
+        ]
+    );
+    // Tag only; then everything NULL (the pick still counts).
+    let mut tag = 0;
+    assert_eq!(
+        lb_balancer_pick(b.0, null(), 0, &mut tag, null_mut(), 0, null_mut()),
+        lb_result::Ok
+    );
+    assert_eq!(tag, 11);
+    assert_eq!(
+        lb_balancer_pick(b.0, null(), 0, null_mut(), null_mut(), 0, null_mut()),
+        lb_result::Ok
+    );
+    // A short buffer: the size needed, nothing else.
+    let mut buf = [7 as c_char; 1];
+    let (mut size, mut tag) = (0, 99);
+    let r = lb_balancer_pick(b.0, null(), 0, &mut tag, buf.as_mut_ptr(), 1, &mut size);
+    assert_eq!(
+        (r, size, tag, buf[0]),
+        (lb_result::BufferTooSmall, 2, 99, 7)
+    );
+    let r = lb_balancer_pick(b.0, null(), 0, &mut tag, null_mut(), 0, &mut size);
+    assert_eq!((r, size, tag), (lb_result::BufferTooSmall, 2, 99));
+    // NULL buffer with a length, NULL key with a length, NULL handle.
+    assert_eq!(
+        lb_balancer_pick(b.0, null(), 0, &mut tag, null_mut(), 8, &mut size),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_pick(b.0, null(), 3, &mut tag, null_mut(), 0, null_mut()),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_pick(null(), null(), 0, &mut tag, null_mut(), 0, null_mut()),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_pick(b.0, null(), usize::MAX, &mut tag, null_mut(), 0, null_mut()),
+        lb_result::InvalidLength
+    );
+    assert_eq!(tag, 99);
+}
+
+fn small_ring() -> Handle {
+    let mut options = null_mut();
+    assert_eq!(lb_options_new(&mut options), lb_result::Ok);
+    assert_eq!(
+        lb_options_set_int(options, s("vnodes").0, 6, 3),
+        lb_result::Ok
+    );
+    let nodes = [
+        node("NodeA", 1, 1),
+        node("NodeB", 1, 2),
+        node("NodeC", 1, 3),
+    ];
+    let b = new("ring", options, &nodes).unwrap();
+    lb_options_free(options);
+    b
+}
+
+#[test]
+fn keyed_picks_match_the_core_and_need_a_key() {
+    let b = small_ring();
+    let core = liblb_core::Balancer::new(
+        Algorithm::Ring,
+        ["NodeA", "NodeB", "NodeC"],
+        Options {
+            vnodes: 3,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for key in ["Key1", "", "user:42", "今天天气不错啊"] {
+        let (id, tag) = pick_id(&b, Some(key)).unwrap();
+        assert_eq!(id, core.pick(Some(key.as_bytes())).unwrap().id());
+        assert_eq!(tag, id.as_bytes()[4] as u64 - b'A' as u64 + 1);
+    }
+    assert_eq!(pick_id(&b, Some("Key1")).unwrap().0, "NodeB"); // seed 001's example
+    assert_eq!(pick_id(&b, None), Err(lb_result::KeyRequired));
+    let mut picks = [lb_pick {
+        tag: 0,
+        id: null(),
+        id_len: 0,
+    }; 2];
+    let r = lb_balancer_pick_n(b.0, 2, picks.as_mut_ptr(), null_mut(), 0, null_mut());
+    assert_eq!(r, lb_result::KeyRequired);
+}
+
+fn pick_ids(picks: &[lb_pick]) -> Vec<String> {
+    picks
+        .iter()
+        .map(|p| {
+            // SAFETY: `id` points at a NUL-terminated copy in the test's buffer.
+            let id = unsafe { CStr::from_ptr(p.id) }.to_str().unwrap();
+            assert_eq!(id.len(), p.id_len);
+            id.to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn pick_many_pick_n_and_attempts_fill_caller_arrays() {
+    let b = small_ring();
+    let keys_text = ["Key1", "user:42", ""];
+    let keys: Vec<lb_key> = keys_text
+        .iter()
+        .map(|k| lb_key {
+            key: k.as_ptr().cast(),
+            key_len: k.len(),
+        })
+        .collect();
+    let empty = lb_pick {
+        tag: 0,
+        id: null(),
+        id_len: 0,
+    };
+    let mut picks = [empty; 3];
+    let mut buf = [0 as c_char; 64];
+    let mut size = 0;
+    let r = lb_balancer_pick_many(
+        b.0,
+        keys.as_ptr(),
+        3,
+        picks.as_mut_ptr(),
+        buf.as_mut_ptr(),
+        buf.len(),
+        &mut size,
+    );
+    assert_eq!(r, lb_result::Ok);
+    let ids = pick_ids(&picks);
+    let singles: Vec<String> = keys_text
+        .iter()
+        .map(|k| pick_id(&b, Some(k)).unwrap().0)
+        .collect();
+    assert_eq!(ids, singles);
+    assert_eq!(size, ids.iter().map(|i| i.len() + 1).sum::<usize>());
+    // Tags only.
+    let mut tags_only = [empty; 3];
+    let r = lb_balancer_pick_many(
+        b.0,
+        keys.as_ptr(),
+        3,
+        tags_only.as_mut_ptr(),
+        null_mut(),
+        0,
+        null_mut(),
+    );
+    assert_eq!(r, lb_result::Ok);
+    assert!(
+        tags_only
+            .iter()
+            .zip(&picks)
+            .all(|(t, p)| t.tag == p.tag && t.id.is_null())
+    );
+    // Too small: size needed, picks untouched.
+    let mut untouched = [empty; 3];
+    let r = lb_balancer_pick_many(
+        b.0,
+        keys.as_ptr(),
+        3,
+        untouched.as_mut_ptr(),
+        buf.as_mut_ptr(),
+        5,
+        &mut size,
+    );
+    assert_eq!((r, size), (lb_result::BufferTooSmall, 18));
+    assert!(untouched.iter().all(|p| p.id.is_null() && p.tag == 0));
+    // Bad keys.
+    let null_key = [lb_key {
+        key: null(),
+        key_len: 1,
+    }];
+    let r = lb_balancer_pick_many(
+        b.0,
+        null_key.as_ptr(),
+        1,
+        untouched.as_mut_ptr(),
+        null_mut(),
+        0,
+        null_mut(),
+    );
+    assert_eq!(r, lb_result::NullParameter);
+    let r = lb_balancer_pick_many(b.0, keys.as_ptr(), 3, null_mut(), null_mut(), 0, null_mut());
+    assert_eq!(r, lb_result::NullParameter);
+    let r = lb_balancer_pick_many(b.0, null(), 0, null_mut(), null_mut(), 0, null_mut());
+    assert_eq!(r, lb_result::Ok);
+    // Attempts: distinct, first = pick, count written.
+    let mut tries = [empty; 5];
+    let mut count = 0;
+    let (key, key_len) = s("Key1");
+    let r = lb_balancer_attempts(
+        b.0,
+        key.cast(),
+        key_len,
+        tries.as_mut_ptr(),
+        5,
+        buf.as_mut_ptr(),
+        buf.len(),
+        &mut size,
+        &mut count,
+    );
+    assert_eq!((r, count), (lb_result::Ok, 3));
+    let tried = pick_ids(&tries[..count]);
+    assert_eq!(tried[0], "NodeB");
+    let mut sorted = tried.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["NodeA", "NodeB", "NodeC"]);
+    let r = lb_balancer_attempts(
+        b.0,
+        key.cast(),
+        key_len,
+        tries.as_mut_ptr(),
+        2,
+        buf.as_mut_ptr(),
+        buf.len(),
+        &mut size,
+        null_mut(),
+    );
+    assert_eq!(r, lb_result::NullParameter);
+    let r = lb_balancer_attempts(
+        b.0,
+        null(),
+        0,
+        tries.as_mut_ptr(),
+        2,
+        null_mut(),
+        0,
+        null_mut(),
+        &mut count,
+    );
+    assert_eq!(r, lb_result::KeyRequired);
+    let r = lb_balancer_attempts(
+        b.0,
+        key.cast(),
+        key_len,
+        tries.as_mut_ptr(),
+        2,
+        buf.as_mut_ptr(),
+        3,
+        &mut size,
+        &mut count,
+    );
+    assert_eq!((r, size, count), (lb_result::BufferTooSmall, 12, 3));
+    // pick_n on an unkeyed balancer.
+    let rr = abc("round_robin");
+    let mut five = [empty; 5];
+    let r = lb_balancer_pick_n(
+        rr.0,
+        5,
+        five.as_mut_ptr(),
+        buf.as_mut_ptr(),
+        buf.len(),
+        &mut size,
+    );
+    assert_eq!((r, size), (lb_result::Ok, 10));
+    assert_eq!(pick_ids(&five), ["a", "b", "c", "a", "b"]);
+    assert_eq!(five.map(|p| p.tag), [10, 11, 12, 10, 11]);
+    let r = lb_balancer_pick_n(rr.0, 5, null_mut(), null_mut(), 0, null_mut());
+    assert_eq!(r, lb_result::NullParameter);
+}
+
+#[test]
+fn picks_stay_valid_while_another_thread_changes_membership() {
+    // Two pickers and one updater sharing a `const lb_balancer *`, as the C pthreads test does.
+    struct Shared(*mut lb_balancer);
+    // SAFETY: the balancer is Send + Sync (a compile-time assertion in the core) and every
+    // function used here takes a shared pointer; the handle outlives the scope.
+    unsafe impl Sync for Shared {}
+    let b = abc("weighted_round_robin");
+    let shared = Shared(b.0);
+    let rounds = if cfg!(miri) { 20 } else { 2000 };
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                let shared = &shared;
+                for _ in 0..rounds {
+                    let mut buf = [0 as c_char; 8];
+                    let (mut tag, mut size) = (0, 0);
+                    let r = lb_balancer_pick(
+                        shared.0,
+                        null(),
+                        0,
+                        &mut tag,
+                        buf.as_mut_ptr(),
+                        8,
+                        &mut size,
+                    );
+                    assert_eq!(r, lb_result::Ok);
+                    let id = cstr(buf.as_ptr());
+                    // Every pick is a node of the set it was drawn from, with that node's tag.
+                    assert_eq!(u64::from(id.as_bytes()[0] - b'a') + 10, tag, "{id}");
+                }
+            });
+        }
+        scope.spawn(|| {
+            let shared = &shared;
+            for i in 0..rounds {
+                let nodes = if i % 2 == 0 {
+                    vec![node("d", 2, 13), node("e", 1, 14)]
+                } else {
+                    vec![node("a", 1, 10), node("b", 3, 11), node("c", 1, 12)]
+                };
+                assert_eq!(
+                    lb_balancer_update(shared.0, nodes.as_ptr(), nodes.len()),
+                    lb_result::Ok
+                );
+            }
+        });
+    });
+}

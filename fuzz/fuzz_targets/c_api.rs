@@ -1,0 +1,764 @@
+//! Random sequences of C API calls — with NULL pointers, bad UTF-8, NUL bytes, empty ids,
+//! short buffers and unknown ids — checked against two references:
+//!
+//! - a simple model (a `Vec` of id, weight, tag) that predicts every result code, the node
+//!   listing, and which ids a pick may return;
+//! - a `liblb_core::Balancer` mirror built with the same seed and given the same successful
+//!   calls, so every answer (ids and tags, in order) must be exactly the core's.
+//!
+//! Run: `cd fuzz && cargo +nightly fuzz run c_api` (see docs/c.md for long runs).
+#![no_main]
+
+use arbitrary::Arbitrary;
+use core::ffi::{CStr, c_char, c_void};
+use core::ptr::{null, null_mut};
+use lb::*;
+use libfuzzer_sys::fuzz_target;
+use liblb_core::{Algorithm, Balancer, Node, Options};
+
+/// An id: one of a few valid names (so calls hit existing nodes), or arbitrary bytes (empty,
+/// invalid UTF-8, embedded NUL, long).
+#[derive(Arbitrary, Debug, Clone)]
+enum Id {
+    Known(u8),
+    Raw(Vec<u8>),
+}
+
+impl Id {
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            Id::Known(i) => format!("node-{}", i % 6).into_bytes(),
+            Id::Raw(bytes) => bytes.clone(),
+        }
+    }
+}
+
+/// How a call hands over a buffer: the capacity in bytes (the buffer really has it), or
+/// NULL with a non-zero length (must be rejected).
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Buf {
+    Cap(u8),
+    Big,
+    NullWithLen,
+}
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Add {
+        id: Id,
+        weight: u8,
+        tag: u64,
+    },
+    Remove {
+        id: Id,
+    },
+    SetWeight {
+        id: Id,
+        weight: u8,
+    },
+    Update {
+        nodes: Vec<(Id, u8)>,
+    },
+    Pick {
+        key: Option<Vec<u8>>,
+        want_tag: bool,
+        id_buf: Option<Buf>,
+    },
+    PickMany {
+        keys: Vec<Vec<u8>>,
+        ids: Option<Buf>,
+    },
+    PickN {
+        count: u8,
+        ids: Option<Buf>,
+    },
+    Attempts {
+        key: Option<Vec<u8>>,
+        limit: u8,
+        ids: Option<Buf>,
+    },
+    Nodes {
+        cap: u8,
+        ids: Buf,
+    },
+    Contains {
+        id: Id,
+    },
+    Len,
+    IdSizeBound,
+    /// A call with a NULL balancer handle.
+    NullHandle(u8),
+    /// A membership call with a NULL id pointer and a non-zero length.
+    NullId(u8),
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    algorithm: u8,
+    seed: u64,
+    vnodes: u8,
+    xxh3: bool,
+    initial: Vec<(Id, u8)>,
+    ops: Vec<Op>,
+}
+
+/// The model's view of one node.
+#[derive(Debug, Clone, PartialEq)]
+struct ModelNode {
+    id: String,
+    weight: u32,
+    tag: u64,
+}
+
+/// What the C API must answer for an id given as bytes, before membership is considered.
+fn id_error(bytes: &[u8]) -> Option<lb_result> {
+    match core::str::from_utf8(bytes) {
+        Err(_) => Some(lb_result::InvalidUtf8),
+        Ok("") => Some(lb_result::EmptyId),
+        Ok(s) if s.contains('\0') => Some(lb_result::IdContainsNul),
+        Ok(_) => None,
+    }
+}
+
+/// A fixed tag per id, so updates (which carry tags too) stay checkable.
+fn tag_for(id: &[u8]) -> u64 {
+    id.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// An id buffer for a call: (pointer, length) plus the storage keeping it alive.
+fn buffer(buf: Buf) -> (Vec<c_char>, *mut c_char, usize) {
+    match buf {
+        Buf::Cap(n) => {
+            let mut storage = vec![0 as c_char; usize::from(n)];
+            let ptr = if n == 0 {
+                null_mut()
+            } else {
+                storage.as_mut_ptr()
+            };
+            (storage, ptr, usize::from(n))
+        }
+        Buf::Big => {
+            let mut storage = vec![0 as c_char; 1 << 16];
+            let ptr = storage.as_mut_ptr();
+            (storage, ptr, 1 << 16)
+        }
+        Buf::NullWithLen => (Vec::new(), null_mut(), 7),
+    }
+}
+
+fn read_id(p: &lb_pick) -> String {
+    assert!(!p.id.is_null());
+    // SAFETY: liblb wrote a NUL-terminated id at `p.id` inside our live buffer.
+    let id = unsafe { CStr::from_ptr(p.id) }
+        .to_str()
+        .expect("ids are UTF-8")
+        .to_string();
+    assert_eq!(id.len(), p.id_len);
+    id
+}
+
+struct Harness {
+    handle: *mut lb_balancer,
+    mirror: Balancer,
+    model: Vec<ModelNode>,
+    keyed: bool,
+    /// Smallest and largest value `lb_balancer_id_size_bound` may report: it covers every id
+    /// ever held, and may also count valid-UTF-8 ids of changes that failed.
+    bound_min: usize,
+    bound_max: usize,
+}
+
+impl Harness {
+    fn active(&self) -> bool {
+        self.model.iter().any(|n| n.weight > 0)
+    }
+
+    /// The error a pick must fail with before any buffer is considered, if any.
+    fn pick_error(&self, has_key: bool) -> Option<Vec<lb_result>> {
+        let mut errors = Vec::new();
+        if self.keyed && !has_key {
+            errors.push(lb_result::KeyRequired);
+        }
+        if !self.active() {
+            errors.push(lb_result::NoNodes);
+        }
+        (!errors.is_empty()).then_some(errors)
+    }
+
+    /// Checks that an answer names a pickable model node with its own tag.
+    fn check_answer(&self, id: &str, tag: u64) {
+        let node = self
+            .model
+            .iter()
+            .find(|n| n.id == id)
+            .expect("answer is a current node");
+        assert_eq!(node.tag, tag, "tag of {id}");
+        assert!(node.weight > 0, "drained node {id} picked");
+    }
+
+    fn check_listing(&self) {
+        let (mut count, mut size) = (0usize, 0usize);
+        let mut nodes = vec![
+            lb_node {
+                id: null(),
+                id_len: 0,
+                weight: 0,
+                tag: 0
+            };
+            self.model.len()
+        ];
+        let mut ids = vec![0 as c_char; 1 << 16];
+        let r = lb_balancer_nodes(
+            self.handle,
+            nodes.as_mut_ptr(),
+            nodes.len(),
+            ids.as_mut_ptr(),
+            ids.len(),
+            &mut count,
+            &mut size,
+        );
+        assert_eq!(r, lb_result::Ok);
+        assert_eq!(count, self.model.len());
+        for (n, m) in nodes.iter().zip(&self.model) {
+            // SAFETY: `id` points into `ids`, NUL-terminated.
+            let id = unsafe { CStr::from_ptr(n.id) }.to_str().unwrap();
+            assert_eq!((id, n.weight, n.tag), (&*m.id, m.weight, m.tag));
+        }
+        assert_eq!(
+            size,
+            self.model.iter().map(|m| m.id.len() + 1).sum::<usize>()
+        );
+    }
+
+    fn membership(&mut self, op: &Op) {
+        let before = self.model.clone();
+        let (r, expected) = match op {
+            Op::Add { id, weight, tag } => {
+                let bytes = id.bytes();
+                let expected = id_error(&bytes).or_else(|| {
+                    let s = core::str::from_utf8(&bytes).unwrap();
+                    self.model
+                        .iter()
+                        .any(|n| n.id == s)
+                        .then_some(lb_result::DuplicateNode)
+                });
+                let r = lb_balancer_add(
+                    self.handle,
+                    bytes.as_ptr().cast(),
+                    bytes.len(),
+                    (*weight).into(),
+                    *tag,
+                );
+                if core::str::from_utf8(&bytes).is_ok() {
+                    self.bound_max = self.bound_max.max(bytes.len() + 1);
+                }
+                if r == lb_result::Ok {
+                    let s = String::from_utf8(bytes).unwrap();
+                    self.bound_min = self.bound_min.max(s.len() + 1);
+                    self.mirror
+                        .add(Node::with_tag(s.as_str(), (*weight).into(), *tag))
+                        .unwrap();
+                    self.model.push(ModelNode {
+                        id: s,
+                        weight: (*weight).into(),
+                        tag: *tag,
+                    });
+                }
+                (r, vec![expected.unwrap_or(lb_result::Ok)])
+            }
+            Op::Remove { id } | Op::SetWeight { id, .. } => {
+                let bytes = id.bytes();
+                let found = core::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(|s| self.model.iter().position(|n| n.id == s));
+                let expected = match (core::str::from_utf8(&bytes), found) {
+                    (Err(_), _) => lb_result::InvalidUtf8,
+                    (Ok(_), None) => lb_result::UnknownNode,
+                    (Ok(_), Some(_)) => lb_result::Ok,
+                };
+                let r = if let Op::SetWeight { weight, .. } = op {
+                    lb_balancer_set_weight(
+                        self.handle,
+                        bytes.as_ptr().cast(),
+                        bytes.len(),
+                        (*weight).into(),
+                    )
+                } else {
+                    lb_balancer_remove(self.handle, bytes.as_ptr().cast(), bytes.len())
+                };
+                if let (lb_result::Ok, Some(i)) = (r, found) {
+                    let id = self.model[i].id.clone();
+                    if let Op::SetWeight { weight, .. } = op {
+                        self.model[i].weight = (*weight).into();
+                        self.mirror.set_weight(&id, (*weight).into()).unwrap();
+                    } else {
+                        self.model.remove(i);
+                        self.mirror.remove(&id).unwrap();
+                    }
+                }
+                (r, vec![expected])
+            }
+            Op::Update { nodes } => {
+                let raw: Vec<(Vec<u8>, u32)> = nodes
+                    .iter()
+                    .map(|(id, w)| (id.bytes(), (*w).into()))
+                    .collect();
+                let c: Vec<lb_node> = raw
+                    .iter()
+                    .map(|(id, w)| lb_node {
+                        id: id.as_ptr().cast(),
+                        id_len: id.len(),
+                        weight: *w,
+                        tag: tag_for(id),
+                    })
+                    .collect();
+                // Expected: the first invalid UTF-8 wins (checked while copying), then the core
+                // validates ids in order, then duplicates; any of the present kinds is accepted
+                // when several apply, exactly one when only one does.
+                let mut expected = Vec::new();
+                if raw.iter().any(|(id, _)| core::str::from_utf8(id).is_err()) {
+                    expected.push(lb_result::InvalidUtf8);
+                } else {
+                    let first_bad = raw.iter().find_map(|(id, _)| id_error(id));
+                    if let Some(e) = first_bad {
+                        expected.push(e);
+                    } else {
+                        let mut ids: Vec<&Vec<u8>> = raw.iter().map(|(id, _)| id).collect();
+                        ids.sort();
+                        if ids.windows(2).any(|w| w[0] == w[1]) {
+                            expected.push(lb_result::DuplicateNode);
+                        }
+                    }
+                }
+                if expected.is_empty() {
+                    expected.push(lb_result::Ok);
+                }
+                let r = lb_balancer_update(self.handle, c.as_ptr(), c.len());
+                if raw.iter().all(|(id, _)| core::str::from_utf8(id).is_ok()) {
+                    let longest = raw.iter().map(|(id, _)| id.len() + 1).max().unwrap_or(0);
+                    self.bound_max = self.bound_max.max(longest);
+                }
+                if r == lb_result::Ok {
+                    self.model = raw
+                        .iter()
+                        .map(|(id, w)| ModelNode {
+                            id: String::from_utf8(id.clone()).unwrap(),
+                            weight: *w,
+                            tag: tag_for(id),
+                        })
+                        .collect();
+                    let longest = self.model.iter().map(|n| n.id.len() + 1).max().unwrap_or(0);
+                    self.bound_min = self.bound_min.max(longest);
+                    self.mirror
+                        .update(
+                            self.model
+                                .iter()
+                                .map(|n| Node::with_tag(n.id.as_str(), n.weight, n.tag)),
+                        )
+                        .unwrap();
+                }
+                (r, expected)
+            }
+            _ => unreachable!(),
+        };
+        assert!(
+            expected.contains(&r),
+            "{op:?}: got {r:?}, expected one of {expected:?}"
+        );
+        if r != lb_result::Ok {
+            assert_eq!(self.model, before);
+        }
+        self.check_listing();
+    }
+
+    fn pick(&mut self, key: &Option<Vec<u8>>, want_tag: bool, id_buf: Option<Buf>) {
+        let (kp, kl) = key
+            .as_ref()
+            .map_or((null(), 0), |k| (k.as_ptr().cast::<c_void>(), k.len()));
+        let mut tag = 0xAAAA_u64;
+        let mut size = 0xBBBB_usize;
+        let (_storage, buf, cap) = id_buf.map_or((Vec::new(), null_mut(), 0), buffer);
+        let r = lb_balancer_pick(
+            self.handle,
+            kp,
+            kl,
+            if want_tag { &mut tag } else { null_mut() },
+            buf,
+            cap,
+            if id_buf.is_some() {
+                &mut size
+            } else {
+                null_mut()
+            },
+        );
+        if matches!(id_buf, Some(Buf::NullWithLen)) {
+            assert_eq!(r, lb_result::NullParameter);
+            return;
+        }
+        let mirrored = self.mirror.pick(key.as_deref());
+        if let Some(errors) = self.pick_error(key.is_some()) {
+            assert!(errors.contains(&r), "pick: {r:?} not in {errors:?}");
+            assert!(mirrored.is_err());
+            assert_eq!((tag, size), (0xAAAA, 0xBBBB), "outputs written on error");
+            return;
+        }
+        let expected = mirrored.expect("the core picks too");
+        let needed = expected.id().len() + 1;
+        if id_buf.is_some() && cap < needed {
+            assert_eq!((r, size, tag), (lb_result::BufferTooSmall, needed, 0xAAAA));
+            return;
+        }
+        assert_eq!(r, lb_result::Ok);
+        if want_tag {
+            assert_eq!(tag, expected.tag());
+        }
+        if id_buf.is_some() {
+            assert_eq!(size, needed);
+            // SAFETY: liblb wrote a NUL-terminated id at the start of our buffer.
+            let id = unsafe { CStr::from_ptr(buf) }.to_str().unwrap();
+            assert_eq!(id, expected.id());
+            self.check_answer(id, expected.tag());
+        }
+    }
+
+    /// Shared checks of pick_many / pick_n / attempts: `call` gets (picks_out, ids_buf, cap,
+    /// ids_size_out); `core` gives the mirror's answers.
+    fn batch(
+        &mut self,
+        n: usize,
+        ids: Option<Buf>,
+        errors: Option<Vec<lb_result>>,
+        call: impl FnOnce(*mut lb_pick, *mut c_char, usize, *mut usize) -> (lb_result, usize),
+        core: impl FnOnce(&Balancer) -> liblb_core::Result<liblb_core::Picks>,
+    ) {
+        let empty = lb_pick {
+            tag: 0x5555,
+            id: null(),
+            id_len: 0,
+        };
+        let mut picks = vec![empty; n];
+        let (_storage, buf, cap) = ids.map_or((Vec::new(), null_mut(), 0), buffer);
+        let mut size = 0xBBBB_usize;
+        let (r, count) = call(
+            picks.as_mut_ptr(),
+            buf,
+            cap,
+            if ids.is_some() { &mut size } else { null_mut() },
+        );
+        if matches!(ids, Some(Buf::NullWithLen)) {
+            assert_eq!(r, lb_result::NullParameter);
+            return;
+        }
+        let mirrored = core(&self.mirror);
+        if let Some(errors) = errors {
+            assert!(errors.contains(&r), "batch: {r:?} not in {errors:?}");
+            assert!(mirrored.is_err());
+            assert!(
+                picks.iter().all(|p| p.tag == 0x5555),
+                "outputs written on error"
+            );
+            return;
+        }
+        let expected = mirrored.expect("the core answers too");
+        let needed: usize = expected.ids().map(|id| id.len() + 1).sum();
+        if ids.is_some() && cap < needed {
+            assert_eq!((r, size), (lb_result::BufferTooSmall, needed));
+            assert!(
+                picks.iter().all(|p| p.tag == 0x5555),
+                "picks written on BUFFER_TOO_SMALL"
+            );
+            return;
+        }
+        assert_eq!(r, lb_result::Ok);
+        assert_eq!(count, expected.len());
+        let tags: Vec<u64> = expected.tags().collect();
+        for (i, (p, id)) in picks.iter().zip(expected.ids()).enumerate() {
+            assert_eq!(p.tag, tags[i]);
+            if ids.is_some() {
+                assert_eq!(read_id(p), id);
+                self.check_answer(id, p.tag);
+            } else {
+                assert!(p.id.is_null());
+            }
+        }
+        if ids.is_some() {
+            assert_eq!(size, needed);
+        }
+    }
+
+    fn run(&mut self, op: &Op) {
+        match op {
+            Op::Add { .. } | Op::Remove { .. } | Op::SetWeight { .. } | Op::Update { .. } => {
+                self.membership(op)
+            }
+            Op::Pick {
+                key,
+                want_tag,
+                id_buf,
+            } => self.pick(key, *want_tag, *id_buf),
+            Op::PickMany { keys, ids } => {
+                let c: Vec<lb_key> = keys
+                    .iter()
+                    .map(|k| lb_key {
+                        key: k.as_ptr().cast(),
+                        key_len: k.len(),
+                    })
+                    .collect();
+                let errors = if keys.is_empty() {
+                    None
+                } else {
+                    self.pick_error(true)
+                };
+                let handle = self.handle;
+                self.batch(
+                    keys.len(),
+                    *ids,
+                    errors,
+                    |picks, buf, cap, size| {
+                        (
+                            lb_balancer_pick_many(
+                                handle,
+                                c.as_ptr(),
+                                c.len(),
+                                picks,
+                                buf,
+                                cap,
+                                size,
+                            ),
+                            keys.len(),
+                        )
+                    },
+                    |core| core.pick_many(keys.iter().map(|k| k.as_slice())),
+                );
+            }
+            Op::PickN { count, ids } => {
+                let n = usize::from(*count % 16);
+                let errors = if n == 0 { None } else { self.pick_error(false) };
+                let handle = self.handle;
+                self.batch(
+                    n,
+                    *ids,
+                    errors,
+                    |picks, buf, cap, size| {
+                        (lb_balancer_pick_n(handle, n, picks, buf, cap, size), n)
+                    },
+                    |core| core.pick_n(n),
+                );
+            }
+            Op::Attempts { key, limit, ids } => {
+                let limit = usize::from(*limit % 12);
+                let errors = self.pick_error(key.is_some());
+                let handle = self.handle;
+                let (kp, kl) = key
+                    .as_ref()
+                    .map_or((null(), 0), |k| (k.as_ptr().cast::<c_void>(), k.len()));
+                self.batch(
+                    limit,
+                    *ids,
+                    errors,
+                    |picks, buf, cap, size| {
+                        let mut count = 0xCCCC;
+                        let r = lb_balancer_attempts(
+                            handle, kp, kl, picks, limit, buf, cap, size, &mut count,
+                        );
+                        if r != lb_result::Ok {
+                            assert_eq!(count, 0xCCCC, "count written on error");
+                        }
+                        (r, count)
+                    },
+                    |core| core.attempts(key.as_deref(), limit),
+                );
+            }
+            Op::Nodes { cap, ids } => {
+                let cap = usize::from(*cap % 8);
+                let mut nodes = vec![
+                    lb_node {
+                        id: null(),
+                        id_len: 0,
+                        weight: 0,
+                        tag: 0x7777
+                    };
+                    cap
+                ];
+                let (_storage, buf, buf_len) = buffer(*ids);
+                let (mut count, mut size) = (0xCCCC_usize, 0xBBBB_usize);
+                let r = lb_balancer_nodes(
+                    self.handle,
+                    nodes.as_mut_ptr(),
+                    cap,
+                    buf,
+                    buf_len,
+                    &mut count,
+                    &mut size,
+                );
+                if matches!(ids, Buf::NullWithLen) {
+                    assert_eq!(r, lb_result::NullParameter);
+                    return;
+                }
+                let needed: usize = self.model.iter().map(|n| n.id.len() + 1).sum();
+                assert_eq!((count, size), (self.model.len(), needed));
+                if cap < self.model.len() || buf_len < needed {
+                    assert_eq!(r, lb_result::BufferTooSmall);
+                    assert!(nodes.iter().all(|n| n.tag == 0x7777));
+                } else {
+                    assert_eq!(r, lb_result::Ok);
+                    for (n, m) in nodes.iter().zip(&self.model) {
+                        assert_eq!((n.id_len, n.weight, n.tag), (m.id.len(), m.weight, m.tag));
+                    }
+                }
+            }
+            Op::Contains { id } => {
+                let bytes = id.bytes();
+                let mut found = false;
+                let r = lb_balancer_contains(
+                    self.handle,
+                    bytes.as_ptr().cast(),
+                    bytes.len(),
+                    &mut found,
+                );
+                match core::str::from_utf8(&bytes) {
+                    Err(_) => assert_eq!(r, lb_result::InvalidUtf8),
+                    Ok(s) => {
+                        assert_eq!(r, lb_result::Ok);
+                        assert_eq!(found, self.model.iter().any(|n| n.id == s));
+                    }
+                }
+            }
+            Op::Len => {
+                let mut len = 0;
+                assert_eq!(lb_balancer_len(self.handle, &mut len), lb_result::Ok);
+                assert_eq!(len, self.model.len());
+            }
+            Op::IdSizeBound => {
+                let mut bound = 0;
+                assert_eq!(
+                    lb_balancer_id_size_bound(self.handle, &mut bound),
+                    lb_result::Ok
+                );
+                assert!(
+                    (self.bound_min..=self.bound_max).contains(&bound),
+                    "bound {bound}"
+                );
+            }
+            Op::NullHandle(which) => {
+                let (mut tag, mut len) = (0u64, 0usize);
+                let r = match which % 6 {
+                    0 => lb_balancer_add(null(), c"x".as_ptr(), 1, 1, 0),
+                    1 => lb_balancer_remove(null(), c"x".as_ptr(), 1),
+                    2 => lb_balancer_pick(null(), null(), 0, &mut tag, null_mut(), 0, null_mut()),
+                    3 => lb_balancer_len(null(), &mut len),
+                    4 => lb_balancer_update(null(), null(), 0),
+                    _ => {
+                        lb_balancer_nodes(null(), null_mut(), 0, null_mut(), 0, &mut len, &mut len)
+                    }
+                };
+                assert_eq!(r, lb_result::NullParameter);
+            }
+            Op::NullId(which) => {
+                let bad = [lb_node {
+                    id: null(),
+                    id_len: 3,
+                    weight: 1,
+                    tag: 0,
+                }];
+                let r = match which % 4 {
+                    0 => lb_balancer_add(self.handle, null(), 3, 1, 0),
+                    1 => lb_balancer_remove(self.handle, null(), 3),
+                    2 => lb_balancer_set_weight(self.handle, null(), 3, 1),
+                    _ => lb_balancer_update(self.handle, bad.as_ptr(), 1),
+                };
+                assert_eq!(r, lb_result::NullParameter);
+                self.check_listing();
+            }
+        }
+    }
+}
+
+fuzz_target!(|input: Input| {
+    let algorithm = Algorithm::ALL[usize::from(input.algorithm) % Algorithm::ALL.len()];
+    // Few vnodes keep ring rebuilds cheap, so the fuzzer explores call sequences, not SHA-256.
+    let vnodes = u64::from(input.vnodes % 8) + 1;
+    let mut options = null_mut();
+    assert_eq!(lb_options_new(&mut options), lb_result::Ok);
+    assert_eq!(
+        lb_options_set_int(options, c"seed".as_ptr(), 4, input.seed),
+        lb_result::Ok
+    );
+    assert_eq!(
+        lb_options_set_int(options, c"vnodes".as_ptr(), 6, vnodes),
+        lb_result::Ok
+    );
+    if input.xxh3 {
+        assert_eq!(
+            lb_options_set_str(options, c"hash".as_ptr(), 4, c"xxh3".as_ptr(), 4),
+            lb_result::Ok
+        );
+    }
+    // Initial nodes: keep the valid, distinct ones (creation errors are covered by Update).
+    let mut model: Vec<ModelNode> = Vec::new();
+    for (id, weight) in &input.initial {
+        let bytes = id.bytes();
+        if id_error(&bytes).is_none() {
+            let s = String::from_utf8(bytes.clone()).unwrap();
+            if !model.iter().any(|n| n.id == s) {
+                model.push(ModelNode {
+                    id: s,
+                    weight: (*weight).into(),
+                    tag: tag_for(&bytes),
+                });
+            }
+        }
+    }
+    let c: Vec<lb_node> = model
+        .iter()
+        .map(|n| lb_node {
+            id: n.id.as_ptr().cast(),
+            id_len: n.id.len(),
+            weight: n.weight,
+            tag: n.tag,
+        })
+        .collect();
+    let name = algorithm.name();
+    let mut handle = null_mut();
+    let r = lb_balancer_new(
+        name.as_ptr().cast(),
+        name.len(),
+        options,
+        c.as_ptr(),
+        c.len(),
+        &mut handle,
+    );
+    assert_eq!(r, lb_result::Ok);
+    lb_options_free(options);
+    let mut core_options = Options {
+        seed: Some(input.seed),
+        vnodes: vnodes as u32,
+        ..Options::default()
+    };
+    if input.xxh3 {
+        core_options.hash = Some(liblb_core::HashKind::Xxh3);
+    }
+    let mirror = Balancer::new(
+        algorithm,
+        model
+            .iter()
+            .map(|n| Node::with_tag(n.id.as_str(), n.weight, n.tag)),
+        core_options,
+    )
+    .unwrap();
+    let longest = model.iter().map(|n| n.id.len() + 1).max().unwrap_or(0);
+    let mut harness = Harness {
+        handle,
+        mirror,
+        model,
+        keyed: algorithm.is_keyed(),
+        bound_min: longest,
+        bound_max: longest,
+    };
+    for op in input.ops.iter().take(64) {
+        harness.run(op);
+    }
+    lb_balancer_free(harness.handle);
+});

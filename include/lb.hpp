@@ -1,0 +1,306 @@
+// lb.hpp: a header-only C++17 wrapper over lb.h (liblb's C API).
+//
+// - lb::balancer and lb::options own their C handles (unique ownership: movable, not
+//   copyable); the destructor frees them.
+// - Every failure throws lb::error (derived from std::runtime_error) carrying the lb_result
+//   code; after a throw the balancer is unchanged.
+// - Keys and ids are std::string_view (any bytes for keys; UTF-8 for ids); answers are
+//   std::string copies, never views into balancer memory, so they stay valid whatever other
+//   threads do.
+// - Thread safety is the C API's: every const member function and add/remove/set_weight/update
+//   may be called concurrently on one balancer; moving or destroying it needs exclusive access.
+//
+// Link with -llb (pkg-config: liblb).
+#ifndef LB_HPP
+#define LB_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "lb.h"
+
+namespace lb {
+
+/// A liblb failure: `code()` is the lb_result, `name()` its stable name ("LB_UNKNOWN_NODE").
+class error : public std::runtime_error {
+public:
+    explicit error(lb_result code)
+        : std::runtime_error(std::string(lb_result_name(code)) + ": " + lb_result_str(code)),
+          code_(code) {}
+
+    lb_result code() const noexcept { return code_; }
+    const char *name() const noexcept { return lb_result_name(code_); }
+
+private:
+    lb_result code_;
+};
+
+namespace detail {
+inline void check(lb_result result) {
+    if (result != LB_RESULT_OK) throw error(result);
+}
+
+struct balancer_deleter {
+    void operator()(lb_balancer *b) const noexcept { lb_balancer_free(b); }
+};
+struct options_deleter {
+    void operator()(lb_options *o) const noexcept { lb_options_free(o); }
+};
+
+/// The C view of an optional key: no key is NULL/0.
+inline const void *key_ptr(const std::optional<std::string_view> &key) {
+    return key ? (key->data() ? key->data() : "") : nullptr;
+}
+inline size_t key_len(const std::optional<std::string_view> &key) { return key ? key->size() : 0; }
+}  // namespace detail
+
+/// liblb's version string, e.g. "0.1.0".
+inline std::string_view version() { return lb_version(); }
+
+/// Every algorithm name lb::balancer accepts.
+inline std::vector<std::string_view> algorithms() {
+    std::vector<std::string_view> names;
+    for (size_t i = 0; const char *name = lb_algorithm_name(i); i++) names.emplace_back(name);
+    return names;
+}
+
+/// A node: id, weight (0 = drained) and a tag of the caller's choosing.
+struct node {
+    std::string id;
+    uint32_t weight = 1;
+    uint64_t tag = 0;
+
+    bool operator==(const node &o) const {
+        return id == o.id && weight == o.weight && tag == o.tag;
+    }
+};
+
+/// One answer: the node's id and tag.
+struct picked {
+    std::string id;
+    uint64_t tag = 0;
+
+    bool operator==(const picked &o) const { return id == o.id && tag == o.tag; }
+};
+
+/// Balancer options (`seed`, `vnodes`, `hash`), set by name; unknown names or bad values throw.
+class options {
+public:
+    options() {
+        lb_options *raw = nullptr;
+        detail::check(lb_options_new(&raw));
+        handle_.reset(raw);
+    }
+
+    /// Integer options (`seed`, `vnodes`). Negative values throw LB_INVALID_OPTION_VALUE.
+    template <class Int, std::enable_if_t<std::is_integral_v<Int> && !std::is_same_v<Int, bool>,
+                                          int> = 0>
+    options &set(std::string_view name, Int value) {
+        if constexpr (std::is_signed_v<Int>) {
+            if (value < 0) throw error(LB_RESULT_INVALID_OPTION_VALUE);
+        }
+        detail::check(lb_options_set_int(handle_.get(), name.data(), name.size(),
+                                         static_cast<uint64_t>(value)));
+        return *this;
+    }
+
+    /// Text options (`hash`; `seed`/`vnodes` as decimal text).
+    options &set(std::string_view name, std::string_view value) {
+        detail::check(lb_options_set_str(handle_.get(), name.data(), name.size(), value.data(),
+                                         value.size()));
+        return *this;
+    }
+
+    // String literals are text, not booleans or integers.
+    options &set(std::string_view name, const char *value) {
+        return set(name, std::string_view(value));
+    }
+
+    const lb_options *get() const noexcept { return handle_.get(); }
+
+private:
+    std::unique_ptr<lb_options, detail::options_deleter> handle_;
+};
+
+/// A load balancer. See lb.h for the algorithms and their behaviour.
+class balancer {
+public:
+    explicit balancer(std::string_view algorithm, const std::vector<node> &nodes = {},
+                      const options *opts = nullptr) {
+        std::vector<lb_node> c = to_c(nodes);
+        lb_balancer *raw = nullptr;
+        detail::check(lb_balancer_new(algorithm.data(), algorithm.size(),
+                                      opts ? opts->get() : nullptr, c.data(), c.size(), &raw));
+        handle_.reset(raw);
+    }
+
+    balancer(std::string_view algorithm, const std::vector<node> &nodes, const options &opts)
+        : balancer(algorithm, nodes, &opts) {}
+
+    void add(std::string_view id, uint32_t weight = 1, uint64_t tag = 0) {
+        detail::check(lb_balancer_add(get(), id.data(), id.size(), weight, tag));
+    }
+
+    void remove(std::string_view id) {
+        detail::check(lb_balancer_remove(get(), id.data(), id.size()));
+    }
+
+    void set_weight(std::string_view id, uint32_t weight) {
+        detail::check(lb_balancer_set_weight(get(), id.data(), id.size(), weight));
+    }
+
+    /// Replaces the whole membership atomically.
+    void update(const std::vector<node> &nodes) {
+        std::vector<lb_node> c = to_c(nodes);
+        detail::check(lb_balancer_update(get(), c.data(), c.size()));
+    }
+
+    /// Picks a node (no key for the unkeyed algorithms; keyed ones throw LB_KEY_REQUIRED).
+    picked pick(std::optional<std::string_view> key = std::nullopt) const {
+        std::string id(id_capacity(1), '\0');
+        uint64_t tag = 0;
+        size_t size = 0;
+        lb_result r = lb_balancer_pick(get(), detail::key_ptr(key), detail::key_len(key), &tag,
+                                       id.data(), id.size(), &size);
+        while (r == LB_RESULT_BUFFER_TOO_SMALL) {  // only if a longer id was added meanwhile
+            id.resize(size);
+            r = lb_balancer_pick(get(), detail::key_ptr(key), detail::key_len(key), &tag,
+                                 id.data(), id.size(), &size);
+        }
+        detail::check(r);
+        id.resize(size - 1);
+        return {std::move(id), tag};
+    }
+
+    /// The chosen node's tag only: the fastest pick (copies nothing).
+    uint64_t pick_tag(std::optional<std::string_view> key = std::nullopt) const {
+        uint64_t tag = 0;
+        detail::check(lb_balancer_pick(get(), detail::key_ptr(key), detail::key_len(key), &tag,
+                                       nullptr, 0, nullptr));
+        return tag;
+    }
+
+    /// One answer per key, all from the same membership snapshot.
+    std::vector<picked> pick_many(const std::vector<std::string_view> &keys) const {
+        std::vector<lb_key> c(keys.size());
+        for (size_t i = 0; i < keys.size(); i++) c[i] = lb_key{keys[i].data(), keys[i].size()};
+        std::vector<lb_pick> out(keys.size());
+        return collect(out, [&](char *buf, size_t cap, size_t *size) {
+            return lb_balancer_pick_many(get(), c.data(), c.size(), out.data(), buf, cap, size);
+        });
+    }
+
+    /// `count` unkeyed picks from the same membership snapshot.
+    std::vector<picked> pick_n(size_t count) const {
+        std::vector<lb_pick> out(count);
+        return collect(out, [&](char *buf, size_t cap, size_t *size) {
+            return lb_balancer_pick_n(get(), count, out.data(), buf, cap, size);
+        });
+    }
+
+    /// Up to `limit` distinct nodes in retry order; the first is what pick() would answer.
+    std::vector<picked> attempts(std::optional<std::string_view> key, size_t limit) const {
+        std::vector<lb_pick> out(limit);
+        size_t count = 0;
+        std::vector<picked> answers = collect(out, [&](char *buf, size_t cap, size_t *size) {
+            return lb_balancer_attempts(get(), detail::key_ptr(key), detail::key_len(key),
+                                        out.data(), limit, buf, cap, size, &count);
+        });
+        answers.resize(count);
+        return answers;
+    }
+
+    /// The nodes in insertion order (one consistent snapshot).
+    std::vector<node> nodes() const {
+        size_t count = 0, size = 0;
+        std::vector<lb_node> out;
+        std::string ids;
+        lb_result r = lb_balancer_nodes(get(), nullptr, 0, nullptr, 0, &count, &size);
+        while (r == LB_RESULT_BUFFER_TOO_SMALL) {  // loop: another thread may add meanwhile
+            out.resize(count);
+            ids.resize(size);
+            r = lb_balancer_nodes(get(), out.data(), out.size(), ids.data(), ids.size(), &count,
+                                  &size);
+        }
+        detail::check(r);
+        std::vector<node> result;
+        result.reserve(count);
+        for (size_t i = 0; i < count; i++)
+            result.push_back(
+                node{std::string(out[i].id, out[i].id_len), out[i].weight, out[i].tag});
+        return result;
+    }
+
+    size_t size() const {
+        size_t len = 0;
+        detail::check(lb_balancer_len(get(), &len));
+        return len;
+    }
+
+    bool contains(std::string_view id) const {
+        bool found = false;
+        detail::check(lb_balancer_contains(get(), id.data(), id.size(), &found));
+        return found;
+    }
+
+    std::string_view algorithm() const {
+        const char *name = nullptr;
+        detail::check(lb_balancer_algorithm(get(), &name));
+        return name;
+    }
+
+    /// The C handle, for calling lb.h directly (still owned by this object).
+    lb_balancer *get() const noexcept { return handle_.get(); }
+
+private:
+    static std::vector<lb_node> to_c(const std::vector<node> &nodes) {
+        std::vector<lb_node> c(nodes.size());
+        for (size_t i = 0; i < nodes.size(); i++)
+            c[i] = lb_node{nodes[i].id.data(), nodes[i].id.size(), nodes[i].weight, nodes[i].tag};
+        return c;
+    }
+
+    /// Id buffer bytes that fit `n` answers (so BUFFER_TOO_SMALL, which would cost a pick,
+    /// only happens when another thread adds a longer id at the same moment).
+    size_t id_capacity(size_t n) const {
+        size_t bound = 0;
+        detail::check(lb_balancer_id_size_bound(get(), &bound));
+        return (bound ? bound : 1) * (n ? n : 1);
+    }
+
+    /// Runs a batch call with an id buffer sized from the bound (growing it if a longer id
+    /// appeared meanwhile) and converts the answers.
+    template <class Call>
+    std::vector<picked> collect(std::vector<lb_pick> &out, Call call) const {
+        std::string ids(id_capacity(out.size()), '\0');
+        size_t size = 0;
+        lb_result r = call(ids.data(), ids.size(), &size);
+        while (r == LB_RESULT_BUFFER_TOO_SMALL) {
+            ids.resize(size);
+            r = call(ids.data(), ids.size(), &size);
+        }
+        detail::check(r);
+        std::vector<picked> answers;
+        answers.reserve(out.size());
+        for (const lb_pick &p : out) {
+            if (!p.id) break;  // attempts: fewer answers than slots
+            answers.push_back(picked{std::string(p.id, p.id_len), p.tag});
+        }
+        return answers;
+    }
+
+    std::unique_ptr<lb_balancer, detail::balancer_deleter> handle_;
+};
+
+}  // namespace lb
+
+#endif  // LB_HPP
