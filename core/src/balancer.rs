@@ -16,6 +16,9 @@ use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
+/// Most answers a batch reserves room for up front (it grows past this as it goes).
+const RESERVE_CAP: usize = 1 << 16;
+
 /// One published membership: the nodes in insertion order and the table built from them.
 struct Snapshot {
     nodes: Vec<Node>,
@@ -152,8 +155,10 @@ impl Balancer {
     /// count the picks.
     pub fn pick_many<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> Result<Picks> {
         let snapshot = self.current.load_full();
+        snapshot.table.check(Some(&[]))?;
         let keys = keys.into_iter();
-        let mut indices = Vec::with_capacity(keys.size_hint().0);
+        // The hint is the caller's claim; cap the up-front reservation and let it grow.
+        let mut indices = Vec::with_capacity(keys.size_hint().0.min(RESERVE_CAP));
         for key in keys {
             indices.push(snapshot.table.pick(Some(key), &self.state)? as u32);
         }
@@ -163,7 +168,10 @@ impl Balancer {
     /// `count` unkeyed picks from the same snapshot (keyed algorithms fail with `KeyRequired`).
     pub fn pick_n(&self, count: usize) -> Result<Picks> {
         let snapshot = self.current.load_full();
-        let mut indices = Vec::with_capacity(count);
+        // Fail before reserving anything: an impossible pick must not turn a huge `count`
+        // into an allocation failure (which aborts) instead of an error.
+        snapshot.table.check(None)?;
+        let mut indices = Vec::with_capacity(count.min(RESERVE_CAP));
         for _ in 0..count {
             indices.push(snapshot.table.pick(None, &self.state)? as u32);
         }

@@ -169,6 +169,13 @@ impl Table {
         }
     }
 
+    /// Whether a pick with this key can succeed: `Err(NoNodes)` or `Err(KeyRequired)` exactly
+    /// when [`Table::pick`] would fail. Batch operations check it first, so an empty batch
+    /// answers the same as a non-empty one.
+    pub fn check(&self, key: Option<&[u8]>) -> Result<()> {
+        self.ready(key).map(|_| ())
+    }
+
     /// The chosen node's index in the list the table was built from. Unkeyed algorithms ignore
     /// `key`; keyed ones fail with [`Error::KeyRequired`] without it.
     #[inline]

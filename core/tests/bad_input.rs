@@ -160,3 +160,24 @@ fn construction_errors() {
         Error::EmptyId
     );
 }
+
+#[test]
+fn empty_batches_fail_like_single_picks() {
+    let empty = Balancer::new(
+        Algorithm::RoundRobin,
+        Vec::<Node>::new(),
+        Options::default(),
+    )
+    .unwrap();
+    assert_eq!(empty.pick_n(0).unwrap_err(), Error::NoNodes);
+    assert_eq!(empty.pick_many([]).unwrap_err(), Error::NoNodes);
+    // A huge count on an impossible pick is an error, not an allocation failure.
+    assert_eq!(empty.pick_n(usize::MAX).unwrap_err(), Error::NoNodes);
+    let ring = ring();
+    assert_eq!(ring.pick_n(0).unwrap_err(), Error::KeyRequired("ring"));
+    assert_eq!(
+        ring.pick_n(usize::MAX).unwrap_err(),
+        Error::KeyRequired("ring")
+    );
+    assert!(ring.pick_many([]).unwrap().is_empty());
+}
