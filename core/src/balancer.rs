@@ -2,9 +2,10 @@
 //!
 //! Readers never lock: the current membership is an immutable [`Snapshot`] (nodes + table)
 //! held in an `ArcSwap` (the pattern of pingora's `LoadBalancer`; see `sync::publish`, which
-//! swaps in a loom model under `cfg(loom)` so the writers' protocol is model-checked). A pick loads it (no reference
-//! count traffic on the fast path), asks the table, and returns a [`Picked`] that keeps that
-//! snapshot alive, so the returned id can never dangle, whatever a concurrent `remove` does.
+//! swaps in a loom model under `cfg(loom)` so the writers' protocol is model-checked). A pick
+//! loads it (no reference-count traffic on the fast path), asks the table, and returns a
+//! [`Picked`] that keeps that snapshot alive, so the returned id can never dangle, whatever a
+//! concurrent `remove` does.
 //! Writers serialise on a mutex, build a complete new snapshot — validating everything first —
 //! and publish it with one atomic store: readers see the old set or the new one, never a mix,
 //! and a failed change publishes nothing.
