@@ -5,16 +5,25 @@
 //! ~130 ns per key, against 7-90 ns for the pick itself. Two small JavaScript helpers, compiled
 //! once per environment, do the per-element work in JIT-compiled code instead:
 //!
-//! - `pack(keys, join)`: checks that every key is a string. For a keyed algorithm it returns
-//!   `keys.join('\0')`, read back as one UTF-8 string and split on NUL; a key containing NUL
-//!   itself shows up as one piece too many. Lone surrogates cannot pair up across keys (a NUL
-//!   separates them), so every key's bytes are exactly what `pick(key)` reads. Unkeyed
-//!   algorithms ignore keys (they only count the picks), so for them the check is all: the
-//!   batch becomes `count` keyless picks. When any key is a `Buffer`/`Uint8Array` or of a wrong
-//!   type, or a key holds a NUL, the batch falls back to the per-element path of `js::Keys`,
-//!   which also produces the exact `TypeError`s.
-//! - `unpack(ids, slots)`: the distinct answers as an array of strings plus a `Uint32Array` of
-//!   indices into it, expanded into the result array.
+//! - `pack(keys, count, join, max)`: reads each of the `count` keys exactly once and checks that
+//!   it is a string. For a keyed algorithm it returns the keys joined by NUL, built by the helper
+//!   itself, read back as one UTF-8 string and split on NUL; a key containing NUL itself shows
+//!   up as one piece too many. Lone surrogates cannot pair up across keys (a NUL separates
+//!   them), so every key's bytes are exactly what `pick(key)` reads. Unkeyed algorithms ignore
+//!   keys (they only count the picks), so for them the check is all: the batch becomes `count`
+//!   keyless picks.
+//! - `unpack(ids, slots, count)`: the distinct answers as an array of strings plus a
+//!   `Uint32Array` of indices into it, expanded into the result array.
+//!
+//! The helpers call no built-in method and read no property that JavaScript code can replace
+//! (only `typeof`, string `+`, string and array `length`, and indexing): an Array subclass with
+//! its own `join`, a patched `Array.prototype.join` or `push`, or an index getter cannot change
+//! what they compute. `pack` gives up (returns `undefined`) when a key is not a string, when the
+//! array's length is not the `count` the caller read before (a getter grew or shrank it), when
+//! the joined string would exceed `max` UTF-16 units (V8 caps strings at about 2^29), or when
+//! anything throws (a getter). The batch then takes the per-element path of `js::Keys`, which
+//! also produces the exact `TypeError`s, so a batch's answers are always the per-key `pick`
+//! answers for the keys as read.
 //!
 //! Batches shorter than [`SMALL_BATCH`] take the per-element path, where the helpers' fixed cost
 //! would not pay off.
@@ -32,15 +41,33 @@ use std::ptr;
 /// the measured crossover is 12-16 keys.
 const SMALL_BATCH: u32 = 12;
 
-/// The helpers' source: an expression evaluating to `{ pack, unpack }`.
+/// Longest joined string (in UTF-16 units) `pack` builds; longer batches take the per-element
+/// path. Below V8's string length limit (2^29 - 24 on 64-bit), with room to spare.
+const MAX_JOINED: u32 = 1 << 28;
+
+/// The helpers' source: an expression evaluating to `{ pack, unpack }`. See the module docs.
 const HELPERS: &str = r"({
-  pack(keys, join) {
-    for (let i = 0; i < keys.length; i++) if (typeof keys[i] !== 'string') return undefined
-    return join ? keys.join('\0') : true
+  pack(keys, count, join, max) {
+    try {
+      if (keys.length !== count) return undefined
+      if (!join) {
+        for (let i = 0; i < count; i++) if (typeof keys[i] !== 'string') return undefined
+        return keys.length === count ? true : undefined
+      }
+      let joined = ''
+      for (let i = 0; i < count; i++) {
+        const key = keys[i]
+        if (typeof key !== 'string' || joined.length + key.length >= max) return undefined
+        joined = i === 0 ? key : joined + '\0' + key
+      }
+      return keys.length === count ? joined : undefined
+    } catch {
+      return undefined
+    }
   },
-  unpack(ids, slots) {
+  unpack(ids, slots, count) {
     const out = []
-    for (let i = 0; i < slots.length; i++) out.push(ids[slots[i]])
+    for (let i = 0; i < count; i++) out[i] = ids[slots[i]]
     return out
   },
 })";
@@ -144,11 +171,17 @@ pub enum BatchKeys {
 pub fn keys(env: &Env, value: &Unknown<'_>, helpers: &Helpers, keyed: bool) -> Result<BatchKeys> {
     let count = js::array(env, value, "keys")?.len();
     if count >= SMALL_BATCH {
-        let mut join = ptr::null_mut();
-        // SAFETY: a valid env; out-pointer to a local.
-        napi::check_status!(unsafe { sys::napi_get_boolean(env.raw(), keyed, &mut join) })
-            .or_throw()?;
-        let packed = helpers.call(env, helpers.pack, &[value.raw(), join])?;
+        let (mut count_arg, mut join, mut max) =
+            (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+        // SAFETY: a valid env; out-pointers to locals.
+        unsafe {
+            napi::check_status!(sys::napi_create_uint32(env.raw(), count, &mut count_arg))
+                .or_throw()?;
+            napi::check_status!(sys::napi_get_boolean(env.raw(), keyed, &mut join)).or_throw()?;
+            napi::check_status!(sys::napi_create_uint32(env.raw(), MAX_JOINED, &mut max))
+                .or_throw()?;
+        }
+        let packed = helpers.call(env, helpers.pack, &[value.raw(), count_arg, join, max])?;
         match packed.get_type().or_throw()? {
             ValueType::Boolean => return Ok(BatchKeys::Count(count as usize)),
             ValueType::String => {
@@ -212,6 +245,7 @@ impl ToNapiValue for Answers<'_> {
         let env = Env::from_raw(raw_env);
         let mut ids = ptr::null_mut();
         let (mut buffer, mut data, mut typed) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+        let mut count = ptr::null_mut();
         // SAFETY: a valid env (from the caller); out-pointers to locals; the ArrayBuffer napi
         // creates is writable for `4 * slots.len()` bytes at `data`, aligned for u32 (V8 backing
         // stores are at least 8-aligned), and nothing else can see it yet.
@@ -240,8 +274,14 @@ impl ToNapiValue for Answers<'_> {
                 0,
                 &mut typed
             ))?;
+            // The batch came from a JavaScript array, so it has fewer than 2^32 answers.
+            napi::check_status!(sys::napi_create_uint32(
+                raw_env,
+                slots.len() as u32,
+                &mut count
+            ))?;
         }
-        match helpers.call(&env, helpers.unpack, &[ids, typed]) {
+        match helpers.call(&env, helpers.unpack, &[ids, typed, count]) {
             Ok(array) => Ok(array.raw()),
             Err(error) => Err(error::to_napi(error)),
         }

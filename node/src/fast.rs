@@ -3,83 +3,91 @@
 //! A `#[napi]` method with arguments pays napi-rs 3's per-call "native borrow" bookkeeping (a
 //! thread-local scope plus a process-wide `Mutex<HashMap>` entry for `&self`): about 240 ns per
 //! call on the bench machine, ten times the cost of a zero-argument `#[napi]` function and many
-//! times the pick itself. These three methods are instead plain `napi_callback`s, installed on
-//! `Balancer.prototype` when the module loads (in every thread that loads it). Each one:
+//! times the pick itself. These three methods are instead plain `napi_callback`s, added to the
+//! `Balancer` class definition itself (see `register_hot_methods`), so napi-rs defines them
+//! with `napi_define_class` together with the generated methods. Each one:
 //!
-//! 1. reads `this` and the arguments with napi-rs's own `CallbackInfo`;
-//! 2. recovers `&Balancer` with napi-rs's own `unwrap_raw`, which rejects a receiver that is not
-//!    a `Balancer` (`Balancer.prototype.pick.call({})` throws, it never reads a wrong pointer);
-//! 3. calls the same `Balancer::*_impl` method, so conversions and errors are shared with
+//! 1. is only entered with a `Balancer` receiver: `napi_define_class` gives instance methods a
+//!    V8 receiver signature, so V8 itself throws `TypeError: Illegal invocation` for any other
+//!    `this` (`{}`, `Object.create(Balancer.prototype)`, an instance of another addon's class)
+//!    before the callback runs, exactly as for the generated methods;
+//! 2. reads `this` and the arguments with napi-rs's own `CallbackInfo`;
+//! 3. recovers `&Balancer` with napi-rs's own `unwrap_raw`, a second check for runtimes that do
+//!    not enforce the signature (Bun, emnapi). Under the `napi6` feature that check is a
+//!    thread-local map lookup plus a brief lock of napi-rs's process-wide `CLASS_REGISTRY`
+//!    mutex, held for one vector read: picks in several workers do touch one shared lock. It
+//!    accepts an object wrapped by code other than this copy of napi-rs (another addon), which
+//!    is why the signature check above is the one that matters;
+//! 4. calls the same `Balancer::*_impl` method, so conversions and errors are shared with
 //!    everything else (see `js.rs` and `error.rs`);
-//! 4. runs inside `catch_unwind`, like every `#[napi(catch_unwind)]` export.
+//! 5. runs inside `catch_unwind`, like every `#[napi(catch_unwind)]` export.
 //!
 //! No borrow bookkeeping is needed: these methods take `&Balancer`, the core balancer is `Sync`
 //! with interior mutability, and no `&mut Balancer` exists anywhere. JavaScript that runs during
 //! a call (`pickMany`'s helpers in `batch.rs`, a getter or Proxy trap on the keys array) can only
 //! reach other `&Balancer` methods, and cannot free the instance: `this` is on the caller's stack.
 //! Their TypeScript declarations live in `header.d.ts` (an interface merged with the generated
-//! class). `pickMany` also receives its environment's batch helpers as callback data.
+//! class). `pickMany` finds its environment's batch helpers in the addon's instance data.
+//!
+//! This uses napi-rs internals (`napi::__private::register_class`, `CallbackInfo::unwrap_raw`),
+//! which is why `Cargo.toml` pins `napi` and `napi-derive` to exact versions.
 
 use crate::Balancer;
 use crate::batch::Helpers;
 use crate::error::{Code, Error, OrThrow, Result, type_error};
-use napi::bindgen_prelude::{
-    CallbackInfo, JsError, JsObjectValue, Object, ToNapiValue, panic_to_error,
-};
-use napi::{Env, JsValue, Unknown, sys};
+use napi::bindgen_prelude::{CallbackInfo, JsError, Object, ToNapiValue, panic_to_error};
+use napi::{Env, Unknown, sys};
 use napi_derive::napi;
-use std::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 
-/// Installs the hot methods on `Balancer.prototype`. Runs once per environment (main thread and
-/// each worker), after napi-rs has defined the class on `exports`.
-#[napi(module_exports)]
-pub fn install_hot_methods(exports: Object, env: Env) -> napi::Result<()> {
-    // The class is a function, which `Object`'s conversion refuses: read it as a plain value.
-    let class: Unknown = exports.get_named_property("Balancer")?;
-    let class = Object::from_raw(env.raw(), class.raw());
-    let prototype: Object = class.get_named_property("prototype")?;
-    // Same attributes as the methods napi-rs defines: writable, enumerable, configurable.
-    let attributes = sys::PropertyAttributes::writable
-        | sys::PropertyAttributes::enumerable
-        | sys::PropertyAttributes::configurable;
-    // `pickMany` gets this environment's batch helpers as its callback data.
-    let helpers = Helpers::install(&env)?;
-    let hot: [(&'static CStr, sys::napi_callback, *const Helpers); 3] = [
-        (c"pick", Some(pick), ptr::null()),
-        (c"pickMany", Some(pick_many), helpers),
-        (c"attempts", Some(attempts), ptr::null()),
-    ];
-    for (name, callback, data) in hot {
-        let mut function = ptr::null_mut();
-        // SAFETY: a valid env from napi-rs; `name` points at `len` bytes of a 'static string that
-        // napi copies; `data` lives as long as this environment; `function` is an out-pointer.
-        napi::check_status!(unsafe {
-            sys::napi_create_function(
-                env.raw(),
-                name.as_ptr(),
-                name.to_bytes().len() as isize,
-                callback,
-                data.cast_mut().cast(),
-                &mut function,
-            )
-        })?;
-        let property = sys::napi_property_descriptor {
-            utf8name: name.as_ptr(),
-            name: ptr::null_mut(),
-            method: None,
-            getter: None,
-            setter: None,
-            value: function,
-            attributes,
-            data: ptr::null_mut(),
-        };
-        // SAFETY: a valid env and object; one descriptor whose name napi copies.
-        napi::check_status!(unsafe {
-            sys::napi_define_properties(env.raw(), prototype.raw(), 1, &property)
-        })?;
+// Adds the hot methods to the `Balancer` class registration, before any environment loads the
+// module (a constructor function, like the one napi-derive generates for the class itself:
+// napi-rs merges the properties of every registration of the same Rust type). The class name
+// must be NUL-terminated, as napi-derive passes it: napi-rs stores the last one given and hands
+// it to `napi_define_class` as a C string.
+#[cfg(not(test))]
+napi::ctor::declarative::ctor! {
+    #[ctor(unsafe)]
+    fn register_hot_methods() {
+        use napi::bindgen_prelude::{Property, PropertyAttributes};
+        // Same attributes as the methods napi-rs generates: writable, enumerable, configurable.
+        let attributes = PropertyAttributes::Writable
+            | PropertyAttributes::Enumerable
+            | PropertyAttributes::Configurable;
+        type Callback =
+            unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
+        let hot: [(&str, Callback); 3] =
+            [("pick", pick), ("pickMany", pick_many), ("attempts", attempts)];
+        let props = hot
+            .into_iter()
+            .filter_map(|(name, callback)| {
+                // `with_utf8_name` only fails for a name containing NUL; these have none.
+                let property = Property::new().with_utf8_name(name).ok()?;
+                Some(property.with_method(callback).with_property_attributes(attributes))
+            })
+            .collect();
+        napi::__private::register_class(
+            std::any::TypeId::of::<Balancer>(),
+            None,
+            "Balancer\0",
+            props,
+            false,
+        );
     }
+}
+
+/// Compiles this environment's batch helpers for `pickMany` and stores them as the addon's
+/// instance data (napi-rs leaves that slot to addon authors). Runs once per environment (main
+/// thread and each worker) when the module loads.
+#[napi(module_exports)]
+pub fn install_batch_helpers(_exports: Object, env: Env) -> napi::Result<()> {
+    let helpers = Helpers::install(&env)?;
+    // SAFETY: a valid env from napi-rs. No finalizer: the helpers are freed by their own
+    // environment cleanup hook (see `Helpers::install`), after the last call in this environment.
+    napi::check_status!(unsafe {
+        sys::napi_set_instance_data(env.raw(), helpers.cast_mut().cast(), None, ptr::null_mut())
+    })?;
     Ok(())
 }
 
@@ -96,9 +104,12 @@ unsafe fn enter<const N: usize, R: ToNapiValue>(
 ) -> sys::napi_value {
     let call = || -> Result<sys::napi_value> {
         let mut cb = CallbackInfo::<N>::new(env, info, None, false).or_throw()?;
-        // SAFETY: `unwrap_raw` checks that `this` wraps a `Balancer` (class identity) before
-        // returning napi-rs's pointer to it; the instance stays alive while `this` is on the JS
-        // stack, i.e. for this whole call, and it is only ever borrowed shared (see module docs).
+        // SAFETY: `this` is a `Balancer` instance: V8's receiver signature (module docs, point 1)
+        // admits no other receiver, so `napi_unwrap` returns the pointer napi-rs wrapped it
+        // with. `unwrap_raw` re-checks where it can (runtimes without the signature check), but
+        // alone it would accept an object wrapped by another addon. The instance stays alive
+        // while `this` is on the JS stack, i.e. for this whole call, and it is only ever borrowed
+        // shared (see module docs).
         let this = match unsafe { cb.unwrap_raw::<Balancer>() } {
             Ok(this) => unsafe { &*this },
             Err(_) => {
@@ -140,22 +151,18 @@ unsafe extern "C" fn pick_many(
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
     let mut data = ptr::null_mut();
-    // SAFETY: called by napi as a `napi_callback`; only the callback data is read here.
-    let status = unsafe {
-        sys::napi_get_cb_info(
-            env,
-            info,
-            ptr::null_mut(),
-            ptr::null_mut(),
-            ptr::null_mut(),
-            &mut data,
-        )
-    };
+    // SAFETY: called by napi as a `napi_callback`, with a valid env; `data` is an out-pointer.
+    let status = unsafe { sys::napi_get_instance_data(env, &mut data) };
     if status != sys::Status::napi_ok || data.is_null() {
-        return ptr::null_mut(); // Cannot happen: `install_hot_methods` always passes the helpers.
+        // Cannot happen: `install_batch_helpers` runs before the module's exports are visible.
+        let message = "liblb: this environment's batch helpers are missing".to_string();
+        let error = Error::new(Code::Napi(napi::Status::GenericFailure), message);
+        // SAFETY: a valid env for this thread.
+        unsafe { JsError::from(error).throw_into(env) };
+        return ptr::null_mut();
     }
-    // SAFETY: `data` is this environment's `Helpers`, alive until its cleanup hook runs, which
-    // is after every call in this environment.
+    // SAFETY: the instance data is this environment's `Helpers`, alive until its cleanup hook
+    // runs, which is after every call in this environment.
     let helpers = unsafe { &*data.cast::<Helpers>() };
     // SAFETY: called by napi as a `napi_callback`.
     unsafe {

@@ -3,7 +3,7 @@
 //! Arguments arrive as [`Unknown`] so that a value of the wrong type becomes a `TypeError` naming
 //! the argument and what it got (napi-rs's own conversions would throw a plain `Error`). Keys are
 //! read without allocating on the hot path: a string key is copied into a stack buffer, a
-//! `Buffer`/`Uint8Array` key is borrowed in place.
+//! `Buffer`/`Uint8Array` key is borrowed in place (unless a `SharedArrayBuffer` backs it).
 
 use crate::error::{OrThrow, Result, type_error};
 use liblb_core::{Node, OptionValue, Options};
@@ -11,6 +11,7 @@ use napi::bindgen_prelude::{Array, BigInt, FromNapiValue, Object, ToNapiValue};
 use napi::{Env, JsValue, Unknown, ValueType, sys};
 use std::mem::MaybeUninit;
 use std::ptr;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// `typeof`-style name of a value, for error messages.
 fn describe(value: &Unknown<'_>) -> &'static str {
@@ -55,6 +56,44 @@ pub fn string(env: &Env, value: &Unknown<'_>, what: &str) -> Result<String> {
     }
     // SAFETY: the value was just checked to be a string.
     unsafe { value.cast::<String>() }.or_throw()
+}
+
+/// A node id: a JavaScript string (else a `TypeError` naming `what`) that is well-formed UTF-16,
+/// else the core's `InvalidUtf8` error (`LB_INVALID_UTF8`). A lone surrogate has no UTF-8 form:
+/// converting it to U+FFFD, as `string` does, would make `'\uD800'` and `'\uDC00'` the same id.
+pub fn id(env: &Env, value: &Unknown<'_>, what: &str) -> Result<String> {
+    if value.get_type().or_throw()? != ValueType::String {
+        return Err(type_error(
+            env,
+            format!("{what} must be a string, got {}", describe(value)),
+        ));
+    }
+    let (raw_env, raw) = (env.raw(), value.raw());
+    let mut len = 0usize;
+    // SAFETY: with a null buffer napi only stores the string's length in UTF-16 units in `len`.
+    let status =
+        unsafe { sys::napi_get_value_string_utf16(raw_env, raw, ptr::null_mut(), 0, &mut len) };
+    napi::check_status!(status).or_throw()?;
+    let mut units = vec![0u16; len + 1];
+    // SAFETY: `units` is writable for `len + 1` units, room for the string and napi's NUL.
+    let status = unsafe {
+        sys::napi_get_value_string_utf16(raw_env, raw, units.as_mut_ptr(), len + 1, &mut len)
+    };
+    napi::check_status!(status).or_throw()?;
+    units.truncate(len);
+    String::from_utf16(&units)
+        .map_err(|_| liblb_core::Error::InvalidUtf8)
+        .or_throw()
+}
+
+/// Like [`id`], but `None` (instead of `LB_INVALID_UTF8`) for a string that is not well-formed
+/// UTF-16: no node can have such an id (`has`).
+pub fn id_if_valid(env: &Env, value: &Unknown<'_>, what: &str) -> Result<Option<String>> {
+    match id(env, value, what) {
+        Ok(id) => Ok(Some(id)),
+        Err(e) if matches!(e.status, crate::error::Code::Lb("LB_INVALID_UTF8")) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// A non-negative integer number no larger than `max`, or a `TypeError` naming `what`.
@@ -103,13 +142,13 @@ pub fn limit(env: &Env, value: Option<Unknown<'_>>) -> Result<usize> {
 /// One node: an id string, or an object `{ id, weight? }`.
 fn node(env: &Env, value: &Unknown<'_>, index: u32) -> Result<Node> {
     match value.get_type().or_throw()? {
-        ValueType::String => Ok(Node::new(string(env, value, "node id")?, 1)),
+        ValueType::String => Ok(Node::new(id(env, value, "node id")?, 1)),
         ValueType::Object if !value.is_array().or_throw()? => {
             // SAFETY: the value was just checked to be an object.
             let object = unsafe { value.cast::<Object>() }.or_throw()?;
             let id = object.get::<Unknown>("id").or_throw()?;
             let id = match id {
-                Some(id) => string(env, &id, &format!("nodes[{index}].id"))?,
+                Some(id) => self::id(env, &id, &format!("nodes[{index}].id"))?,
                 None => {
                     return Err(type_error(
                         env,
@@ -157,8 +196,10 @@ pub fn nodes(env: &Env, value: &Unknown<'_>) -> Result<Vec<Node>> {
         .collect()
 }
 
-/// Balancer options from `{ seed?, vnodes?, hash? }`. Every property goes through the core's
-/// `Options::set`, so unknown names and bad values get the same errors as in every language.
+/// Balancer options from `{ seed?, vnodes?, hash? }`: the object's own enumerable string-keyed
+/// properties (inherited ones, e.g. from a polluted `Object.prototype`, are not options). Every
+/// property goes through the core's `Options::set`, so unknown names and bad values get the same
+/// errors as in every language.
 pub fn options(env: &Env, value: Option<Unknown<'_>>) -> Result<Options> {
     let mut options = Options::default();
     let Some(value) = present(value)? else {
@@ -172,7 +213,7 @@ pub fn options(env: &Env, value: Option<Unknown<'_>>) -> Result<Options> {
     }
     // SAFETY: the value was just checked to be an object.
     let object = unsafe { value.cast::<Object>() }.or_throw()?;
-    for name in Object::keys(&object).or_throw()? {
+    for name in own_keys(&object)? {
         let Some(item) = object.get::<Unknown>(&name).or_throw()? else {
             continue; // `{ seed: undefined }` means "not given".
         };
@@ -201,6 +242,31 @@ pub fn options(env: &Env, value: Option<Unknown<'_>>) -> Result<Options> {
         options.set(&name, option).or_throw()?;
     }
     Ok(options)
+}
+
+/// The own enumerable string keys of an object (`Object.keys`; napi-rs's `Object::keys` uses
+/// `napi_get_property_names`, which includes inherited enumerable properties).
+fn own_keys(object: &Object<'_>) -> Result<Vec<String>> {
+    let (env, raw) = (object.value().env, object.raw());
+    let mut names = ptr::null_mut();
+    // SAFETY: a valid env and object from napi-rs; out-pointer to a local.
+    let status = unsafe {
+        sys::napi_get_all_property_names(
+            env,
+            raw,
+            sys::KeyCollectionMode::own_only,
+            sys::KeyFilter::enumerable | sys::KeyFilter::skip_symbols,
+            sys::KeyConversion::numbers_to_strings,
+            &mut names,
+        )
+    };
+    napi::check_status!(status).or_throw()?;
+    // SAFETY: napi returned an array.
+    let names = unsafe { Array::from_napi_value(env, names) }.or_throw()?;
+    // Property names are strings: `numbers_to_strings` converts index keys, symbols are skipped.
+    (0..names.len())
+        .filter_map(|i| names.get::<String>(i).or_throw().transpose())
+        .collect()
 }
 
 /// An unsigned 64-bit integer given as a bigint.
@@ -279,12 +345,10 @@ fn key_bytes<'a>(
     if optional && is_nullish(value)? {
         return Ok(None);
     }
-    // Not a string: a Buffer or Uint8Array, borrowed in place.
-    // SAFETY: `from_napi_value` checks that `raw` is a Uint8Array (Buffer is one); the slice
-    // points into its ArrayBuffer, which stays alive and unmoved while this call runs no JS.
-    match unsafe { <&[u8]>::from_napi_value(raw_env, raw) } {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(_) => Err(type_error(
+    // Not a string: a Buffer or Uint8Array.
+    match typed_bytes(raw_env, raw, &mut buf.heap) {
+        Some(bytes) => Ok(Some(bytes)),
+        None => Err(type_error(
             env,
             match index {
                 None => format!(
@@ -298,6 +362,57 @@ fn key_bytes<'a>(
             },
         )),
     }
+}
+
+/// The viewed bytes of a `Uint8Array` (a `Buffer` is one), or `None` for any other value.
+///
+/// Bytes in an `ArrayBuffer` are borrowed in place: only this thread can touch them, and it runs
+/// no JavaScript while the slice is in use. Bytes in a `SharedArrayBuffer` may be written by
+/// another worker at any moment, so they are copied into `heap` first, one relaxed atomic load
+/// per byte (no `&[u8]` ever points at memory another thread may write). A key being rewritten
+/// while it is read hashes as some mix of old and new bytes, as it would in JavaScript.
+#[inline]
+fn typed_bytes(env: sys::napi_env, raw: sys::napi_value, heap: &mut Vec<u8>) -> Option<&[u8]> {
+    let (mut kind, mut len, mut data, mut buffer, mut offset) =
+        (0, 0usize, ptr::null_mut(), ptr::null_mut(), 0usize);
+    // SAFETY: a valid env and value; out-pointers to locals. Fails (no exception) for a value
+    // that is not a TypedArray.
+    let status = unsafe {
+        sys::napi_get_typedarray_info(
+            env,
+            raw,
+            &mut kind,
+            &mut len,
+            &mut data,
+            &mut buffer,
+            &mut offset,
+        )
+    };
+    if status != sys::Status::napi_ok || kind != sys::TypedarrayType::uint8_array {
+        return None;
+    }
+    if len == 0 || data.is_null() {
+        return Some(&[]);
+    }
+    let mut plain = false;
+    // SAFETY: `buffer` is the view's buffer, just returned by napi. `napi_is_arraybuffer` is
+    // false for a `SharedArrayBuffer`.
+    let status = unsafe { sys::napi_is_arraybuffer(env, buffer, &mut plain) };
+    if status == sys::Status::napi_ok && plain {
+        // SAFETY: napi returned `len` bytes at `data`, in an ArrayBuffer kept alive by the view
+        // (an argument of the running call); nothing else can write or move them while this
+        // thread runs no JavaScript, which holds as long as the slice is used.
+        return Some(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) });
+    }
+    heap.clear();
+    heap.reserve(len);
+    let data = data.cast::<u8>();
+    for i in 0..len {
+        // SAFETY: `data + i` is within the `len` live bytes napi returned (a SharedArrayBuffer
+        // never shrinks); atomic loads make concurrent writes from other threads defined.
+        heap.push(unsafe { AtomicU8::from_ptr(data.add(i)) }.load(Ordering::Relaxed));
+    }
+    Some(heap)
 }
 
 /// An optional key: `undefined`/`null` mean "no key".
@@ -341,6 +456,9 @@ pub fn utf8(env: &Env, value: &Unknown<'_>) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// At most this many keys are reserved for before any is read.
+const PRESIZE_KEYS: usize = 4096;
+
 /// Many keys packed into one buffer: `pickMany` converts the whole batch before picking.
 pub struct Keys {
     bytes: Vec<u8>,
@@ -351,9 +469,12 @@ impl Keys {
     /// The keys of a JavaScript array.
     pub fn from_array(env: &Env, value: &Unknown<'_>) -> Result<Keys> {
         let array = array(env, value, "keys")?;
+        // The length is the caller's (`a.length = 2 ** 32 - 1` costs nothing in JavaScript):
+        // reserve for a bounded number of keys up front and let the vectors grow with real ones.
+        let reserve = (array.len() as usize).min(PRESIZE_KEYS);
         let mut keys = Keys {
-            bytes: Vec::with_capacity(array.len() as usize * 16),
-            ends: Vec::with_capacity(array.len() as usize),
+            bytes: Vec::with_capacity(reserve * 16),
+            ends: Vec::with_capacity(reserve),
         };
         let mut buf = KeyBuf::new();
         for i in 0..array.len() {

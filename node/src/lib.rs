@@ -4,12 +4,14 @@
 //! decision is made by `liblb_core`. Each export is one call into the core, guarded by
 //! `#[napi(catch_unwind)]` so a Rust panic becomes a JavaScript `Error` instead of aborting
 //! Node. The three hot methods (`pick`, `pickMany`, `attempts`) are direct Node-API callbacks
-//! with the same guard (see `fast.rs` for why). A `Balancer` belongs to the JavaScript thread
-//! (main or worker) that created it; each worker makes its own, and picks never lock.
+//! with the same guard, defined on the same class (see `fast.rs` for why). A `Balancer` belongs
+//! to the JavaScript thread (main or worker) that created it; each worker makes its own. The core
+//! never locks to pick; the binding's receiver check briefly takes one process-wide napi-rs mutex
+//! per hot call (see `fast.rs`).
 
 #![deny(clippy::all)]
-// napi-derive leaves its module registration out of `cfg(test)` builds, so there the hook that
-// installs the hot methods (fast.rs), and all it reaches, looks unused.
+// napi-derive leaves its module registration out of `cfg(test)` builds, so there the hooks that
+// register the hot methods and the batch helpers (fast.rs), and all they reach, look unused.
 #![cfg_attr(test, allow(dead_code))]
 
 mod batch;
@@ -75,7 +77,7 @@ impl Balancer {
     /// Adds a node at the end (weight defaults to 1). Throws `LB_DUPLICATE_NODE` if the id exists.
     #[napi(catch_unwind, ts_args_type = "id: string, weight?: number | null")]
     pub fn add(&self, env: Env, id: Unknown, weight: Option<Unknown>) -> Result<()> {
-        let id = js::string(&env, &id, "id")?;
+        let id = js::id(&env, &id, "id")?;
         let weight = js::weight(&env, weight, "weight")?;
         self.inner.add((id.as_str(), weight)).or_throw()
     }
@@ -83,7 +85,7 @@ impl Balancer {
     /// Removes a node. Throws `LB_UNKNOWN_NODE` if there is none with this id.
     #[napi(catch_unwind, ts_args_type = "id: string")]
     pub fn remove(&self, env: Env, id: Unknown) -> Result<()> {
-        let id = js::string(&env, &id, "id")?;
+        let id = js::id(&env, &id, "id")?;
         self.inner.remove(&id).or_throw()
     }
 
@@ -94,7 +96,7 @@ impl Balancer {
         ts_args_type = "id: string, weight: number"
     )]
     pub fn set_weight(&self, env: Env, id: Unknown, weight: Unknown) -> Result<()> {
-        let id = js::string(&env, &id, "id")?;
+        let id = js::id(&env, &id, "id")?;
         let weight = js::required_weight(&env, &weight, "weight")?;
         self.inner.set_weight(&id, weight).or_throw()
     }
@@ -123,8 +125,9 @@ impl Balancer {
     /// Whether a node with this id exists.
     #[napi(catch_unwind, ts_args_type = "id: string")]
     pub fn has(&self, env: Env, id: Unknown) -> Result<bool> {
-        let id = js::string(&env, &id, "id")?;
-        Ok(self.inner.contains(&id))
+        // A string that is not well-formed UTF-16 cannot be any node's id.
+        let id = js::id_if_valid(&env, &id, "id")?;
+        Ok(id.is_some_and(|id| self.inner.contains(&id)))
     }
 
     /// Number of nodes, drained ones included.
@@ -141,8 +144,8 @@ impl Balancer {
     }
 }
 
-/// The hot methods' bodies. `fast.rs` calls them from the direct Node-API callbacks it installs
-/// on `Balancer.prototype`; their TypeScript declarations are in `header.d.ts`.
+/// The hot methods' bodies. `fast.rs` calls them from the direct Node-API callbacks it adds to
+/// the class; their TypeScript declarations are in `header.d.ts`.
 impl Balancer {
     /// `pick(key?)`: one node id. `source_hash` and `ring` need a key.
     #[inline]
