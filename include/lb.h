@@ -3,11 +3,19 @@
  *
  * Conventions:
  * - Every fallible function returns an lb_result; LB_RESULT_OK (0) is success. Outputs go
- *   through trailing out-pointers and are written only on success (the one exception:
- *   LB_RESULT_BUFFER_TOO_SMALL writes the size needed).
- * - A byte pointer is always followed by its length; NULL with length 0 is the empty string,
- *   NULL with a non-zero length is LB_RESULT_NULL_PARAMETER. Ids and names are UTF-8 and need
- *   not be NUL-terminated on input; ids copied out are NUL-terminated.
+ *   through trailing out-pointers and are written only on success, and a failed call leaves
+ *   the balancer unchanged. The one exception is LB_RESULT_BUFFER_TOO_SMALL: it writes the
+ *   size needed, and from a pick (lb_balancer_pick, _pick_many, _pick_n, _attempts) the picks
+ *   still happened: round robin has moved on and the random algorithms have drawn, exactly as
+ *   on success. Size id buffers with lb_balancer_id_size_bound to avoid it.
+ * - A pointer is always followed by its length; with length 0 it is never read. NULL with
+ *   length 0 is the empty string (except for the key of lb_balancer_pick and
+ *   lb_balancer_attempts, where it means "no key"), NULL with a non-zero length is
+ *   LB_RESULT_NULL_PARAMETER, a size above PTRDIFF_MAX is LB_RESULT_INVALID_LENGTH. Ids and
+ *   names are UTF-8 and need not be NUL-terminated on input; ids copied out are
+ *   NUL-terminated.
+ * - The output buffers and out-pointers of one call must not overlap each other (nor its
+ *   inputs).
  * - Handles are opaque. Whoever gets one from a _new function owns it and frees it with the
  *   matching _free function (NULL is fine there).
  * - Functions taking a const lb_balancer * are thread-safe; picks never lock.
@@ -44,8 +52,12 @@
 /**
  * The result of every fallible liblb function. `LB_RESULT_OK` (0) is success; everything else
  * names one specific failure. After a failure the balancer is unchanged and every output
- * parameter is untouched (the one exception, `LB_RESULT_BUFFER_TOO_SMALL`, writes the size
- * needed). The numbers are stable: new codes are only ever appended.
+ * parameter is untouched, with one exception: `LB_RESULT_BUFFER_TOO_SMALL` writes the size
+ * needed, and when it comes from a pick (`lb_balancer_pick`, `lb_balancer_pick_many`,
+ * `lb_balancer_pick_n`, `lb_balancer_attempts`) the picks themselves happened — round robin
+ * has moved on and the random algorithms have drawn, exactly as on success; only the answers
+ * are lost. (The membership is never changed by a failed call.) The numbers are stable: new
+ * codes are only ever appended.
  */
 enum lb_result
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -121,7 +133,9 @@ enum lb_result
      */
     LB_RESULT_INVALID_LENGTH = 102,
     /**
-     * liblb panicked (a bug in liblb): the call was abandoned and the balancer is unchanged.
+     * liblb panicked (a bug in liblb) and the call was abandoned part way: no membership change
+     * was published (the nodes are as before), but a pick may already have counted and
+     * outputs may be partly written, so do not read them.
      */
     LB_RESULT_PANIC = 103,
     /**
@@ -308,22 +322,25 @@ lb_result lb_balancer_update(const struct lb_balancer *balancer,
                              size_t nodes_len);
 
 /**
- * Picks a node for `key` (`key_len` bytes; NULL with 0 means no key, fine for the unkeyed
- * algorithms, `LB_RESULT_KEY_REQUIRED` for `source_hash` and `ring`; a non-NULL pointer with
- * length 0 is the empty key).
+ * Picks a node for `key` (`key_len` bytes). NULL with length 0 means *no key* here (an
+ * exception to "NULL with length 0 is the empty string"): fine for the unkeyed algorithms,
+ * `LB_RESULT_KEY_REQUIRED` for `source_hash` and `ring`. A non-NULL pointer with length 0 is
+ * the empty key.
  *
- * Outputs, each optional (NULL = not wanted):
- * - `*tag_out`: the node's tag. Tag-only picks (`id_buf` NULL, `id_size_out` NULL) copy
- *   nothing and are the fastest.
+ * Outputs, each optional (NULL = not wanted); they must not overlap each other:
+ * - `*tag_out`: the node's tag. Tag-only picks (`id_buf` NULL, `id_buf_len` 0, `id_size_out`
+ *   NULL) copy nothing and are the fastest.
  * - the id: if `id_size_out` is non-NULL, the id is copied into `id_buf` (`id_buf_len`
  *   bytes) followed by a NUL, and `*id_size_out` is set to the bytes written (id length + 1).
+ *   `id_size_out` NULL with a non-NULL `id_buf` or a non-zero `id_buf_len` is
+ *   `LB_RESULT_NULL_PARAMETER` (nothing is picked).
  *
  * Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_NO_NODES`,
  * `LB_RESULT_KEY_REQUIRED`, and `LB_RESULT_BUFFER_TOO_SMALL` when the id plus NUL does not fit:
- * then `*id_size_out` is set to the size needed and nothing else is written (for round robin
- * and the random algorithms the pick still counted: size `id_buf` with
- * `lb_balancer_id_size_bound` to avoid this). On any other error no output is written.
- * Thread-safe; never locks.
+ * then `*id_size_out` is set to the size needed and nothing else is written, but the pick
+ * itself happened — round robin has moved on and the random algorithms have drawn, exactly as
+ * on success (size `id_buf` with `lb_balancer_id_size_bound` to avoid this). On any other
+ * error no output is written and the balancer is unchanged. Thread-safe; never locks.
  */
 lb_result lb_balancer_pick(const struct lb_balancer *balancer,
                            const void *key,
@@ -335,17 +352,25 @@ lb_result lb_balancer_pick(const struct lb_balancer *balancer,
 
 /**
  * Picks once per key, all from the same membership snapshot: `keys_len` keys in, `keys_len`
- * answers out in `picks_out` (which must have room for `keys_len` entries). For unkeyed
- * algorithms the keys only count the picks (see also `lb_balancer_pick_n`).
+ * answers out in `picks_out` (which must have room for `keys_len` entries). Every `lb_key` is a
+ * key (NULL with length 0 is the empty key). For unkeyed algorithms the keys only count the
+ * picks (see also `lb_balancer_pick_n`). A batch fails exactly like a single pick would, even
+ * an empty one: `keys_len` 0 gives `LB_RESULT_NO_NODES` when no node has weight > 0, and
+ * `LB_RESULT_OK` with nothing written otherwise.
  *
- * Ids: with `ids_size_out` NULL only tags are returned (each `id` NULL). Otherwise the ids are
- * copied into `ids_buf` (`ids_buf_len` bytes) back to back, each followed by a NUL; each
- * answer's `id` points at its copy there, and `*ids_size_out` gets the bytes used. If they do
- * not fit: `LB_RESULT_BUFFER_TOO_SMALL`, `*ids_size_out` gets the size needed, and `picks_out`
- * is untouched (the picks still counted for round robin and the random algorithms).
+ * Ids: with `ids_buf` NULL, `ids_buf_len` 0 and `ids_size_out` NULL only tags are returned
+ * (each `id` NULL). Otherwise `ids_size_out` is required (NULL is `LB_RESULT_NULL_PARAMETER`)
+ * and the ids are copied into `ids_buf` (`ids_buf_len` bytes) back to back, each followed by a
+ * NUL; each answer's `id` points at its copy there, and `*ids_size_out` gets the bytes used.
+ * If they do not fit: `LB_RESULT_BUFFER_TOO_SMALL`, `*ids_size_out` gets the size needed and
+ * `picks_out` is untouched, but the picks happened — round robin has moved on by `keys_len`
+ * and the random algorithms have drawn, exactly as on success. `picks_out`, `ids_buf` and
+ * `*ids_size_out` must not overlap each other or the keys.
  *
- * Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_NO_NODES`,
- * `LB_RESULT_BUFFER_TOO_SMALL`; on error `picks_out` is untouched. Thread-safe.
+ * Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH` (also when the ids' total
+ * size would not fit in a `size_t`), `LB_RESULT_NO_NODES`, `LB_RESULT_BUFFER_TOO_SMALL`. On
+ * error `picks_out` is untouched, and except after `LB_RESULT_BUFFER_TOO_SMALL` the balancer
+ * is unchanged. Thread-safe.
  */
 lb_result lb_balancer_pick_many(const struct lb_balancer *balancer,
                                 const struct lb_key *keys,
@@ -357,12 +382,18 @@ lb_result lb_balancer_pick_many(const struct lb_balancer *balancer,
 
 /**
  * `count` unkeyed picks from the same membership snapshot into `picks_out` (room for `count`
- * entries); ids as in `lb_balancer_pick_many`. Keyed algorithms fail with
- * `LB_RESULT_KEY_REQUIRED`.
+ * entries); ids as in `lb_balancer_pick_many` (including `LB_RESULT_NULL_PARAMETER` for a
+ * buffer without `ids_size_out`). The batch fails exactly like a single unkeyed pick would,
+ * whatever `count` (0 included), before anything is picked or reserved: keyed algorithms with
+ * `LB_RESULT_KEY_REQUIRED`, a balancer without a node of weight > 0 with `LB_RESULT_NO_NODES`.
  *
- * Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_NO_NODES`,
- * `LB_RESULT_KEY_REQUIRED`, `LB_RESULT_BUFFER_TOO_SMALL` (`*ids_size_out` = size needed); on
- * error `picks_out` is untouched. Thread-safe.
+ * Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH` (`count` entries larger than
+ * `PTRDIFF_MAX` bytes, or ids whose total size would not fit in a `size_t`),
+ * `LB_RESULT_NO_NODES`, `LB_RESULT_KEY_REQUIRED`, `LB_RESULT_BUFFER_TOO_SMALL`
+ * (`*ids_size_out` = size needed; `picks_out` untouched, but the `count` picks happened: round
+ * robin has moved on and the random algorithms have drawn, exactly as on success). On error
+ * `picks_out` is untouched, and except after `LB_RESULT_BUFFER_TOO_SMALL` the balancer is
+ * unchanged. Thread-safe.
  */
 lb_result lb_balancer_pick_n(const struct lb_balancer *balancer,
                              size_t count,
@@ -372,15 +403,21 @@ lb_result lb_balancer_pick_n(const struct lb_balancer *balancer,
                              size_t *ids_size_out);
 
 /**
- * Up to `limit` distinct nodes in retry order for `key` (NULL with 0 = no key, as in
- * `lb_balancer_pick`): the first is what a pick would have returned, the rest are where to go
- * when it fails. `picks_out` has room for `limit` entries; `*count_out` gets how many were
- * written (fewer than `limit` when the balancer has fewer nodes with weight > 0). Ids as in
- * `lb_balancer_pick_many`.
+ * Up to `limit` distinct nodes in retry order for `key` (NULL with length 0 means *no key*, as
+ * in `lb_balancer_pick`; a non-NULL pointer with length 0 is the empty key): the first is what
+ * a pick would have returned, and it counts as that pick (round robin moves on, the random
+ * algorithms draw); the rest are where to go when it fails. `picks_out` has room for `limit`
+ * entries; `*count_out` gets how many were written (fewer than `limit` when the balancer has
+ * fewer nodes with weight > 0). Ids as in `lb_balancer_pick_many` (including
+ * `LB_RESULT_NULL_PARAMETER` for a buffer without `ids_size_out`). `picks_out`, `ids_buf`,
+ * `*ids_size_out` and `*count_out` must not overlap each other or the key.
  *
  * Errors: `LB_RESULT_NULL_PARAMETER` (including NULL `count_out`), `LB_RESULT_INVALID_LENGTH`,
  * `LB_RESULT_NO_NODES`, `LB_RESULT_KEY_REQUIRED`, `LB_RESULT_BUFFER_TOO_SMALL`
- * (`*ids_size_out` = size needed, nothing else written). Thread-safe.
+ * (`*ids_size_out` = size needed; `picks_out` and `*count_out` untouched, but the pick
+ * happened: round robin has moved on and the random algorithms have drawn, exactly as on
+ * success). On any other error no output is written and the balancer is unchanged.
+ * Thread-safe.
  */
 lb_result lb_balancer_attempts(const struct lb_balancer *balancer,
                                const void *key,
@@ -404,8 +441,11 @@ lb_result lb_balancer_attempts(const struct lb_balancer *balancer,
  * before you retry: loop). `NULL, 0, NULL, 0` is the way to ask for the sizes (unless the
  * balancer is empty, which succeeds with both 0).
  *
+ * `nodes_out`, `ids_buf`, `*count_out` and `*ids_size_out` must not overlap each other.
+ *
  * Errors: `LB_RESULT_NULL_PARAMETER` (NULL balancer, `count_out` or `ids_size_out`, or NULL
- * arrays with non-zero sizes), `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_BUFFER_TOO_SMALL`.
+ * arrays with non-zero sizes), `LB_RESULT_INVALID_LENGTH` (also when the ids' total size would
+ * not fit in a `size_t`), `LB_RESULT_BUFFER_TOO_SMALL`. Listing never changes the balancer.
  * Thread-safe: the list is one consistent snapshot.
  */
 lb_result lb_balancer_nodes(const struct lb_balancer *balancer,
@@ -419,9 +459,10 @@ lb_result lb_balancer_nodes(const struct lb_balancer *balancer,
 /**
  * A buffer size (id bytes + NUL) that fits every id this balancer has ever held, in
  * `*size_out` (0 if it never had a node; it may also count ids of changes that failed). Use it
- * to size `id_buf` for `lb_balancer_pick` (and `n` times it for batches of `n`) so
- * `LB_RESULT_BUFFER_TOO_SMALL` cannot happen, which matters because a pick that fails that way
- * still counted for round robin. The bound only grows; an id added by another thread after
+ * to size `id_buf` for `lb_balancer_pick` (and `n` times it for batches of `n`, checking that
+ * product for overflow) so `LB_RESULT_BUFFER_TOO_SMALL` cannot happen, which matters because a
+ * pick that fails that way still happened (round robin moved on, the random algorithms drew).
+ * The bound only grows; an id added by another thread after
  * this call may be longer, so keep handling `LB_RESULT_BUFFER_TOO_SMALL`.
  * Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
  */
@@ -455,7 +496,8 @@ lb_result lb_balancer_algorithm(const struct lb_balancer *balancer,
 /**
  * The name of algorithm number `index` (0, 1, ... in documentation order) as a static
  * NUL-terminated string, or NULL when `index` is past the last one: loop until NULL to list
- * every algorithm `lb_balancer_new` accepts. Thread-safe.
+ * every algorithm `lb_balancer_new` accepts. (Should liblb ever panic here, the answer is NULL
+ * too, so such a loop always ends.) Thread-safe.
  */
 const char *lb_algorithm_name(size_t index);
 
@@ -479,7 +521,8 @@ void lb_options_free(struct lb_options *options);
  * bytes of UTF-8, not necessarily NUL-terminated.
  *
  * Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or
- * NULL `name` with a non-zero length), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`
+ * NULL `name` with a non-zero length), `LB_RESULT_INVALID_LENGTH` (`name_len` above
+ * `PTRDIFF_MAX`), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`
  * (not `seed`, `vnodes` or `hash`), `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE`
  * (an integer for `hash`). Not thread-safe for the same `options`.
  */
@@ -492,8 +535,10 @@ lb_result lb_options_set_int(struct lb_options *options,
  * Sets an option from text: `hash` (`"sha256"` or `"xxh3"`), or `seed`/`vnodes` as decimal
  * text. `name` and `value` are UTF-8 of the given lengths, not necessarily NUL-terminated.
  *
- * Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER`,
- * `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`, `LB_RESULT_UNKNOWN_HASH`,
+ * Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or
+ * NULL `name` or `value` with a non-zero length), `LB_RESULT_INVALID_LENGTH` (`name_len` or
+ * `value_len` above `PTRDIFF_MAX`), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`,
+ * `LB_RESULT_UNKNOWN_HASH`,
  * `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (text that is not a number for
  * `seed` or `vnodes`). Not thread-safe for the same `options`.
  */

@@ -3,7 +3,10 @@
 // - lb::balancer and lb::options own their C handles (unique ownership: movable, not
 //   copyable); the destructor frees them.
 // - Every failure throws lb::error (derived from std::runtime_error) carrying the lb_result
-//   code; after a throw the balancer is unchanged.
+//   code; after a throw the balancer is unchanged. (LB_RESULT_BUFFER_TOO_SMALL, which lb.h
+//   reports after the pick happened, never reaches you: buffers are sized with
+//   lb_balancer_id_size_bound and grown and retried in the rare race, so that call counts
+//   twice.) An id buffer size that overflows size_t throws std::length_error.
 // - Keys and ids are std::string_view (any bytes for keys; UTF-8 for ids); answers are
 //   std::string copies, never views into balancer memory, so they stay valid whatever other
 //   threads do.
@@ -17,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -61,6 +65,17 @@ inline const void *key_ptr(const std::optional<std::string_view> &key) {
     return key ? (key->data() ? key->data() : "") : nullptr;
 }
 inline size_t key_len(const std::optional<std::string_view> &key) { return key ? key->size() : 0; }
+
+/// Id buffer bytes for `n` answers whose ids take at most `bound` bytes each (at least 1 byte):
+/// throws std::length_error when that does not fit in a size_t (possible on 32-bit targets)
+/// rather than wrapping round to a small buffer.
+inline size_t id_capacity(size_t bound, size_t n) {
+    if (bound == 0) bound = 1;
+    if (n == 0) n = 1;
+    if (n > std::numeric_limits<size_t>::max() / bound)
+        throw std::length_error("lb: id buffer size overflows size_t");
+    return bound * n;
+}
 }  // namespace detail
 
 /// liblb's version string, e.g. "0.1.0".
@@ -270,11 +285,12 @@ private:
     }
 
     /// Id buffer bytes that fit `n` answers (so BUFFER_TOO_SMALL, which would cost a pick,
-    /// only happens when another thread adds a longer id at the same moment).
+    /// only happens when another thread adds a longer id at the same moment). Throws
+    /// std::length_error if that size overflows size_t.
     size_t id_capacity(size_t n) const {
         size_t bound = 0;
         detail::check(lb_balancer_id_size_bound(get(), &bound));
-        return (bound ? bound : 1) * (n ? n : 1);
+        return detail::id_capacity(bound, n);
     }
 
     /// Runs a batch call with an id buffer sized from the bound (growing it if a longer id

@@ -43,6 +43,16 @@ pub(crate) struct FfiBalancer {
     id_size_bound: AtomicUsize,
 }
 
+// Every function taking a `const lb_balancer *` is documented as callable from any number of
+// threads at once, and `lb_balancer_free` may run on another thread than `lb_balancer_new`: the
+// value behind the handle must stay `Send + Sync` whatever the core or this struct grow into.
+// `lb_balancer_new` may also read one `lb_options` from several threads at once.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<FfiBalancer>();
+    assert_send_sync::<liblb_core::Options>();
+};
+
 impl FfiBalancer {
     fn new(core: Balancer) -> FfiBalancer {
         let bound = core
@@ -317,22 +327,25 @@ unsafe fn nodes_from_c(nodes: *const lb_node, len: usize) -> Result<Vec<Node>, l
 // Picks
 // ---------------------------------------------------------------------------------------------
 
-/// Picks a node for `key` (`key_len` bytes; NULL with 0 means no key, fine for the unkeyed
-/// algorithms, `LB_RESULT_KEY_REQUIRED` for `source_hash` and `ring`; a non-NULL pointer with
-/// length 0 is the empty key).
+/// Picks a node for `key` (`key_len` bytes). NULL with length 0 means *no key* here (an
+/// exception to "NULL with length 0 is the empty string"): fine for the unkeyed algorithms,
+/// `LB_RESULT_KEY_REQUIRED` for `source_hash` and `ring`. A non-NULL pointer with length 0 is
+/// the empty key.
 ///
-/// Outputs, each optional (NULL = not wanted):
-/// - `*tag_out`: the node's tag. Tag-only picks (`id_buf` NULL, `id_size_out` NULL) copy
-///   nothing and are the fastest.
+/// Outputs, each optional (NULL = not wanted); they must not overlap each other:
+/// - `*tag_out`: the node's tag. Tag-only picks (`id_buf` NULL, `id_buf_len` 0, `id_size_out`
+///   NULL) copy nothing and are the fastest.
 /// - the id: if `id_size_out` is non-NULL, the id is copied into `id_buf` (`id_buf_len`
 ///   bytes) followed by a NUL, and `*id_size_out` is set to the bytes written (id length + 1).
+///   `id_size_out` NULL with a non-NULL `id_buf` or a non-zero `id_buf_len` is
+///   `LB_RESULT_NULL_PARAMETER` (nothing is picked).
 ///
 /// Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_NO_NODES`,
 /// `LB_RESULT_KEY_REQUIRED`, and `LB_RESULT_BUFFER_TOO_SMALL` when the id plus NUL does not fit:
-/// then `*id_size_out` is set to the size needed and nothing else is written (for round robin
-/// and the random algorithms the pick still counted: size `id_buf` with
-/// `lb_balancer_id_size_bound` to avoid this). On any other error no output is written.
-/// Thread-safe; never locks.
+/// then `*id_size_out` is set to the size needed and nothing else is written, but the pick
+/// itself happened — round robin has moved on and the random algorithms have drawn, exactly as
+/// on success (size `id_buf` with `lb_balancer_id_size_bound` to avoid this). On any other
+/// error no output is written and the balancer is unchanged. Thread-safe; never locks.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_balancer_pick(
     balancer: *const lb_balancer,
@@ -393,17 +406,25 @@ fn pick_impl(
 }
 
 /// Picks once per key, all from the same membership snapshot: `keys_len` keys in, `keys_len`
-/// answers out in `picks_out` (which must have room for `keys_len` entries). For unkeyed
-/// algorithms the keys only count the picks (see also `lb_balancer_pick_n`).
+/// answers out in `picks_out` (which must have room for `keys_len` entries). Every `lb_key` is a
+/// key (NULL with length 0 is the empty key). For unkeyed algorithms the keys only count the
+/// picks (see also `lb_balancer_pick_n`). A batch fails exactly like a single pick would, even
+/// an empty one: `keys_len` 0 gives `LB_RESULT_NO_NODES` when no node has weight > 0, and
+/// `LB_RESULT_OK` with nothing written otherwise.
 ///
-/// Ids: with `ids_size_out` NULL only tags are returned (each `id` NULL). Otherwise the ids are
-/// copied into `ids_buf` (`ids_buf_len` bytes) back to back, each followed by a NUL; each
-/// answer's `id` points at its copy there, and `*ids_size_out` gets the bytes used. If they do
-/// not fit: `LB_RESULT_BUFFER_TOO_SMALL`, `*ids_size_out` gets the size needed, and `picks_out`
-/// is untouched (the picks still counted for round robin and the random algorithms).
+/// Ids: with `ids_buf` NULL, `ids_buf_len` 0 and `ids_size_out` NULL only tags are returned
+/// (each `id` NULL). Otherwise `ids_size_out` is required (NULL is `LB_RESULT_NULL_PARAMETER`)
+/// and the ids are copied into `ids_buf` (`ids_buf_len` bytes) back to back, each followed by a
+/// NUL; each answer's `id` points at its copy there, and `*ids_size_out` gets the bytes used.
+/// If they do not fit: `LB_RESULT_BUFFER_TOO_SMALL`, `*ids_size_out` gets the size needed and
+/// `picks_out` is untouched, but the picks happened — round robin has moved on by `keys_len`
+/// and the random algorithms have drawn, exactly as on success. `picks_out`, `ids_buf` and
+/// `*ids_size_out` must not overlap each other or the keys.
 ///
-/// Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_NO_NODES`,
-/// `LB_RESULT_BUFFER_TOO_SMALL`; on error `picks_out` is untouched. Thread-safe.
+/// Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH` (also when the ids' total
+/// size would not fit in a `size_t`), `LB_RESULT_NO_NODES`, `LB_RESULT_BUFFER_TOO_SMALL`. On
+/// error `picks_out` is untouched, and except after `LB_RESULT_BUFFER_TOO_SMALL` the balancer
+/// is unchanged. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_balancer_pick_many(
     balancer: *const lb_balancer,
@@ -453,12 +474,18 @@ fn pick_many_impl(
 }
 
 /// `count` unkeyed picks from the same membership snapshot into `picks_out` (room for `count`
-/// entries); ids as in `lb_balancer_pick_many`. Keyed algorithms fail with
-/// `LB_RESULT_KEY_REQUIRED`.
+/// entries); ids as in `lb_balancer_pick_many` (including `LB_RESULT_NULL_PARAMETER` for a
+/// buffer without `ids_size_out`). The batch fails exactly like a single unkeyed pick would,
+/// whatever `count` (0 included), before anything is picked or reserved: keyed algorithms with
+/// `LB_RESULT_KEY_REQUIRED`, a balancer without a node of weight > 0 with `LB_RESULT_NO_NODES`.
 ///
-/// Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_NO_NODES`,
-/// `LB_RESULT_KEY_REQUIRED`, `LB_RESULT_BUFFER_TOO_SMALL` (`*ids_size_out` = size needed); on
-/// error `picks_out` is untouched. Thread-safe.
+/// Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH` (`count` entries larger than
+/// `PTRDIFF_MAX` bytes, or ids whose total size would not fit in a `size_t`),
+/// `LB_RESULT_NO_NODES`, `LB_RESULT_KEY_REQUIRED`, `LB_RESULT_BUFFER_TOO_SMALL`
+/// (`*ids_size_out` = size needed; `picks_out` untouched, but the `count` picks happened: round
+/// robin has moved on and the random algorithms have drawn, exactly as on success). On error
+/// `picks_out` is untouched, and except after `LB_RESULT_BUFFER_TOO_SMALL` the balancer is
+/// unchanged. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_balancer_pick_n(
     balancer: *const lb_balancer,
@@ -499,15 +526,21 @@ fn pick_n_impl(
     write_picks(&picks, picks_out, ids)
 }
 
-/// Up to `limit` distinct nodes in retry order for `key` (NULL with 0 = no key, as in
-/// `lb_balancer_pick`): the first is what a pick would have returned, the rest are where to go
-/// when it fails. `picks_out` has room for `limit` entries; `*count_out` gets how many were
-/// written (fewer than `limit` when the balancer has fewer nodes with weight > 0). Ids as in
-/// `lb_balancer_pick_many`.
+/// Up to `limit` distinct nodes in retry order for `key` (NULL with length 0 means *no key*, as
+/// in `lb_balancer_pick`; a non-NULL pointer with length 0 is the empty key): the first is what
+/// a pick would have returned, and it counts as that pick (round robin moves on, the random
+/// algorithms draw); the rest are where to go when it fails. `picks_out` has room for `limit`
+/// entries; `*count_out` gets how many were written (fewer than `limit` when the balancer has
+/// fewer nodes with weight > 0). Ids as in `lb_balancer_pick_many` (including
+/// `LB_RESULT_NULL_PARAMETER` for a buffer without `ids_size_out`). `picks_out`, `ids_buf`,
+/// `*ids_size_out` and `*count_out` must not overlap each other or the key.
 ///
 /// Errors: `LB_RESULT_NULL_PARAMETER` (including NULL `count_out`), `LB_RESULT_INVALID_LENGTH`,
 /// `LB_RESULT_NO_NODES`, `LB_RESULT_KEY_REQUIRED`, `LB_RESULT_BUFFER_TOO_SMALL`
-/// (`*ids_size_out` = size needed, nothing else written). Thread-safe.
+/// (`*ids_size_out` = size needed; `picks_out` and `*count_out` untouched, but the pick
+/// happened: round robin has moved on and the random algorithms have drawn, exactly as on
+/// success). On any other error no output is written and the balancer is unchanged.
+/// Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_balancer_attempts(
     balancer: *const lb_balancer,
@@ -566,7 +599,9 @@ fn attempts_impl(
 /// The caller's id buffer and its size output, present when ids were asked for.
 type IdsOut<'a> = Option<(OutSlice<'a, u8>, crate::ptr::Out<'a, usize>)>;
 
-/// Checks an optional `ids_buf` / `ids_buf_len` / `ids_size_out` triple.
+/// Checks an optional `ids_buf` / `ids_buf_len` / `ids_size_out` triple. No ids are wanted
+/// only when all three are NULL / 0: a buffer (or a length) without the size output that says
+/// what was written is `LB_RESULT_NULL_PARAMETER`, not a buffer silently left unwritten.
 ///
 /// # Safety
 /// `ids_buf` is NULL or writable for `ids_buf_len` bytes; `ids_size_out` NULL or writable.
@@ -576,17 +611,24 @@ unsafe fn ids_out<'a>(
     ids_size_out: *mut usize,
 ) -> Result<IdsOut<'a>, lb_result> {
     // SAFETY: forwarded contract.
-    let Some(size_out) = (unsafe { opt_out(ids_size_out) }) else {
-        return Ok(None);
-    };
-    // SAFETY: forwarded contract.
     let buf = unsafe { try_out_slice(ids_buf.cast::<u8>(), ids_buf_len) }?;
-    Ok(Some((buf, size_out)))
+    // SAFETY: forwarded contract.
+    match unsafe { opt_out(ids_size_out) } {
+        Some(size_out) => Ok(Some((buf, size_out))),
+        None if ids_buf.is_null() && ids_buf_len == 0 => Ok(None),
+        None => Err(lb_result::NullParameter),
+    }
 }
 
-/// Bytes needed to copy `ids` NUL-terminated, back to back.
-fn ids_size<'s>(ids: impl Iterator<Item = &'s str>) -> usize {
-    ids.map(|id| id.len() + 1).sum()
+/// Bytes needed to copy ids of these lengths NUL-terminated, back to back;
+/// `LB_RESULT_INVALID_LENGTH` if that does not fit in a `size_t` (possible on 32-bit targets,
+/// where a batch can repeat one long id more often than the address space has room for).
+pub(crate) fn ids_size(mut lengths: impl Iterator<Item = usize>) -> Result<usize, lb_result> {
+    lengths.try_fold(0usize, |total, len| {
+        len.checked_add(1)
+            .and_then(|size| total.checked_add(size))
+            .ok_or(lb_result::InvalidLength)
+    })
 }
 
 /// Copies `id` plus a NUL to `buf` at `*offset`, advancing it; returns where the copy starts.
@@ -624,7 +666,7 @@ fn write_picks(
             }
         }
         Some((mut buf, size_out)) => {
-            let needed = ids_size(picks.ids());
+            let needed = ids_size(picks.ids().map(str::len))?;
             if buf.len() < needed {
                 size_out.write(needed);
                 return Err(lb_result::BufferTooSmall);
@@ -662,8 +704,11 @@ fn write_picks(
 /// before you retry: loop). `NULL, 0, NULL, 0` is the way to ask for the sizes (unless the
 /// balancer is empty, which succeeds with both 0).
 ///
+/// `nodes_out`, `ids_buf`, `*count_out` and `*ids_size_out` must not overlap each other.
+///
 /// Errors: `LB_RESULT_NULL_PARAMETER` (NULL balancer, `count_out` or `ids_size_out`, or NULL
-/// arrays with non-zero sizes), `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_BUFFER_TOO_SMALL`.
+/// arrays with non-zero sizes), `LB_RESULT_INVALID_LENGTH` (also when the ids' total size would
+/// not fit in a `size_t`), `LB_RESULT_BUFFER_TOO_SMALL`. Listing never changes the balancer.
 /// Thread-safe: the list is one consistent snapshot.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_balancer_nodes(
@@ -707,7 +752,7 @@ fn nodes_impl(
         )
     };
     let nodes = balancer.nodes();
-    let needed = ids_size(nodes.iter().map(|n| &*n.id));
+    let needed = ids_size(nodes.iter().map(|n| n.id.len()))?;
     if nodes.len() > nodes_out.len() || needed > buf.len() {
         count_out.write(nodes.len());
         size_out.write(needed);
@@ -733,9 +778,10 @@ fn nodes_impl(
 
 /// A buffer size (id bytes + NUL) that fits every id this balancer has ever held, in
 /// `*size_out` (0 if it never had a node; it may also count ids of changes that failed). Use it
-/// to size `id_buf` for `lb_balancer_pick` (and `n` times it for batches of `n`) so
-/// `LB_RESULT_BUFFER_TOO_SMALL` cannot happen, which matters because a pick that fails that way
-/// still counted for round robin. The bound only grows; an id added by another thread after
+/// to size `id_buf` for `lb_balancer_pick` (and `n` times it for batches of `n`, checking that
+/// product for overflow) so `LB_RESULT_BUFFER_TOO_SMALL` cannot happen, which matters because a
+/// pick that fails that way still happened (round robin moved on, the random algorithms drew).
+/// The bound only grows; an id added by another thread after
 /// this call may be longer, so keep handling `LB_RESULT_BUFFER_TOO_SMALL`.
 /// Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
 #[unsafe(no_mangle)]
@@ -836,12 +882,16 @@ pub(crate) const ALGORITHM_NAMES: [&CStr; Algorithm::ALL.len()] = [
 
 /// The name of algorithm number `index` (0, 1, ... in documentation order) as a static
 /// NUL-terminated string, or NULL when `index` is past the last one: loop until NULL to list
-/// every algorithm `lb_balancer_new` accepts. Thread-safe.
+/// every algorithm `lb_balancer_new` accepts. (Should liblb ever panic here, the answer is NULL
+/// too, so such a loop always ends.) Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_algorithm_name(index: usize) -> *const c_char {
-    ffi_panic_boundary!(
-        ALGORITHM_NAMES
-            .get(index)
-            .map_or(core::ptr::null(), |n| n.as_ptr())
-    )
+    ffi_panic_boundary!(on_panic: core::ptr::null(); algorithm_name(index))
+}
+
+/// `lb_algorithm_name`'s body.
+fn algorithm_name(index: usize) -> *const c_char {
+    ALGORITHM_NAMES
+        .get(index)
+        .map_or(core::ptr::null(), |n| n.as_ptr())
 }

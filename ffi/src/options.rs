@@ -48,7 +48,8 @@ pub extern "C" fn lb_options_free(options: *mut lb_options) {
 /// bytes of UTF-8, not necessarily NUL-terminated.
 ///
 /// Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or
-/// NULL `name` with a non-zero length), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`
+/// NULL `name` with a non-zero length), `LB_RESULT_INVALID_LENGTH` (`name_len` above
+/// `PTRDIFF_MAX`), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`
 /// (not `seed`, `vnodes` or `hash`), `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE`
 /// (an integer for `hash`). Not thread-safe for the same `options`.
 #[unsafe(no_mangle)]
@@ -66,8 +67,10 @@ pub extern "C" fn lb_options_set_int(
 /// Sets an option from text: `hash` (`"sha256"` or `"xxh3"`), or `seed`/`vnodes` as decimal
 /// text. `name` and `value` are UTF-8 of the given lengths, not necessarily NUL-terminated.
 ///
-/// Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER`,
-/// `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`, `LB_RESULT_UNKNOWN_HASH`,
+/// Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or
+/// NULL `name` or `value` with a non-zero length), `LB_RESULT_INVALID_LENGTH` (`name_len` or
+/// `value_len` above `PTRDIFF_MAX`), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`,
+/// `LB_RESULT_UNKNOWN_HASH`,
 /// `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (text that is not a number for
 /// `seed` or `vnodes`). Not thread-safe for the same `options`.
 #[unsafe(no_mangle)]

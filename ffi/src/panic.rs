@@ -24,7 +24,8 @@ impl OnPanic for () {
     fn on_panic() -> Self {}
 }
 
-/// Functions returning static text return a static message.
+/// Functions returning static text return a static message. (`lb_algorithm_name`, whose NULL
+/// means "no more names", overrides this with `on_panic: NULL`.)
 impl OnPanic for *const c_char {
     fn on_panic() -> Self {
         c"panic inside liblb".as_ptr()
@@ -53,10 +54,19 @@ impl<T: OnPanic> Finish<T> for T {
 /// Runs a body, turning a panic into `OnPanic::on_panic()` and the body's value into the C
 /// return value with [`Finish`]. The body is a closure: `return` inside it leaves the closure.
 ///
+/// `ffi_panic_boundary!(on_panic: value; body)` returns `value` instead, for the rare function
+/// whose type's usual panic value would mislead C (e.g. a list ended by NULL).
+///
 /// `AssertUnwindSafe` is sound here: after a panic the only state C can observe is a balancer,
 /// and the core publishes whole snapshots only (a panicking writer publishes nothing), so no
 /// half-updated membership is ever visible.
 macro_rules! ffi_panic_boundary {
+    (on_panic: $on_panic:expr; $($body:tt)*) => {{
+        match ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(|| { $($body)* })) {
+            Ok(value) => $crate::panic::Finish::finish(value),
+            Err(_) => $on_panic,
+        }
+    }};
     ($($body:tt)*) => {{
         match ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(|| { $($body)* })) {
             Ok(value) => $crate::panic::Finish::finish(value),

@@ -69,22 +69,25 @@ fn check_len<T>(len: usize) -> Result<(), lb_result> {
     }
 }
 
-/// An input array of `len` elements. NULL with length 0 is the empty array; NULL with a
-/// non-zero length is `LB_RESULT_NULL_PARAMETER`.
+/// An input array of `len` elements. Length 0 is the empty array whatever the pointer (NULL,
+/// dangling or misaligned: it is never touched); NULL with a non-zero length is
+/// `LB_RESULT_NULL_PARAMETER`.
 ///
 /// # Safety
-/// A non-NULL `ptr` points to `len` initialised `T`s that stay unchanged during `'a`.
+/// With `len > 0`, a non-NULL `ptr` points to `len` initialised `T`s that stay unchanged
+/// during `'a`.
 pub(crate) unsafe fn try_slice<'a, T>(ptr: *const T, len: usize) -> Result<&'a [T], lb_result> {
     check_len::<T>(len)?;
-    if ptr.is_null() {
-        return if len == 0 {
-            Ok(&[])
-        } else {
-            Err(lb_result::NullParameter)
-        };
+    if len == 0 {
+        // `from_raw_parts` needs an aligned non-NULL pointer even for length 0, and C owes us
+        // nothing for an empty array: do not look at the pointer at all.
+        return Ok(&[]);
     }
-    // SAFETY: `ptr` is non-NULL and, by the caller's contract, valid for `len` reads of `T`;
-    // `check_len` proved the size fits in `isize`.
+    if ptr.is_null() {
+        return Err(lb_result::NullParameter);
+    }
+    // SAFETY: `ptr` is non-NULL and, by the caller's contract, valid (so also aligned) for
+    // `len > 0` reads of `T`; `check_len` proved the size fits in `isize`.
     Ok(unsafe { core::slice::from_raw_parts(ptr, len) })
 }
 
@@ -97,7 +100,8 @@ pub(crate) unsafe fn try_bytes<'a, P>(ptr: *const P, len: usize) -> Result<&'a [
     unsafe { try_slice(ptr.cast::<u8>(), len) }
 }
 
-/// An optional key: NULL with length 0 means "no key"; anything else is [`try_bytes`].
+/// An optional key: NULL with length 0 means "no key" (where [`try_bytes`] would read the empty
+/// string); a non-NULL pointer with length 0 is the empty key; anything else is [`try_bytes`].
 ///
 /// # Safety
 /// As [`try_bytes`].
@@ -122,12 +126,14 @@ pub(crate) unsafe fn try_str<'a, P>(ptr: *const P, len: usize) -> Result<&'a str
     liblb_core::id_from_utf8(bytes).map_err(lb_result::from)
 }
 
-/// An output array of `len` elements the caller lends us. NULL with length 0 is an empty
-/// array; NULL with a non-zero length is `LB_RESULT_NULL_PARAMETER`. Elements are written one
-/// by one through the raw pointer and never read, so C may hand over uninitialised memory.
+/// An output array of `len` elements the caller lends us. Length 0 is an empty array whatever
+/// the pointer (it is dropped unlooked-at, so a dangling or misaligned one is fine); NULL with a
+/// non-zero length is `LB_RESULT_NULL_PARAMETER`. Elements are written one by one through the
+/// raw pointer and never read, so C may hand over uninitialised memory.
 ///
 /// # Safety
-/// A non-NULL `ptr` is valid for `len` writes of `T` during `'a` and nothing else accesses them.
+/// With `len > 0`, a non-NULL `ptr` is valid for `len` writes of `T` during `'a` and nothing
+/// else accesses them.
 pub(crate) unsafe fn try_out_slice<'a, T>(
     ptr: *mut T,
     len: usize,
@@ -137,7 +143,7 @@ pub(crate) unsafe fn try_out_slice<'a, T>(
         return Err(lb_result::NullParameter);
     }
     Ok(OutSlice {
-        ptr,
+        ptr: if len == 0 { core::ptr::null_mut() } else { ptr },
         len,
         _borrow: core::marker::PhantomData,
     })
@@ -167,7 +173,7 @@ impl<T> OutSlice<'_, T> {
             self.len
         );
         // SAFETY: `index < len`, and `try_out_slice`'s contract makes `ptr` valid for `len`
-        // writes (a NULL `ptr` has `len == 0`, so this line is never reached with it).
+        // writes (with `len == 0`, `ptr` is NULL and this line is never reached).
         // `write` neither reads nor drops the old contents.
         unsafe { self.ptr.add(index).write(value) }
     }
@@ -180,7 +186,7 @@ impl<T> OutSlice<'_, T> {
             self.len
         );
         // SAFETY: `index <= len` stays within (or one past) the caller's allocation; when
-        // `ptr` is NULL, `len` and `index` are 0 and `add(0)` is allowed on any pointer.
+        // `len` is 0, `ptr` is NULL, `index` is 0, and `add(0)` is allowed on any pointer.
         unsafe { self.ptr.add(index) }
     }
 }

@@ -10,8 +10,12 @@ use crate::panic::ffi_panic_boundary;
 
 /// The result of every fallible liblb function. `LB_RESULT_OK` (0) is success; everything else
 /// names one specific failure. After a failure the balancer is unchanged and every output
-/// parameter is untouched (the one exception, `LB_RESULT_BUFFER_TOO_SMALL`, writes the size
-/// needed). The numbers are stable: new codes are only ever appended.
+/// parameter is untouched, with one exception: `LB_RESULT_BUFFER_TOO_SMALL` writes the size
+/// needed, and when it comes from a pick (`lb_balancer_pick`, `lb_balancer_pick_many`,
+/// `lb_balancer_pick_n`, `lb_balancer_attempts`) the picks themselves happened — round robin
+/// has moved on and the random algorithms have drawn, exactly as on success; only the answers
+/// are lost. (The membership is never changed by a failed call.) The numbers are stable: new
+/// codes are only ever appended.
 #[allow(non_camel_case_types)] // C naming: the type is `lb_result` in lb.h.
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +54,9 @@ pub enum lb_result {
     BufferTooSmall = 101,
     /// A length was so large no real buffer can have it (more than `PTRDIFF_MAX` bytes).
     InvalidLength = 102,
-    /// liblb panicked (a bug in liblb): the call was abandoned and the balancer is unchanged.
+    /// liblb panicked (a bug in liblb) and the call was abandoned part way: no membership change
+    /// was published (the nodes are as before), but a pick may already have counted and
+    /// outputs may be partly written, so do not read them.
     Panic = 103,
     /// The core reported an error this version of the C ABI has no code for (a bug in liblb).
     OtherError = 104,
@@ -156,7 +162,7 @@ impl lb_result {
             lb_result::NullParameter => c"a required pointer was NULL",
             lb_result::BufferTooSmall => c"buffer too small: the size needed was written",
             lb_result::InvalidLength => c"a length is larger than any buffer can be",
-            lb_result::Panic => c"liblb panicked (a bug in liblb); the call did nothing",
+            lb_result::Panic => c"liblb panicked (a bug in liblb); the call was abandoned part way",
             lb_result::OtherError => c"an error this version of the C ABI has no code for",
         }
     }

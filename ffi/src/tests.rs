@@ -219,12 +219,27 @@ fn panics_become_lb_result_panic() {
             c"no panic".as_ptr()
         }
     }
+    // `lb_algorithm_name`'s boundary: NULL ends the caller's listing loop, so a panic must
+    // give NULL, not the static panic text (which would be listed as an algorithm forever).
+    fn name_list_entry() -> *const c_char {
+        crate::panic::ffi_panic_boundary! { on_panic: null();
+            if std::hint::black_box(true) {
+                panic!("boom");
+            }
+            c"no panic".as_ptr()
+        }
+    }
+    fn name_list_entry_ok() -> *const c_char {
+        crate::panic::ffi_panic_boundary! { on_panic: null(); c"ring".as_ptr() }
+    }
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    let (result, message) = (index_out_of_bounds(), text());
+    let (result, message, entry) = (index_out_of_bounds(), text(), name_list_entry());
     std::panic::set_hook(hook);
     assert_eq!(result, lb_result::Panic);
     assert_eq!(cstr(message), "panic inside liblb");
+    assert!(entry.is_null());
+    assert_eq!(cstr(name_list_entry_ok()), "ring");
 }
 
 #[test]
@@ -831,4 +846,220 @@ fn picks_stay_valid_while_another_thread_changes_membership() {
             }
         });
     });
+}
+
+#[test]
+fn empty_batches_and_huge_counts_fail_like_a_single_pick() {
+    // Review finding: `pick_n(0)` / `pick_many` with no keys answered OK where a single pick
+    // fails, and a huge count on an empty balancer reserved memory (an abort) before failing.
+    let empty = new("round_robin", null(), &[]).unwrap();
+    let mut picks = [lb_pick {
+        tag: 7,
+        id: null(),
+        id_len: 0,
+    }; 2];
+    let pick_n = |b: &Handle, count: usize, picks: &mut [lb_pick]| {
+        lb_balancer_pick_n(b.0, count, picks.as_mut_ptr(), null_mut(), 0, null_mut())
+    };
+    assert_eq!(pick_n(&empty, 0, &mut picks), lb_result::NoNodes);
+    assert_eq!(
+        lb_balancer_pick_many(empty.0, null(), 0, null_mut(), null_mut(), 0, null_mut()),
+        lb_result::NoNodes
+    );
+    // The largest count whose `picks_out` size passes the length check: the pick fails first,
+    // so nothing is reserved and nothing is written (the array really has 2 entries).
+    let largest = isize::MAX as usize / core::mem::size_of::<lb_pick>();
+    assert_eq!(pick_n(&empty, largest, &mut picks), lb_result::NoNodes);
+    assert_eq!(
+        pick_n(&empty, largest + 1, &mut picks),
+        lb_result::InvalidLength
+    );
+    let ring = small_ring();
+    assert_eq!(pick_n(&ring, 0, &mut picks), lb_result::KeyRequired);
+    assert_eq!(pick_n(&ring, largest, &mut picks), lb_result::KeyRequired);
+    assert!(picks.iter().all(|p| p.tag == 7 && p.id.is_null()));
+    // Keyed batches with no keys are fine (no key is missing); empty balancers are not.
+    assert_eq!(
+        lb_balancer_pick_many(ring.0, null(), 0, null_mut(), null_mut(), 0, null_mut()),
+        lb_result::Ok
+    );
+}
+
+#[test]
+fn id_sizes_that_overflow_are_invalid_length() {
+    // Review finding: on 32-bit targets the ids of one batch or listing can add up past
+    // `SIZE_MAX`; the sum must fail, not wrap (and not panic).
+    use crate::balancer::ids_size;
+    assert_eq!(ids_size([1, 2].into_iter()), Ok(5));
+    assert_eq!(ids_size([].into_iter()), Ok(0));
+    assert_eq!(ids_size([usize::MAX - 1].into_iter()), Ok(usize::MAX));
+    assert_eq!(
+        ids_size([usize::MAX].into_iter()),
+        Err(lb_result::InvalidLength)
+    );
+    assert_eq!(
+        ids_size([usize::MAX / 2, usize::MAX / 2].into_iter()),
+        Err(lb_result::InvalidLength)
+    );
+}
+
+#[test]
+fn zero_length_arrays_never_touch_their_pointer() {
+    // Review finding: a non-NULL but misaligned pointer with length 0 reached
+    // `slice::from_raw_parts` (undefined behaviour; a debug build aborts). C may pass any
+    // pointer with length 0.
+    let storage = [0u64; 8];
+    let misaligned = storage.as_ptr().cast::<u8>().wrapping_add(1);
+    let mut out_storage = [0u64; 8];
+    let misaligned_out = out_storage.as_mut_ptr().cast::<u8>().wrapping_add(1);
+    let b = abc("round_robin");
+    assert_eq!(
+        lb_balancer_update(b.0, misaligned.cast::<lb_node>(), 0),
+        lb_result::Ok
+    );
+    assert_eq!(list(&b), []);
+    let (name, name_len) = s("random");
+    let mut out = null_mut();
+    assert_eq!(
+        lb_balancer_new(
+            name,
+            name_len,
+            null(),
+            misaligned.cast::<lb_node>(),
+            0,
+            &mut out
+        ),
+        lb_result::Ok
+    );
+    let empty = Handle(out);
+    let rr = abc("round_robin");
+    let r = lb_balancer_pick_many(
+        rr.0,
+        misaligned.cast::<lb_key>(),
+        0,
+        misaligned_out.cast::<lb_pick>(),
+        null_mut(),
+        0,
+        null_mut(),
+    );
+    assert_eq!(r, lb_result::Ok);
+    let mut count = usize::MAX;
+    let r = lb_balancer_attempts(
+        rr.0,
+        misaligned.cast(),
+        0,
+        misaligned_out.cast::<lb_pick>(),
+        0,
+        null_mut(),
+        0,
+        null_mut(),
+        &mut count,
+    );
+    assert_eq!((r, count), (lb_result::Ok, 0));
+    let mut size = 0;
+    let r = lb_balancer_nodes(
+        empty.0,
+        misaligned_out.cast::<lb_node>(),
+        0,
+        misaligned_out.cast(),
+        0,
+        &mut count,
+        &mut size,
+    );
+    assert_eq!((r, count, size), (lb_result::Ok, 0, 0));
+}
+
+#[test]
+fn an_id_buffer_without_a_size_output_is_a_null_parameter() {
+    // Review finding: `id_buf` given but `id_size_out` NULL answered OK and silently left the
+    // buffer unwritten. Nothing is picked either: round robin does not move.
+    let b = abc("round_robin");
+    let mut buf = [0x55 as c_char; 8];
+    let mut tag = 99;
+    let r = lb_balancer_pick(b.0, null(), 0, &mut tag, buf.as_mut_ptr(), 8, null_mut());
+    assert_eq!((r, tag, buf[0]), (lb_result::NullParameter, 99, 0x55));
+    let r = lb_balancer_pick(b.0, null(), 0, &mut tag, buf.as_mut_ptr(), 0, null_mut());
+    assert_eq!(r, lb_result::NullParameter);
+    let r = lb_balancer_pick(b.0, null(), 0, &mut tag, null_mut(), 5, null_mut());
+    assert_eq!(r, lb_result::NullParameter);
+    let empty = lb_pick {
+        tag: 7,
+        id: null(),
+        id_len: 0,
+    };
+    let mut picks = [empty; 3];
+    let r = lb_balancer_pick_n(b.0, 3, picks.as_mut_ptr(), null_mut(), 99, null_mut());
+    assert_eq!(r, lb_result::NullParameter);
+    let r = lb_balancer_pick_n(b.0, 3, picks.as_mut_ptr(), buf.as_mut_ptr(), 8, null_mut());
+    assert_eq!(r, lb_result::NullParameter);
+    let keys = [lb_key {
+        key: null(),
+        key_len: 0,
+    }];
+    let r = lb_balancer_pick_many(
+        b.0,
+        keys.as_ptr(),
+        1,
+        picks.as_mut_ptr(),
+        buf.as_mut_ptr(),
+        8,
+        null_mut(),
+    );
+    assert_eq!(r, lb_result::NullParameter);
+    let mut count = 0xCCCC;
+    let r = lb_balancer_attempts(
+        b.0,
+        null(),
+        0,
+        picks.as_mut_ptr(),
+        3,
+        buf.as_mut_ptr(),
+        8,
+        null_mut(),
+        &mut count,
+    );
+    assert_eq!((r, count), (lb_result::NullParameter, 0xCCCC));
+    assert!(picks.iter().all(|p| p.tag == 7));
+    assert_eq!(buf, [0x55; 8]);
+    // None of the rejected calls picked: round robin still starts at "a".
+    assert_eq!(pick_id(&b, None).unwrap().0, "a");
+    // NULL with length 0 and no size output is the tag-only pick; an empty non-NULL buffer
+    // with a size output is the size query.
+    let r = lb_balancer_pick(b.0, null(), 0, &mut tag, null_mut(), 0, null_mut());
+    assert_eq!((r, tag), (lb_result::Ok, 11));
+    let mut size = 0;
+    let r = lb_balancer_pick(b.0, null(), 0, &mut tag, buf.as_mut_ptr(), 0, &mut size);
+    assert_eq!((r, size), (lb_result::BufferTooSmall, 2));
+}
+
+#[test]
+fn buffer_too_small_still_counts_the_picks() {
+    // Documented (lb.h, docs/c.md): a batch or attempts call that fails with
+    // LB_RESULT_BUFFER_TOO_SMALL has already picked, so round robin has moved on.
+    let b = abc("round_robin");
+    let empty = lb_pick {
+        tag: 7,
+        id: null(),
+        id_len: 0,
+    };
+    let mut picks = [empty; 2];
+    let mut buf = [0 as c_char; 1];
+    let (mut size, mut count) = (0, 0xCCCC);
+    let r = lb_balancer_attempts(
+        b.0,
+        null(),
+        0,
+        picks.as_mut_ptr(),
+        2,
+        buf.as_mut_ptr(),
+        1,
+        &mut size,
+        &mut count,
+    );
+    assert_eq!((r, size, count), (lb_result::BufferTooSmall, 4, 0xCCCC));
+    assert_eq!(pick_id(&b, None).unwrap().0, "b");
+    let r = lb_balancer_pick_n(b.0, 2, picks.as_mut_ptr(), buf.as_mut_ptr(), 1, &mut size);
+    assert_eq!((r, size), (lb_result::BufferTooSmall, 4));
+    assert!(picks.iter().all(|p| p.tag == 7));
+    assert_eq!(pick_id(&b, None).unwrap().0, "b");
 }

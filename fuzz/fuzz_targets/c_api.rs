@@ -1,5 +1,6 @@
 //! Random sequences of C API calls — with NULL pointers, bad UTF-8, NUL bytes, empty ids,
-//! short buffers and unknown ids — checked against two references:
+//! short buffers, id buffers without their size output, lengths and counts past `PTRDIFF_MAX`,
+//! huge batch counts and attempt limits, and unknown ids — checked against two references:
 //!
 //! - a simple model (a `Vec` of id, weight, tag) that predicts every result code, the node
 //!   listing, and which ids a pick may return;
@@ -33,13 +34,49 @@ impl Id {
     }
 }
 
-/// How a call hands over a buffer: the capacity in bytes (the buffer really has it), or
-/// NULL with a non-zero length (must be rejected).
+/// How a call hands over a buffer: the capacity in bytes (the buffer really has it), NULL with
+/// a non-zero length (must be rejected), or, for picks, a real buffer of that capacity whose
+/// size output is NULL (must be rejected before picking; elsewhere it is `Cap`).
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum Buf {
     Cap(u8),
     Big,
     NullWithLen,
+    NoSizeOut(u8),
+}
+
+impl Buf {
+    /// Whether a pick with this id buffer must fail with `LB_RESULT_NULL_PARAMETER` up front.
+    fn rejected(ids: Option<Buf>) -> bool {
+        matches!(ids, Some(Buf::NullWithLen | Buf::NoSizeOut(_)))
+    }
+
+    /// The size output a pick passes along with this id buffer.
+    fn size_out(ids: Option<Buf>, size: &mut usize) -> *mut usize {
+        match ids {
+            None | Some(Buf::NoSizeOut(_)) => null_mut(),
+            Some(_) => size,
+        }
+    }
+}
+
+/// A length or count past `PTRDIFF_MAX` bytes (so `LB_RESULT_INVALID_LENGTH` whatever the
+/// element type), or for arrays of `T` the first count whose size passes that limit.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Huge {
+    Max(u8),
+    PastIsize(u8),
+    JustOver,
+}
+
+impl Huge {
+    fn len<T>(self) -> usize {
+        match self {
+            Huge::Max(k) => usize::MAX - usize::from(k),
+            Huge::PastIsize(k) => isize::MAX as usize + 1 + usize::from(k),
+            Huge::JustOver => isize::MAX as usize / core::mem::size_of::<T>().max(1) + 1,
+        }
+    }
 }
 
 #[derive(Arbitrary, Debug)]
@@ -90,6 +127,21 @@ enum Op {
     NullHandle(u8),
     /// A membership call with a NULL id pointer and a non-zero length.
     NullId(u8),
+    /// A call with one length or count past `PTRDIFF_MAX` bytes: `LB_RESULT_INVALID_LENGTH`,
+    /// nothing picked or changed.
+    TooLong {
+        which: u8,
+        huge: Huge,
+    },
+    /// `pick_n` / `attempts` with a count or limit whose array size is valid but huge:
+    /// `pick_n` only where no pick can succeed (it must fail before reserving anything),
+    /// `attempts` anywhere (it answers at most one entry per node).
+    HugeBatch {
+        shift: u8,
+        attempts: bool,
+        key: Option<Vec<u8>>,
+        ids: Option<Buf>,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -145,6 +197,12 @@ fn buffer(buf: Buf) -> (Vec<c_char>, *mut c_char, usize) {
             (storage, ptr, 1 << 16)
         }
         Buf::NullWithLen => (Vec::new(), null_mut(), 7),
+        Buf::NoSizeOut(n) => {
+            // Never NULL, even with capacity 0: a buffer is there, its size output is not.
+            let mut storage = vec![0 as c_char; usize::from(n).max(1)];
+            let ptr = storage.as_mut_ptr();
+            (storage, ptr, usize::from(n))
+        }
     }
 }
 
@@ -157,6 +215,28 @@ fn read_id(p: &lb_pick) -> String {
         .to_string();
     assert_eq!(id.len(), p.id_len);
     id
+}
+
+/// `lb_balancer_attempts` for [`Harness::batch`]: (result, count), the count untouched on error.
+#[allow(clippy::too_many_arguments)]
+fn attempts(
+    handle: *mut lb_balancer,
+    key: *const c_void,
+    key_len: usize,
+    picks: *mut lb_pick,
+    limit: usize,
+    buf: *mut c_char,
+    cap: usize,
+    size: *mut usize,
+) -> (lb_result, usize) {
+    let mut count = 0xCCCC;
+    let r = lb_balancer_attempts(
+        handle, key, key_len, picks, limit, buf, cap, size, &mut count,
+    );
+    if r != lb_result::Ok {
+        assert_eq!(count, 0xCCCC, "count written on error");
+    }
+    (r, count)
 }
 
 struct Harness {
@@ -387,14 +467,12 @@ impl Harness {
             if want_tag { &mut tag } else { null_mut() },
             buf,
             cap,
-            if id_buf.is_some() {
-                &mut size
-            } else {
-                null_mut()
-            },
+            Buf::size_out(id_buf, &mut size),
         );
-        if matches!(id_buf, Some(Buf::NullWithLen)) {
-            assert_eq!(r, lb_result::NullParameter);
+        if Buf::rejected(id_buf) {
+            // Rejected before picking: the mirror does not pick either, so any later answer
+            // would differ had this call moved round robin or a generator on.
+            assert_eq!((r, tag), (lb_result::NullParameter, 0xAAAA));
             return;
         }
         let mirrored = self.mirror.pick(key.as_deref());
@@ -427,7 +505,7 @@ impl Harness {
     /// ids_size_out); `core` gives the mirror's answers.
     fn batch(
         &mut self,
-        n: usize,
+        slots: usize,
         ids: Option<Buf>,
         errors: Option<Vec<lb_result>>,
         call: impl FnOnce(*mut lb_pick, *mut c_char, usize, *mut usize) -> (lb_result, usize),
@@ -438,17 +516,15 @@ impl Harness {
             id: null(),
             id_len: 0,
         };
-        let mut picks = vec![empty; n];
+        // `slots` entries really exist; the count or limit passed may claim more (HugeBatch)
+        // where liblb can write at most `slots`.
+        let mut picks = vec![empty; slots];
         let (_storage, buf, cap) = ids.map_or((Vec::new(), null_mut(), 0), buffer);
         let mut size = 0xBBBB_usize;
-        let (r, count) = call(
-            picks.as_mut_ptr(),
-            buf,
-            cap,
-            if ids.is_some() { &mut size } else { null_mut() },
-        );
-        if matches!(ids, Some(Buf::NullWithLen)) {
+        let (r, count) = call(picks.as_mut_ptr(), buf, cap, Buf::size_out(ids, &mut size));
+        if Buf::rejected(ids) {
             assert_eq!(r, lb_result::NullParameter);
+            assert!(picks.iter().all(|p| p.tag == 0x5555));
             return;
         }
         let mirrored = core(&self.mirror);
@@ -488,6 +564,155 @@ impl Harness {
         }
     }
 
+    /// One call with a length or count past `PTRDIFF_MAX` bytes: rejected with
+    /// `LB_RESULT_INVALID_LENGTH` before anything is read, picked or changed. (The pointers are
+    /// real but far shorter than claimed: liblb must not touch them.)
+    fn too_long(&mut self, which: u8, huge: Huge) {
+        let id = c"node-0".as_ptr();
+        let mut tag = 0xAAAA_u64;
+        let mut size = 0xBBBB_usize;
+        let mut count = 0xCCCC_usize;
+        let mut found = false;
+        let mut buf = [0 as c_char; 8];
+        let empty = lb_pick {
+            tag: 0x5555,
+            id: null(),
+            id_len: 0,
+        };
+        let mut picks = [empty; 2];
+        let mut nodes = [lb_node {
+            id: null(),
+            id_len: 0,
+            weight: 0,
+            tag: 0x7777,
+        }; 2];
+        let keys = [lb_key {
+            key: id.cast(),
+            key_len: huge.len::<u8>(),
+        }];
+        let one_node = [lb_node {
+            id,
+            id_len: huge.len::<u8>(),
+            weight: 1,
+            tag: 0,
+        }];
+        let h = self.handle;
+        let r = match which % 16 {
+            0 => lb_balancer_add(h, id, huge.len::<u8>(), 1, 0),
+            1 => lb_balancer_remove(h, id, huge.len::<u8>()),
+            2 => lb_balancer_set_weight(h, id, huge.len::<u8>(), 1),
+            3 => lb_balancer_contains(h, id, huge.len::<u8>(), &mut found),
+            4 => lb_balancer_update(h, nodes.as_ptr(), huge.len::<lb_node>()),
+            5 => lb_balancer_update(h, one_node.as_ptr(), 1),
+            6 => {
+                let mut out = null_mut();
+                let r = lb_balancer_new(
+                    c"ring".as_ptr(),
+                    huge.len::<u8>(),
+                    null(),
+                    null(),
+                    0,
+                    &mut out,
+                );
+                assert!(out.is_null());
+                r
+            }
+            7 => {
+                let mut out = null_mut();
+                let r = lb_balancer_new(
+                    c"ring".as_ptr(),
+                    4,
+                    null(),
+                    nodes.as_ptr(),
+                    huge.len::<lb_node>(),
+                    &mut out,
+                );
+                assert!(out.is_null());
+                r
+            }
+            8 => lb_balancer_pick(
+                h,
+                id.cast(),
+                huge.len::<u8>(),
+                &mut tag,
+                null_mut(),
+                0,
+                null_mut(),
+            ),
+            9 => lb_balancer_pick(
+                h,
+                null(),
+                0,
+                &mut tag,
+                buf.as_mut_ptr(),
+                huge.len::<u8>(),
+                &mut size,
+            ),
+            10 => lb_balancer_pick_many(
+                h,
+                keys.as_ptr(),
+                huge.len::<lb_key>(),
+                picks.as_mut_ptr(),
+                null_mut(),
+                0,
+                null_mut(),
+            ),
+            11 => lb_balancer_pick_many(
+                h,
+                keys.as_ptr(),
+                1,
+                picks.as_mut_ptr(),
+                null_mut(),
+                0,
+                null_mut(),
+            ),
+            12 => lb_balancer_pick_n(
+                h,
+                huge.len::<lb_pick>(),
+                picks.as_mut_ptr(),
+                null_mut(),
+                0,
+                null_mut(),
+            ),
+            13 => lb_balancer_attempts(
+                h,
+                null(),
+                0,
+                picks.as_mut_ptr(),
+                huge.len::<lb_pick>(),
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut size,
+                &mut count,
+            ),
+            14 => lb_balancer_nodes(
+                h,
+                nodes.as_mut_ptr(),
+                huge.len::<lb_node>(),
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut count,
+                &mut size,
+            ),
+            _ => {
+                let mut options = null_mut();
+                assert_eq!(lb_options_new(&mut options), lb_result::Ok);
+                let r = if matches!(huge, Huge::Max(k) if k % 2 == 0) {
+                    lb_options_set_int(options, id, huge.len::<u8>(), 1)
+                } else {
+                    lb_options_set_str(options, c"hash".as_ptr(), 4, id, huge.len::<u8>())
+                };
+                lb_options_free(options);
+                r
+            }
+        };
+        assert_eq!(r, lb_result::InvalidLength, "call {}", which % 16);
+        assert_eq!((tag, size, count, found), (0xAAAA, 0xBBBB, 0xCCCC, false));
+        assert!(picks.iter().all(|p| p.tag == 0x5555));
+        assert!(nodes.iter().all(|n| n.tag == 0x7777));
+        self.check_listing();
+    }
+
     fn run(&mut self, op: &Op) {
         match op {
             Op::Add { .. } | Op::Remove { .. } | Op::SetWeight { .. } | Op::Update { .. } => {
@@ -506,11 +731,8 @@ impl Harness {
                         key_len: k.len(),
                     })
                     .collect();
-                let errors = if keys.is_empty() {
-                    None
-                } else {
-                    self.pick_error(true)
-                };
+                // Even an empty batch fails like a pick would (every entry is a key).
+                let errors = self.pick_error(true);
                 let handle = self.handle;
                 self.batch(
                     keys.len(),
@@ -535,7 +757,8 @@ impl Harness {
             }
             Op::PickN { count, ids } => {
                 let n = usize::from(*count % 16);
-                let errors = if n == 0 { None } else { self.pick_error(false) };
+                // Even `n == 0` fails like a single unkeyed pick would.
+                let errors = self.pick_error(false);
                 let handle = self.handle;
                 self.batch(
                     n,
@@ -558,19 +781,54 @@ impl Harness {
                     limit,
                     *ids,
                     errors,
-                    |picks, buf, cap, size| {
-                        let mut count = 0xCCCC;
-                        let r = lb_balancer_attempts(
-                            handle, kp, kl, picks, limit, buf, cap, size, &mut count,
-                        );
-                        if r != lb_result::Ok {
-                            assert_eq!(count, 0xCCCC, "count written on error");
-                        }
-                        (r, count)
-                    },
+                    |picks, buf, cap, size| attempts(handle, kp, kl, picks, limit, buf, cap, size),
                     |core| core.attempts(key.as_deref(), limit),
                 );
             }
+            Op::HugeBatch {
+                shift,
+                attempts: true,
+                key,
+                ids,
+            } => {
+                // Valid for the length check (at most PTRDIFF_MAX bytes of lb_pick), far more
+                // than exist: liblb writes one entry per node at most.
+                let limit = (isize::MAX as usize / core::mem::size_of::<lb_pick>()) >> (shift % 40);
+                let errors = self.pick_error(key.is_some());
+                let handle = self.handle;
+                let (kp, kl) = key
+                    .as_ref()
+                    .map_or((null(), 0), |k| (k.as_ptr().cast::<c_void>(), k.len()));
+                self.batch(
+                    self.model.len(),
+                    *ids,
+                    errors,
+                    |picks, buf, cap, size| attempts(handle, kp, kl, picks, limit, buf, cap, size),
+                    |core| core.attempts(key.as_deref(), limit),
+                );
+            }
+            Op::HugeBatch {
+                shift,
+                attempts: false,
+                ids,
+                ..
+            } => {
+                let Some(errors) = self.pick_error(false) else {
+                    return; // it would really pick `count` times
+                };
+                let count = (isize::MAX as usize / core::mem::size_of::<lb_pick>()) >> (shift % 40);
+                let handle = self.handle;
+                self.batch(
+                    2,
+                    *ids,
+                    Some(errors),
+                    |picks, buf, cap, size| {
+                        (lb_balancer_pick_n(handle, count, picks, buf, cap, size), 0)
+                    },
+                    |core| core.pick_n(count),
+                );
+            }
+            Op::TooLong { which, huge } => self.too_long(*which, *huge),
             Op::Nodes { cap, ids } => {
                 let cap = usize::from(*cap % 8);
                 let mut nodes = vec![

@@ -1,11 +1,13 @@
 /* Every function of lb.h, every documented error path, and the "outputs written only on
  * success" rule, checked from C. Run plain, under ASan+UBSan, under valgrind, and linked
  * statically against liblb.a (scripts/test-c.sh). */
+#define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS and MAP_NORESERVE */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "check.h"
 
@@ -324,8 +326,8 @@ static void test_picks(void) {
     CHECK_OK(lb_balancer_pick_many(sh, keys, 3, picks, buf, sizeof buf, &size));
     size_t total = 0;
     for (int i = 0; i < 3; i++) {
-        CHECK_OK(lb_balancer_pick(sh, keys[i].key ? keys[i].key : "", keys[i].key_len, &tag, id,
-                                  sizeof id, NULL));
+        CHECK_OK(lb_balancer_pick(sh, keys[i].key ? keys[i].key : "", keys[i].key_len, &tag, NULL,
+                                  0, NULL));
         CHECK(picks[i].tag == tag);
         CHECK(picks[i].id >= buf && picks[i].id < buf + sizeof buf);
         CHECK(strlen(picks[i].id) == picks[i].id_len);
@@ -421,6 +423,104 @@ static void test_no_dangling(void) {
     CHECK(tag == 7);
 }
 
+/* Batches fail exactly like a single pick would, whatever their size: a count of 0 included,
+ * and a huge count fails before anything is reserved (it used to abort the process trying). */
+static void test_batches_fail_like_a_pick(void) {
+    lb_balancer *empty = make("random", NULL, NULL, 0);
+    lb_node abc[] = {node("NodeA", 1, 1), node("NodeB", 1, 2), node("NodeC", 1, 3)};
+    lb_balancer *ring = make("ring", NULL, abc, 3);
+    size_t size = SENTINEL_SIZE;
+    CHECK_RESULT(lb_balancer_pick_n(empty, 0, NULL, NULL, 0, NULL), LB_RESULT_NO_NODES);
+    CHECK_RESULT(lb_balancer_pick_many(empty, NULL, 0, NULL, NULL, 0, NULL), LB_RESULT_NO_NODES);
+    CHECK_RESULT(lb_balancer_pick_n(ring, 0, NULL, NULL, 0, NULL), LB_RESULT_KEY_REQUIRED);
+    CHECK_RESULT(lb_balancer_pick_n(ring, 0, NULL, NULL, 0, &size), LB_RESULT_KEY_REQUIRED);
+    CHECK(size == SENTINEL_SIZE);
+    /* A keyed batch of no keys lacks no key: it succeeds and writes nothing. */
+    CHECK_OK(lb_balancer_pick_many(ring, NULL, 0, NULL, NULL, 0, NULL));
+
+    /* A huge count with a picks_out array that really has room for it: address space reserved
+     * with MAP_NORESERVE, never touched (valgrind cannot map as much: try smaller sizes). */
+    lb_pick *picks = MAP_FAILED;
+    size_t count = 0;
+    for (int shift = 36; shift >= 20 && picks == MAP_FAILED; shift--) {
+        count = (size_t)1 << shift;
+        picks = mmap(NULL, count * sizeof(lb_pick), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    }
+    CHECK(picks != MAP_FAILED);
+    if (picks != MAP_FAILED) {
+        char ids[8];
+        CHECK_RESULT(lb_balancer_pick_n(empty, count, picks, NULL, 0, NULL), LB_RESULT_NO_NODES);
+        CHECK_RESULT(lb_balancer_pick_n(empty, count, picks, ids, sizeof ids, &size),
+                     LB_RESULT_NO_NODES);
+        CHECK_RESULT(lb_balancer_pick_n(ring, count, picks, NULL, 0, NULL),
+                     LB_RESULT_KEY_REQUIRED);
+        CHECK(size == SENTINEL_SIZE);
+        munmap(picks, count * sizeof(lb_pick));
+    }
+    /* Past PTRDIFF_MAX bytes no array can be that big. */
+    lb_pick one[1];
+    CHECK_RESULT(lb_balancer_pick_n(empty, SIZE_MAX / sizeof(lb_pick), one, NULL, 0, NULL),
+                 LB_RESULT_INVALID_LENGTH);
+    lb_balancer_free(ring);
+    lb_balancer_free(empty);
+}
+
+/* An id buffer (or a buffer length) without the size output that reports what was written is a
+ * NULL parameter, checked before picking: the buffer is untouched and round robin stays put. */
+static void test_id_buffer_needs_its_size_output(void) {
+    lb_node abc[] = {node("a", 1, 10), node("b", 1, 11), node("c", 1, 12)};
+    lb_balancer *rr = make("round_robin", NULL, abc, 3);
+    char buf[8] = {'x', 'x', 'x', 'x', 'x', 'x', 'x', 'x'};
+    uint64_t tag = SENTINEL_TAG;
+    CHECK_RESULT(lb_balancer_pick(rr, NULL, 0, &tag, buf, sizeof buf, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_pick(rr, NULL, 0, &tag, buf, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_pick(rr, NULL, 0, &tag, NULL, 5, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK(tag == SENTINEL_TAG && buf[0] == 'x');
+    lb_pick picks[3] = {{SENTINEL_TAG, NULL, 0}, {SENTINEL_TAG, NULL, 0}, {SENTINEL_TAG, NULL, 0}};
+    lb_key keys[1] = {{"k", 1}};
+    size_t count = SENTINEL_SIZE;
+    CHECK_RESULT(lb_balancer_pick_n(rr, 1, picks, NULL, 99, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_pick_n(rr, 1, picks, buf, sizeof buf, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_pick_many(rr, keys, 1, picks, buf, sizeof buf, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_attempts(rr, NULL, 0, picks, 3, buf, sizeof buf, NULL, &count),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK(picks[0].tag == SENTINEL_TAG && count == SENTINEL_SIZE && buf[0] == 'x');
+    /* Nothing was picked: round robin still starts at "a". */
+    CHECK_OK(lb_balancer_pick(rr, NULL, 0, &tag, NULL, 0, NULL));
+    CHECK(tag == 10);
+    lb_balancer_free(rr);
+}
+
+/* LB_RESULT_BUFFER_TOO_SMALL from a pick loses the answers, not the picks: round robin has
+ * moved on exactly as if the call had succeeded (documented in lb.h). */
+static void test_buffer_too_small_still_picks(void) {
+    lb_node abc[] = {node("a", 1, 10), node("b", 1, 11), node("c", 1, 12)};
+    lb_balancer *rr = make("round_robin", NULL, abc, 3);
+    lb_pick picks[2] = {{SENTINEL_TAG, NULL, 0}, {SENTINEL_TAG, NULL, 0}};
+    char small[1];
+    size_t size = 0, count = SENTINEL_SIZE;
+    uint64_t tag = 0;
+    CHECK_RESULT(lb_balancer_attempts(rr, NULL, 0, picks, 2, small, 1, &size, &count),
+                 LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(size == 4 && count == SENTINEL_SIZE && picks[0].tag == SENTINEL_TAG);
+    CHECK_OK(lb_balancer_pick(rr, NULL, 0, &tag, NULL, 0, NULL));
+    CHECK(tag == 11); /* the attempts' first pick ("a") counted */
+    CHECK_RESULT(lb_balancer_pick_n(rr, 2, picks, small, 1, &size), LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(size == 4 && picks[0].tag == SENTINEL_TAG);
+    CHECK_OK(lb_balancer_pick(rr, NULL, 0, &tag, NULL, 0, NULL));
+    CHECK(tag == 11); /* "c" and "a" were picked */
+    lb_key keys[2] = {{"x", 1}, {"y", 1}};
+    CHECK_RESULT(lb_balancer_pick_many(rr, keys, 2, picks, small, 1, &size),
+                 LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK_OK(lb_balancer_pick(rr, NULL, 0, &tag, NULL, 0, NULL));
+    CHECK(tag == 11); /* "c" and "a" again */
+    lb_balancer_free(rr);
+}
+
 int main(void) {
     test_version_and_names();
     test_options();
@@ -429,5 +529,8 @@ int main(void) {
     test_picks();
     test_id_size_bound();
     test_no_dangling();
+    test_batches_fail_like_a_pick();
+    test_id_buffer_needs_its_size_output();
+    test_buffer_too_small_still_picks();
     return check_report("test_api");
 }

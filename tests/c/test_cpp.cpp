@@ -1,6 +1,8 @@
 // Tests lb.hpp, the C++17 RAII wrapper: ownership (move-only, freed once), exceptions with
 // the right codes, string_view keys, and the same answers as the C API and the core.
 #include <atomic>
+#include <cstdint>
+#include <stdexcept>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -80,6 +82,11 @@ int main() {
     // Membership and its errors (the balancer is unchanged after each).
     lb::balancer rr("round_robin");
     EXPECT_ERROR(LB_RESULT_NO_NODES, rr.pick());
+    // Empty batches fail like a single pick would.
+    EXPECT_ERROR(LB_RESULT_NO_NODES, rr.pick_n(0));
+    EXPECT_ERROR(LB_RESULT_NO_NODES, rr.pick_many({}));
+    EXPECT_ERROR(LB_RESULT_KEY_REQUIRED, ring.pick_n(0));
+    CHECK(ring.pick_many({}).empty());
     rr.add("a", 1, 10);
     rr.add("b", 1, 11);
     rr.add("c", 2, 12);
@@ -105,6 +112,19 @@ int main() {
     CHECK(rr.pick_many({"k"})[0].tag == 99);
     EXPECT_ERROR(LB_RESULT_UNKNOWN_ALGORITHM, lb::balancer("nope"));
     EXPECT_ERROR(LB_RESULT_DUPLICATE_NODE, lb::balancer("random", {{"a"}, {"a"}}));
+
+    // Id buffer sizes (bound x answers) never wrap round to a small buffer: on 32-bit targets
+    // a long id times a big batch can overflow size_t, which throws std::length_error.
+    CHECK(lb::detail::id_capacity(6, 3) == 18);
+    CHECK(lb::detail::id_capacity(0, 0) == 1);
+    CHECK(lb::detail::id_capacity(SIZE_MAX, 1) == SIZE_MAX);
+    bool overflowed = false;
+    try {
+        lb::detail::id_capacity(SIZE_MAX / 2 + 1, 2);
+    } catch (const std::length_error &) {
+        overflowed = true;
+    }
+    CHECK(overflowed);
 
     // Moves transfer ownership (the moved-from object frees nothing).
     lb::balancer moved = std::move(rr);
