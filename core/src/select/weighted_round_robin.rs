@@ -169,4 +169,28 @@ mod tests {
         let w = WeightedRoundRobin::build((0..3).collect(), alloc::vec![5, 1, 1]);
         assert!(w.is_scheduled());
     }
+
+    /// The Weyl fallback is proportional with low discrepancy: after every prefix of the
+    /// sequence each node's count is within a few picks of its exact share (a random choice
+    /// would drift by ~sqrt(n) = hundreds).
+    #[test]
+    fn weyl_fallback_is_proportional_and_smooth() {
+        let weights = alloc::vec![3_000_001u32, 1_000_000, 999_999]; // gcd 1: no reduction
+        let w = WeightedRoundRobin::build((0..3).collect(), weights.clone());
+        assert!(!w.is_scheduled());
+        let total: f64 = weights.iter().map(|w| f64::from(*w)).sum();
+        let mut counts = [0f64; 3];
+        let picks = if cfg!(miri) { 2_000 } else { 200_000 };
+        for c in 0..picks {
+            counts[w.at(c)] += 1.0;
+            for (i, weight) in weights.iter().enumerate() {
+                let exact = (c + 1) as f64 * f64::from(*weight) / total;
+                assert!(
+                    (counts[i] - exact).abs() < 4.0,
+                    "pick {c}: node {i} at {}",
+                    counts[i]
+                );
+            }
+        }
+    }
 }
