@@ -11,8 +11,7 @@
 //! and a failed change publishes nothing.
 
 use crate::sync::publish::{Loaded, Mutex, Published};
-use crate::table::validate_nodes;
-use crate::{Algorithm, Error, Node, Options, Result, State, Table, validate_id};
+use crate::{Algorithm, Error, Node, Options, Result, State, Table};
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -222,11 +221,8 @@ impl Balancer {
     /// Adds a node at the end. Fails on an invalid or duplicate id.
     pub fn add(&self, node: impl Into<Node>) -> Result<()> {
         let node = node.into();
-        validate_id(&node.id)?;
+        // `Table::build` (inside `change`) rejects an invalid or duplicate id.
         self.change(|nodes| {
-            if nodes.iter().any(|n| n.id == node.id) {
-                return Err(Error::DuplicateNode(node.id.to_string()));
-            }
             nodes.push(node);
             Ok(())
         })
@@ -254,7 +250,6 @@ impl Balancer {
     /// duplicate id.
     pub fn update<N: Into<Node>>(&self, nodes: impl IntoIterator<Item = N>) -> Result<()> {
         let replacement: Vec<Node> = nodes.into_iter().map(Into::into).collect();
-        validate_nodes(&replacement)?;
         self.change(move |nodes| {
             *nodes = replacement;
             Ok(())
@@ -262,7 +257,8 @@ impl Balancer {
     }
 
     /// Applies `edit` to a copy of the node list, builds its table and publishes both. Writers
-    /// hold the mutex so no concurrent change is lost; on error nothing is published.
+    /// hold the mutex so no concurrent change is lost; on error nothing is published. Building
+    /// the table validates the whole list (ids, duplicates, size): the one place that does.
     fn change(&self, edit: impl FnOnce(&mut Vec<Node>) -> Result<()>) -> Result<()> {
         // A writer that panicked left no partial state behind (it publishes whole snapshots),
         // so a poisoned mutex is safe to keep using.

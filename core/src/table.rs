@@ -98,7 +98,7 @@ impl core::fmt::Debug for Table {
 }
 
 /// Checks a whole node list: valid ids, no duplicates, not too many.
-pub(crate) fn validate_nodes(nodes: &[Node]) -> Result<()> {
+fn validate_nodes(nodes: &[Node]) -> Result<()> {
     if nodes.len() > MAX_NODES {
         return Err(Error::TooManyNodes(nodes.len()));
     }

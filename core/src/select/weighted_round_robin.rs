@@ -120,7 +120,6 @@ impl Select for WeightedRoundRobin {
 
     fn attempts(&self, _key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>) {
         let c = next_position(&state.position);
-        let first = self.at(c);
         match &self.plan {
             Plan::Schedule(s) => {
                 // The next distinct nodes of the schedule: every node appears once per period.
@@ -140,6 +139,7 @@ impl Select for WeightedRoundRobin {
             Plan::Weyl { cumulative } => {
                 // Weighted sampling without replacement from a generator seeded by the
                 // position, so the order is deterministic.
+                let first = self.at(c);
                 let g = core::cell::RefCell::new(SplitMix64::new(c));
                 let draw = || by_cumulative(cumulative, g.borrow_mut().next());
                 let next = || g.borrow_mut().next();
