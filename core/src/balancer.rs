@@ -11,7 +11,7 @@
 //! and a failed change publishes nothing.
 
 use crate::sync::publish::{Loaded, Mutex, Published};
-use crate::{Algorithm, Error, Node, Options, Result, State, Table};
+use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, State, Table};
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -157,9 +157,17 @@ impl Balancer {
         let snapshot = self.current.load_full();
         snapshot.table.check(Some(&[]))?;
         let keys = keys.into_iter();
-        // The hint is the caller's claim; cap the up-front reservation and let it grow.
-        let mut indices = Vec::with_capacity(keys.size_hint().0.min(RESERVE_CAP));
+        // The hint is the caller's claim: a lower bound over the limit fails before any pick;
+        // the up-front reservation is capped and grows as keys actually arrive.
+        let hint = keys.size_hint().0;
+        if hint > MAX_BATCH {
+            return Err(Error::BatchTooLarge(hint as u64));
+        }
+        let mut indices = Vec::with_capacity(hint.min(RESERVE_CAP));
         for key in keys {
+            if indices.len() == MAX_BATCH {
+                return Err(Error::BatchTooLarge(MAX_BATCH as u64 + 1));
+            }
             indices.push(snapshot.table.pick(Some(key), &self.state)? as u32);
         }
         Ok(Picks { snapshot, indices })
@@ -171,6 +179,9 @@ impl Balancer {
         // Fail before reserving anything: an impossible pick must not turn a huge `count`
         // into an allocation failure (which aborts) instead of an error.
         snapshot.table.check(None)?;
+        if count > MAX_BATCH {
+            return Err(Error::BatchTooLarge(count as u64));
+        }
         let mut indices = Vec::with_capacity(count.min(RESERVE_CAP));
         for _ in 0..count {
             indices.push(snapshot.table.pick(None, &self.state)? as u32);

@@ -26,6 +26,8 @@ pub enum Error {
     InvalidVnodes(u64),
     /// More than [`crate::MAX_NODES`] nodes.
     TooManyNodes(usize),
+    /// A batch asked for more answers than [`crate::MAX_BATCH`].
+    BatchTooLarge(u64),
     /// The algorithm name is not one of [`crate::Algorithm::NAMES`].
     UnknownAlgorithm(String),
     /// The option name is not one of [`crate::Options::NAMES`].
@@ -59,6 +61,7 @@ impl Error {
             Error::KeyRequired(_) => "LB_KEY_REQUIRED",
             Error::InvalidVnodes(_) => "LB_INVALID_VNODES",
             Error::TooManyNodes(_) => "LB_TOO_MANY_NODES",
+            Error::BatchTooLarge(_) => "LB_BATCH_TOO_LARGE",
             Error::UnknownAlgorithm(_) => "LB_UNKNOWN_ALGORITHM",
             Error::UnknownOption(_) => "LB_UNKNOWN_OPTION",
             Error::UnknownHash(_) => "LB_UNKNOWN_HASH",
@@ -100,6 +103,11 @@ impl fmt::Display for Error {
             Error::TooManyNodes(n) => {
                 write!(f, "too many nodes: {n} (at most {})", crate::MAX_NODES)
             }
+            Error::BatchTooLarge(n) => write!(
+                f,
+                "batch too large: {n} answers requested (at most {} per call)",
+                crate::MAX_BATCH
+            ),
             Error::UnknownAlgorithm(name) => write!(
                 f,
                 "unknown algorithm {name:?}; valid algorithms: {}",

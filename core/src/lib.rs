@@ -55,7 +55,12 @@ pub use balancer::{Balancer, NodeInfo, Picked, Picks};
 pub const DEFAULT_VNODES: u32 = 160;
 /// Largest accepted `vnodes` value.
 pub const MAX_VNODES: u32 = 1 << 16;
-/// Largest number of points a ring may hold; heavier rings are scaled down proportionally.
+/// Largest number of points a ring holds (or one per active node, when there are more nodes);
+/// heavier rings are scaled down proportionally, each node keeping at least one point.
 pub const MAX_RING_POINTS: u64 = 1 << 22;
+/// Most answers one batch call (`pick_many`, `pick_n`) returns: 2^28 (1 GiB of `u32` node
+/// indices). Larger requests fail with [`Error::BatchTooLarge`] before any pick, instead of
+/// growing until the allocator aborts the process; split bigger batches into several calls.
+pub const MAX_BATCH: usize = 1 << 28;
 /// Largest number of nodes in one balancer (indices are stored as `u32`).
 pub const MAX_NODES: usize = 1 << 24;

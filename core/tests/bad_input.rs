@@ -2,8 +2,8 @@
 //! and working.
 
 use liblb_core::{
-    Algorithm, Balancer, Error, HashKind, MAX_VNODES, Node, NodeInfo, OptionValue, Options,
-    id_from_utf8,
+    Algorithm, Balancer, Error, HashKind, MAX_BATCH, MAX_VNODES, Node, NodeInfo, OptionValue,
+    Options, id_from_utf8,
 };
 
 fn ring() -> Balancer {
@@ -180,4 +180,32 @@ fn empty_batches_fail_like_single_picks() {
         Error::KeyRequired("ring")
     );
     assert!(ring.pick_many([]).unwrap().is_empty());
+}
+
+/// Batches larger than `MAX_BATCH` fail before any pick instead of growing until the allocator
+/// aborts the process (`pick_n(2^40)` used to); the round robin position is untouched.
+#[test]
+fn oversized_batches_fail_before_picking() {
+    let rr = Balancer::new(Algorithm::RoundRobin, ["a", "b", "c"], Options::default()).unwrap();
+    assert_eq!(rr.pick(None).unwrap().id(), "a");
+    for count in [MAX_BATCH + 1, 1 << 40, usize::MAX] {
+        assert_eq!(
+            rr.pick_n(count).unwrap_err(),
+            Error::BatchTooLarge(count as u64)
+        );
+    }
+    // An iterator that claims more keys than the limit is refused up front.
+    let endless = std::iter::repeat_n(&b"k"[..], MAX_BATCH + 1);
+    assert_eq!(
+        rr.pick_many(endless).unwrap_err(),
+        Error::BatchTooLarge(MAX_BATCH as u64 + 1)
+    );
+    assert_eq!(rr.pick(None).unwrap().id(), "b");
+    assert!(
+        Error::BatchTooLarge(7)
+            .to_string()
+            .contains(&MAX_BATCH.to_string())
+    );
+    // The limit itself is a valid request size (not run: 1 GiB); small batches still work.
+    assert_eq!(rr.pick_n(2).unwrap().ids().collect::<Vec<_>>(), ["c", "a"]);
 }

@@ -10,10 +10,25 @@
 //! own weight only — never normalised by the gcd, sum or minimum of the set — because any
 //! normalisation re-counts every node's points when one node joins or leaves, and keys would
 //! move between surviving nodes. Only rings heavier than [`crate::MAX_RING_POINTS`] are scaled
-//! down proportionally (each node keeps at least one point), and there the guarantee below
-//! weakens to "approximately". Two nodes whose points collide are ordered by id, so the ring
-//! depends only on the set of nodes, never on insertion order (Java's `TreeMap.put` would let
-//! the later one win). Removing a node moves only its keys; adding one moves keys only to it.
+//! down proportionally (each node keeps at least one point, so a ring holds at most
+//! `max(MAX_RING_POINTS, active nodes)` points), and there the guarantee below weakens to
+//! "approximately".
+//!
+//! Point-key collisions. Seed 001's point key `id + decimal i` is ambiguous: `"10.0.0.1" + "10"`
+//! and `"10.0.0.11" + "0"` are the same string, hence the same point. When two nodes' point keys
+//! are equal, the node first in id order keeps the point and every other one rehashes its copy
+//! as `id + "\0" + decimal i` (ids never contain NUL, so these keys cannot be equal to any other
+//! point key). Every node of weight `w` thus gets exactly its `vnodes · w` distinct points, and
+//! sets without such collisions keep seed 001's layout byte for byte. Two different point keys
+//! whose 64-bit hashes are equal (a true hash collision, ~n²/2⁶⁵) are ordered by id and the
+//! later one's point is dropped. The ring depends only on the set of nodes, never on insertion
+//! order (Java's `TreeMap.put` would let the later one win).
+//!
+//! Movement: removing a node moves only its keys; adding one moves keys only to it — except
+//! that adding or removing a node whose point keys collide with a surviving node's also moves
+//! the keys on that survivor's rehashed points (the survivor trades each rehashed point for the
+//! original one). This is the price of keeping seed 001's layout where nothing collides; it
+//! only concerns ids that extend one another by digits (`s1`/`s11`, `10.0.0.1`/`10.0.0.11`).
 //!
 //! Layout: points and owners in two parallel arrays (the binary search touches only the 8-byte
 //! points). Cost: one key hash plus a binary search over n·vnodes points. Option `hash = "xxh3"`
@@ -21,6 +36,7 @@
 //! `attempts`: the next distinct nodes clockwise.
 
 use super::Select;
+use super::sample::Seen;
 use crate::node::Node;
 use crate::table::State;
 use crate::{HashKind, MAX_RING_POINTS};
@@ -55,7 +71,9 @@ impl Write for Buf {
     }
 }
 
-/// Points per node: `vnodes · w`, scaled down to fit `MAX_RING_POINTS`.
+/// Points per node: `vnodes · w`, scaled down to fit `MAX_RING_POINTS` when heavier: then
+/// every node gets one point and the rest of the budget is shared by weight (rounded down), so
+/// the ring never holds more than `max(MAX_RING_POINTS, active.len())` points.
 fn point_counts(nodes: &[Node], active: &[u32], vnodes: u32) -> Vec<u64> {
     let weights: Vec<u64> = active
         .iter()
@@ -63,13 +81,34 @@ fn point_counts(nodes: &[Node], active: &[u32], vnodes: u32) -> Vec<u64> {
         .collect();
     let sum: u128 = weights.iter().map(|w| u128::from(*w)).sum();
     if sum * u128::from(vnodes) <= u128::from(MAX_RING_POINTS) {
-        weights.iter().map(|w| w * u64::from(vnodes)).collect()
-    } else {
-        weights
-            .iter()
-            .map(|w| ((u128::from(*w) * u128::from(MAX_RING_POINTS) / sum) as u64).max(1))
-            .collect()
+        return weights.iter().map(|w| w * u64::from(vnodes)).collect();
     }
+    let spare = u128::from(MAX_RING_POINTS.saturating_sub(weights.len() as u64));
+    weights
+        .iter()
+        .map(|w| 1 + (u128::from(*w) * spare / sum) as u64)
+        .collect()
+}
+
+/// Writes node `id`'s `i`-th point key into `buf`: seed 001's `id + decimal i`, or, for a
+/// point that collided with a node earlier in id order, the unambiguous `id + "\0" + decimal i`.
+fn point_key<'b>(buf: &'b mut Buf, id: &str, i: u32, rehashed: bool) -> &'b [u8] {
+    buf.0.clear();
+    // Writing into a Vec cannot fail.
+    let _ = if rehashed {
+        write!(buf, "{id}\0{i}")
+    } else {
+        write!(buf, "{id}{i}")
+    };
+    &buf.0
+}
+
+/// One point while the ring is built: its hash, owner, and the index `i` it was made from.
+#[derive(Clone, Copy)]
+struct Entry {
+    point: u64,
+    owner: u32,
+    i: u32,
 }
 
 /// Builds the bucket index over sorted `points`: `2^bits >= points.len()` buckets (1..=2^21).
@@ -94,25 +133,48 @@ fn bucket_index(points: &[u64]) -> (Vec<u32>, u32) {
 impl Ring {
     pub(crate) fn build(nodes: &[Node], active: &[u32], vnodes: u32, hash: HashKind) -> Ring {
         let counts = point_counts(nodes, active, vnodes);
-        let mut entries: Vec<(u64, u32)> = Vec::with_capacity(counts.iter().sum::<u64>() as usize);
+        let id = |e: &Entry| &*nodes[e.owner as usize].id;
+        let mut entries: Vec<Entry> = Vec::with_capacity(counts.iter().sum::<u64>() as usize);
         let mut buf = Buf(Vec::new());
-        for (node, count) in active.iter().zip(&counts) {
-            let id = &nodes[*node as usize].id;
-            for i in 0..*count {
-                buf.0.clear();
-                // Writing into a Vec cannot fail.
-                let _ = write!(buf, "{id}{i}");
-                entries.push((hash.hash(&buf.0), *node));
+        for (&owner, &count) in active.iter().zip(&counts) {
+            let node_id = &nodes[owner as usize].id;
+            // Counts fit in u32: at most max(MAX_RING_POINTS, MAX_NODES) points.
+            for i in 0..count as u32 {
+                let point = hash.hash(point_key(&mut buf, node_id, i, false));
+                entries.push(Entry { point, owner, i });
             }
         }
         // Order by point, then by id: collisions resolve the same whatever the insertion order.
-        entries.sort_unstable_by(|a, b| {
-            a.0.cmp(&b.0)
-                .then_with(|| nodes[a.1 as usize].id.cmp(&nodes[b.1 as usize].id))
-        });
-        // A collided point is owned by its first (smallest-id) claimant only.
-        entries.dedup_by_key(|e| e.0);
-        let (points, owners): (Vec<u64>, Vec<u32>) = entries.into_iter().unzip();
+        let order = |a: &Entry, b: &Entry| a.point.cmp(&b.point).then_with(|| id(a).cmp(id(b)));
+        entries.sort_unstable_by(order);
+        // In a run of equal points the first (smallest-id) entry keeps the point. A later one
+        // whose point key is the same string is rehashed unambiguously; one whose key differs
+        // (a true 64-bit hash collision) is dropped.
+        let mut rehashed = Vec::new();
+        let mut other = Buf(Vec::new());
+        let mut run = 0;
+        for k in 1..entries.len() {
+            if entries[k].point != entries[run].point {
+                run = k;
+                continue;
+            }
+            let (first, e) = (entries[run], entries[k]);
+            if point_key(&mut buf, id(&first), first.i, false)
+                == point_key(&mut other, id(&e), e.i, false)
+            {
+                let point = hash.hash(point_key(&mut buf, id(&e), e.i, true));
+                rehashed.push(Entry { point, ..e });
+            }
+        }
+        entries.dedup_by_key(|e| e.point);
+        if !rehashed.is_empty() {
+            entries.extend(rehashed);
+            entries.sort_unstable_by(order);
+            entries.dedup_by_key(|e| e.point);
+        }
+        let points: Vec<u64> = entries.iter().map(|e| e.point).collect();
+        let owners: Vec<u32> = entries.iter().map(|e| e.owner).collect();
+        drop(entries);
         let (index, shift) = bucket_index(&points);
         Ring {
             points,
@@ -151,11 +213,11 @@ impl Select for Ring {
     fn attempts(&self, key: &[u8], _state: &State, limit: usize, out: &mut Vec<u32>) {
         let start = self.successor(self.hash.hash(key));
         let limit = limit.min(self.distinct);
-        let mut seen = alloc::vec![false; self.node_count];
+        let mut seen = Seen::new(self.node_count, limit);
         let len = self.points.len();
         for step in 0..len {
             let owner = self.owners[(start + step) % len];
-            if !core::mem::replace(&mut seen[owner as usize], true) {
+            if seen.insert(owner) {
                 out.push(owner);
                 if out.len() == limit {
                     break;
@@ -211,11 +273,79 @@ mod tests {
         assert_eq!(counts, [320, 1120, 160]);
     }
 
+    fn owned(ring: &Ring, owner: u32) -> usize {
+        ring.points().filter(|(_, o)| *o == owner).count()
+    }
+
     #[test]
-    fn huge_weights_are_capped() {
+    fn colliding_point_keys_are_rehashed_not_lost() {
+        // "10.0.0.1" + "10" == "10.0.0.11" + "0": before the fix 10.0.0.11 kept none of its
+        // 160 points next to a node of weight 8.
+        let nodes = [Node::new("10.0.0.1", 8), Node::new("10.0.0.11", 1)];
+        let ring = Ring::build(&nodes, &[0, 1], 160, HashKind::Sha256);
+        assert_eq!(owned(&ring, 0), 8 * 160);
+        assert_eq!(owned(&ring, 1), 160);
+        // The node first in id order keeps seed 001's points; the other's are rehashed.
+        let mut buf = Buf(Vec::new());
+        let seed_point = HashKind::Sha256.hash(point_key(&mut buf, "10.0.0.1", 10, false));
+        assert!(ring.points().any(|p| p == (seed_point, 0)));
+        let moved = HashKind::Sha256.hash(point_key(&mut buf, "10.0.0.11", 0, true));
+        assert!(ring.points().any(|p| p == (moved, 1)));
+    }
+
+    #[test]
+    fn collisions_resolve_the_same_in_any_insertion_order() {
+        let ids = ["s1", "s11", "s111", "s2", "s21"];
+        let forward: Vec<Node> = ids.iter().map(|id| Node::new(*id, 1)).collect();
+        let backward: Vec<Node> = ids.iter().rev().map(|id| Node::new(*id, 1)).collect();
+        let a = Ring::build(&forward, &[0, 1, 2, 3, 4], 160, HashKind::Xxh3);
+        let b = Ring::build(&backward, &[0, 1, 2, 3, 4], 160, HashKind::Xxh3);
+        let named = |ring: &Ring, nodes: &[Node]| -> Vec<(u64, alloc::boxed::Box<str>)> {
+            ring.points()
+                .map(|(p, o)| (p, nodes[o as usize].id.clone()))
+                .collect()
+        };
+        assert_eq!(named(&a, &forward), named(&b, &backward));
+        for owner in 0..5 {
+            assert_eq!(owned(&a, owner), 160, "{}", ids[owner as usize]);
+        }
+    }
+
+    #[test]
+    fn huge_weights_are_capped_exactly() {
         let nodes = [Node::new("a", u32::MAX), Node::new("b", 1)];
         let counts = point_counts(&nodes, &[0, 1], 160);
         assert!(counts.iter().sum::<u64>() <= MAX_RING_POINTS);
         assert_eq!(counts[1], 1);
+        // Many nodes of a heavy weight: one point each at least, never more than the cap.
+        let many: Vec<Node> = (0..5000)
+            .map(|i| Node::new(alloc::format!("n{i}"), 1000))
+            .collect();
+        let active: Vec<u32> = (0..5000).collect();
+        let counts = point_counts(&many, &active, 65536);
+        assert!(counts.iter().sum::<u64>() <= MAX_RING_POINTS);
+        assert!(counts.iter().all(|c| *c >= 1));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: if cfg!(miri) { 1 } else { 48 },
+            ..Default::default()
+        })]
+
+        /// Ids drawn to collide (`s1`/`s11`/`s111`, IPv4 text): every node of weight w owns
+        /// exactly `vnodes · w` distinct points, whatever the insertion order.
+        #[test]
+        fn colliding_ids_keep_exact_point_counts(
+            ids in proptest::collection::btree_set("(s|10\\.0\\.0\\.)[1-9][0-9]{0,2}", 1..8),
+            weights in proptest::collection::vec(1u32..4, 8),
+        ) {
+            let nodes: Vec<Node> = ids.iter().zip(&weights).map(|(id, w)| Node::new(id.as_str(), *w)).collect();
+            let active: Vec<u32> = (0..nodes.len() as u32).collect();
+            let ring = Ring::build(&nodes, &active, 40, HashKind::Xxh3);
+            for (owner, node) in nodes.iter().enumerate() {
+                proptest::prop_assert_eq!(owned(&ring, owner as u32), 40 * node.weight as usize);
+            }
+        }
     }
 }

@@ -11,7 +11,8 @@
 //! permutation of the rest drawn from a generator seeded by the key's hash — deterministic,
 //! and spreading a failed node's keys over all the others. Cost: one hash and one division.
 
-use super::{Select, gcd_all, sample};
+use super::sample::{self, WeightTree};
+use super::{Select, gcd_all};
 use crate::HashKind;
 use crate::node::Node;
 use crate::rng::{SplitMix64, bounded};
@@ -22,10 +23,9 @@ use core::cell::RefCell;
 pub(crate) struct SourceHash {
     /// Active node indices ordered by id.
     order: Vec<u32>,
-    /// gcd-reduced weights, in `order`.
-    weights: Vec<u32>,
-    /// Cumulative reduced weights, or `None` when they are all 1 (plain `mod n`).
-    cumulative: Option<Vec<u64>>,
+    /// Cumulative gcd-reduced weights in `order` and their tree for weighted `attempts`, or
+    /// `None` when the reduced weights are all 1 (plain `mod n`).
+    weighted: Option<(Vec<u64>, WeightTree)>,
     hash: HashKind,
 }
 
@@ -37,19 +37,19 @@ impl SourceHash {
             .iter()
             .map(|i| nodes[*i as usize].weight / g)
             .collect();
-        let cumulative = weights.iter().any(|w| *w != 1).then(|| {
-            weights
+        let weighted = weights.iter().any(|w| *w != 1).then(|| {
+            let cumulative = weights
                 .iter()
                 .scan(0u64, |sum, w| {
                     *sum += u64::from(*w);
                     Some(*sum)
                 })
-                .collect()
+                .collect();
+            (cumulative, WeightTree::new(weights))
         });
         SourceHash {
             order,
-            weights,
-            cumulative,
+            weighted,
             hash,
         }
     }
@@ -57,9 +57,9 @@ impl SourceHash {
     /// Position in `order` for a 64-bit value.
     #[inline]
     fn position(&self, h: u64) -> usize {
-        match &self.cumulative {
+        match &self.weighted {
             None => (h % self.order.len() as u64) as usize,
-            Some(cumulative) => {
+            Some((cumulative, _)) => {
                 let y = h % cumulative.last().expect("active set is not empty");
                 cumulative.partition_point(|end| *end <= y)
             }
@@ -78,15 +78,16 @@ impl Select for SourceHash {
         let first = self.position(h);
         let g = RefCell::new(SplitMix64::new(h));
         let next = || g.borrow_mut().next();
-        match &self.cumulative {
+        match &self.weighted {
             None => sample::shuffle_prefix(self.order.len(), limit, first, next, out),
-            Some(cumulative) => {
+            Some((cumulative, tree)) => {
                 let total = *cumulative.last().expect("active set is not empty");
                 let draw = || {
                     let y = bounded(g.borrow_mut().next(), total as usize) as u64;
                     cumulative.partition_point(|end| *end <= y)
                 };
-                sample::weighted_prefix(&self.weights, limit, first, draw, next, out);
+                out.push(first as u32);
+                sample::weighted_prefix(tree, limit, draw, next, out);
             }
         }
         for slot in out.iter_mut() {

@@ -9,7 +9,8 @@
 //! in-column coin from its low half, so one draw serves both. `attempts` is weighted sampling
 //! without replacement (`sample::weighted_prefix`).
 
-use super::{Select, sample};
+use super::Select;
+use super::sample::{self, WeightTree};
 use crate::table::State;
 use alloc::vec::Vec;
 
@@ -63,7 +64,7 @@ impl Alias {
 
 pub(crate) struct WeightedRandom {
     active: Vec<u32>,
-    weights: Vec<u32>,
+    weights: WeightTree,
     alias: Alias,
 }
 
@@ -72,7 +73,7 @@ impl WeightedRandom {
         let alias = Alias::build(&weights);
         WeightedRandom {
             active,
-            weights,
+            weights: WeightTree::new(weights),
             alias,
         }
     }
@@ -87,7 +88,8 @@ impl Select for WeightedRandom {
     fn attempts(&self, _key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>) {
         let first = self.alias.draw(state.rng.next());
         let draw = || self.alias.draw(state.rng.next());
-        sample::weighted_prefix(&self.weights, limit, first, draw, || state.rng.next(), out);
+        out.push(first as u32);
+        sample::weighted_prefix(&self.weights, limit, draw, || state.rng.next(), out);
         for slot in out.iter_mut() {
             *slot = self.active[*slot as usize];
         }

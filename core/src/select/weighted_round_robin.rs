@@ -17,8 +17,9 @@
 //! interval holds `frac(c·φ)·Σw`. It is still lock-free, O(log n), exactly proportional over
 //! time and smooth (a node's picks are spread evenly, with low discrepancy), but not nginx's order.
 
-use super::{Select, gcd_all, sample};
-use crate::rng::SplitMix64;
+use super::sample::{self, Seen, WeightTree};
+use super::{Select, gcd_all};
+use crate::rng::{SplitMix64, bounded};
 use crate::sync::next_position;
 use crate::table::State;
 use alloc::vec::Vec;
@@ -27,6 +28,8 @@ use alloc::vec::Vec;
 pub const SCHEDULE_MAX_LEN: u64 = 1 << 20;
 /// Most work (n · schedule length) spent building a schedule.
 pub const SCHEDULE_MAX_WORK: u64 = 1 << 26;
+/// Schedule entries `attempts` walks per node it wants before drawing the rest by weight.
+const WALK_PER_ATTEMPT: u64 = 16;
 /// 2^64 / φ: the Weyl increment of the fallback (also SplitMix64's γ).
 const WEYL: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -39,7 +42,8 @@ enum Plan {
 
 pub(crate) struct WeightedRoundRobin {
     active: Vec<u32>,
-    weights: Vec<u32>,
+    /// gcd-reduced weights, for the weighted part of `attempts`.
+    weights: WeightTree,
     plan: Plan,
 }
 
@@ -91,7 +95,7 @@ impl WeightedRoundRobin {
         };
         WeightedRoundRobin {
             active,
-            weights: reduced,
+            weights: WeightTree::new(reduced),
             plan,
         }
     }
@@ -120,30 +124,35 @@ impl Select for WeightedRoundRobin {
 
     fn attempts(&self, _key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>) {
         let c = next_position(&state.position);
+        out.push(self.at(c) as u32);
+        let g = core::cell::RefCell::new(SplitMix64::new(c));
+        let next = || g.borrow_mut().next();
         match &self.plan {
             Plan::Schedule(s) => {
-                // The next distinct nodes of the schedule: every node appears once per period.
-                let mut seen = alloc::vec![false; self.active.len()];
+                // The next distinct nodes in nginx's order, walking at most WALK_PER_ATTEMPT
+                // schedule entries per wanted node: with skewed weights a light node may be a
+                // whole period away, so what the walk leaves is drawn by weight instead.
                 let limit = limit.min(self.active.len());
-                for step in 0..s.len() as u64 {
-                    let i = self.at(c.wrapping_add(step));
-                    if !seen[i] {
-                        seen[i] = true;
-                        out.push(i as u32);
-                        if out.len() == limit {
-                            break;
-                        }
+                let mut seen = Seen::new(self.active.len(), limit);
+                seen.insert(out[0]);
+                let walk = (s.len() as u64).min(WALK_PER_ATTEMPT.saturating_mul(limit as u64));
+                for step in 1..walk {
+                    if out.len() == limit {
+                        break;
+                    }
+                    let i = self.at(c.wrapping_add(step)) as u32;
+                    if seen.insert(i) {
+                        out.push(i);
                     }
                 }
+                let draw = || s[bounded(g.borrow_mut().next(), s.len())] as usize;
+                sample::weighted_prefix(&self.weights, limit, draw, next, out);
             }
             Plan::Weyl { cumulative } => {
-                // Weighted sampling without replacement from a generator seeded by the
-                // position, so the order is deterministic.
-                let first = self.at(c);
-                let g = core::cell::RefCell::new(SplitMix64::new(c));
+                // No nginx order to follow: the pick, then a weighted sample without
+                // replacement seeded by the position.
                 let draw = || by_cumulative(cumulative, g.borrow_mut().next());
-                let next = || g.borrow_mut().next();
-                sample::weighted_prefix(&self.weights, limit, first, draw, next, out);
+                sample::weighted_prefix(&self.weights, limit, draw, next, out);
             }
         }
         for slot in out.iter_mut() {
