@@ -19,3 +19,14 @@ pub fn nodes(n: usize, weighted: bool) -> Vec<Node> {
 pub fn keys() -> Vec<String> {
     (0..4096).map(|i| format!("session-{i:08x}")).collect()
 }
+
+/// 1000 nodes named like addresses with weights 1..=100 when `spread` (Dubbo's default weight
+/// is 100: weights in the hundreds are normal), else all of weight 1.
+pub fn spread_nodes(spread: bool) -> Vec<Node> {
+    (0..1000)
+        .map(|i| {
+            let weight = if spread { i % 100 + 1 } else { 1 };
+            Node::new(format!("10.0.{}.{}:80", i / 256, i % 256), weight)
+        })
+        .collect()
+}

@@ -236,6 +236,9 @@ struct Chosen<'t> {
     tree: &'t WeightTree,
     seen: Seen,
     sums: Taken<'t>,
+    /// Chosen positions not yet subtracted from `sums`: most samples never need the tree
+    /// (rejection settles every slot), so its O(log n) updates wait for the first descent.
+    unsummed: Vec<usize>,
     remaining: u64,
 }
 
@@ -244,11 +247,18 @@ impl Chosen<'_> {
     fn take(&mut self, i: usize) -> bool {
         let fresh = self.seen.insert(i as u32);
         if fresh {
-            let w = u64::from(self.tree.weights[i]);
-            self.sums.take(i, w);
-            self.remaining -= w;
+            self.remaining -= u64::from(self.tree.weights[i]);
+            self.unsummed.push(i);
         }
         fresh
+    }
+
+    /// The first position whose running sum of remaining weights exceeds `y`.
+    fn find(&mut self, y: u64) -> usize {
+        for i in self.unsummed.drain(..) {
+            self.sums.take(i, u64::from(self.tree.weights[i]));
+        }
+        self.sums.find(self.tree.weights.len(), y)
     }
 }
 
@@ -269,6 +279,7 @@ pub(crate) fn weighted_prefix(
         tree,
         seen: Seen::new(n, limit),
         sums: Taken::new(tree, limit),
+        unsummed: Vec::new(),
         remaining: tree.total,
     };
     for i in out.iter() {
@@ -284,7 +295,7 @@ pub(crate) fn weighted_prefix(
         }
         // y uniform in 0..(weight not yet taken), mapped as a scan in index order would.
         let y = ((u128::from(next()) * u128::from(chosen.remaining)) >> 64) as u64;
-        let i = chosen.sums.find(n, y);
+        let i = chosen.find(y);
         chosen.take(i);
         out.push(i as u32);
     }
