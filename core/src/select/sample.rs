@@ -3,11 +3,12 @@
 //! - Uniform: a lazy Fisher-Yates shuffle (Durstenfeld 1964; seed 002's "classic fisher-yates")
 //!   that materialises only the swapped slots, so a prefix of `k` costs O(k) draws. Seed 002's
 //!   pairwise-swap shuffle is biased (first slot 22% vs 14% for 7 nodes); this one is exact.
-//! - Weighted: successive draws from the weights of the nodes not yet chosen. A draw from the
-//!   full distribution that lands on an already chosen node is rejected and redrawn (rejection
-//!   keeps the conditional distribution exact); after a few rejections the slot is finished by
-//!   a descent of a Fenwick tree of the weights built with the table, minus the chosen ones —
-//!   the same answer as a linear scan over the remaining weights in index order, in O(log n).
+//! - Weighted: successive draws from the weights of the nodes not yet chosen. While at least
+//!   half the weight is left, a draw from the full distribution that lands on an already chosen
+//!   node is rejected and redrawn (rejection keeps the conditional distribution exact); after
+//!   8 rejections, or once most weight is taken, the slot is settled by a descent of a Fenwick
+//!   tree of the weights built with the table, minus the chosen ones — the same answer as a
+//!   linear scan over the remaining weights in index order, in O(log n).
 //!
 //! Cost: a prefix of `k` out of `n` takes O(k · log n) steps whatever the weights. The
 //! bookkeeping (swapped slots, chosen nodes, subtracted tree sums) lives in a short list for
@@ -19,7 +20,7 @@ use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec;
 use alloc::vec::Vec;
 
-/// Redraws before a weighted slot falls back to the tree descent.
+/// Redraws before a weighted slot falls back to the tree descent (while half the weight is left).
 const MAX_REJECTIONS: usize = 8;
 /// Prefix length up to which bookkeeping is a short list scanned linearly.
 const FEW: usize = 32;
@@ -286,7 +287,14 @@ pub(crate) fn weighted_prefix(
         chosen.take(*i as usize);
     }
     'slots: while out.len() < limit {
-        for _ in 0..MAX_REJECTIONS {
+        // Rejection pays while at least half the weight is left (≤ 2 draws expected); past
+        // that every slot goes straight to the descent. Both are exact conditional draws.
+        let rejections = if chosen.remaining >= tree.total - chosen.remaining {
+            MAX_REJECTIONS
+        } else {
+            0
+        };
+        for _ in 0..rejections {
             let i = draw();
             if chosen.take(i) {
                 out.push(i as u32);
