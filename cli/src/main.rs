@@ -76,8 +76,8 @@ impl OptionArgs {
 
 #[derive(Args)]
 struct PickArgs {
-    /// Algorithm: random, weighted_random, round_robin, weighted_round_robin, source_hash, ring.
-    #[arg(long, short, value_parser = parse_algorithm)]
+    /// Algorithm (the list comes from liblb-core's registration list).
+    #[arg(long, short, value_parser = algorithm_parser())]
     algorithm: Algorithm,
     /// A node as ID or ID=WEIGHT; repeat for each node.
     #[arg(long = "node", short, value_parser = parse_node, required = true)]
@@ -94,8 +94,11 @@ struct PickArgs {
     keys: Vec<String>,
 }
 
-fn parse_algorithm(s: &str) -> Result<Algorithm, String> {
-    s.parse().map_err(|e: liblb_core::Error| e.to_string())
+/// Accepts exactly `Algorithm::NAMES`, which `--help` and error messages list.
+fn algorithm_parser() -> impl clap::builder::TypedValueParser<Value = Algorithm> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Algorithm::NAMES)
+        .map(|name| name.parse().expect("a registered algorithm name parses"))
 }
 
 fn parse_hash(s: &str) -> Result<HashKind, String> {

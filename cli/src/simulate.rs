@@ -25,7 +25,7 @@ pub(crate) struct SimulateArgs {
     #[arg(long, default_value_t = 100_000)]
     keys: usize,
     /// Only this algorithm (repeatable); default: all.
-    #[arg(long, value_parser = crate::parse_algorithm)]
+    #[arg(long, value_parser = crate::algorithm_parser())]
     algorithm: Vec<Algorithm>,
     #[command(flatten)]
     options: OptionArgs,

@@ -62,7 +62,8 @@ fn bad_input_fails_with_a_clear_message() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("needs a key"));
     let o = lb(&["pick", "-a", "rings", "-n", "a", "k"]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("valid algorithms"));
+    // clap lists the registered names (the same list as the core's error message).
+    assert!(String::from_utf8_lossy(&o.stderr).contains("possible values: random"));
     let o = lb(&["pick", "-a", "ring", "-n", "a", "-n", "a", "k"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("duplicate node id \"a\""));
     let o = lb(&["pick", "-a", "ring", "-n", "a=heavy", "k"]);
@@ -87,4 +88,19 @@ fn simulate_prints_a_table_per_algorithm_and_scenario() {
         "ring",
     ]);
     assert_eq!(stdout(&o).matches("\n== ").count(), 1);
+}
+
+/// The help lists every registered algorithm (it reads the core's list, so a new algorithm
+/// cannot be missing from it).
+#[test]
+fn pick_help_lists_every_algorithm() {
+    let o = lb(&["pick", "--help"]);
+    assert!(o.status.success());
+    let help = stdout(&o);
+    for name in liblb_core::Algorithm::NAMES {
+        assert!(help.contains(name), "{name} missing from:\n{help}");
+    }
+    let o = lb(&["pick", "-a", "nope", "-n", "a"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("weighted_round_robin"));
 }

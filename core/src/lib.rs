@@ -35,6 +35,7 @@ mod node;
 mod options;
 mod rng;
 mod select;
+mod state;
 mod sync;
 mod table;
 
@@ -46,7 +47,8 @@ pub use hash::HashKind;
 pub use node::{Node, id_from_utf8, validate_id};
 pub use options::{Algorithm, OptionValue, Options};
 pub use rng::{SplitMix64, bounded};
-pub use table::{State, Table};
+pub use state::State;
+pub use table::Table;
 
 #[cfg(feature = "std")]
 pub use balancer::{Balancer, NodeInfo, Picked, Picks};

@@ -1,58 +1,11 @@
-//! Algorithm names and balancer options, parsed the same way for every language.
+//! Balancer options, and algorithm names parsed the same way for every language (the
+//! [`Algorithm`] list itself is registered in `select`).
 
+pub use crate::select::Algorithm;
 use crate::{DEFAULT_VNODES, Error, HashKind, MAX_VNODES, Result};
 use alloc::string::{String, ToString};
 use core::fmt;
 use core::str::FromStr;
-
-/// The selection algorithms. Names are the snake_case strings in [`Algorithm::NAMES`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Uniform over nodes with weight > 0 (seed 000 FullRandom).
-    Random,
-    /// P(node) = weight / sum, O(1) alias table (seed 000 WeightRandom).
-    WeightedRandom,
-    /// Next node in insertion order, one atomic counter (seed 000 FullRound, seed 002).
-    RoundRobin,
-    /// nginx's smooth weighted round robin, lock-free from a precomputed schedule.
-    WeightedRoundRobin,
-    /// hash(key) mod n, weighted over cumulative weights (seed 000 source hash).
-    SourceHash,
-    /// Consistent-hash ring with virtual nodes; default reproduces seed 001 exactly.
-    Ring,
-}
-
-impl Algorithm {
-    /// Every algorithm, in documentation order.
-    pub const ALL: [Algorithm; 6] = [
-        Algorithm::Random,
-        Algorithm::WeightedRandom,
-        Algorithm::RoundRobin,
-        Algorithm::WeightedRoundRobin,
-        Algorithm::SourceHash,
-        Algorithm::Ring,
-    ];
-
-    /// Every algorithm's name, in the order of [`Algorithm::ALL`].
-    pub const NAMES: &'static [&'static str] = &[
-        "random",
-        "weighted_random",
-        "round_robin",
-        "weighted_round_robin",
-        "source_hash",
-        "ring",
-    ];
-
-    /// The algorithm's name.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
-    /// Whether the algorithm needs a key to pick (keyless picks fail with `KeyRequired`).
-    pub fn is_keyed(self) -> bool {
-        matches!(self, Algorithm::SourceHash | Algorithm::Ring)
-    }
-}
 
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

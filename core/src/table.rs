@@ -1,85 +1,13 @@
-//! [`Table`]: the immutable selection structure for one membership, and [`State`]: the
-//! lock-free mutable part (position counter, random generator) that outlives tables, so the
-//! round robin position and the random sequence carry on across membership changes.
+//! [`Table`]: the immutable selection structure for one membership. The algorithms' own
+//! structures and their dispatch live in `select` (the registration list); the mutable state
+//! that outlives tables lives in `state`.
 
 use crate::node::{Node, validate_id};
-use crate::rng::AtomicRng;
-use crate::select::Select;
-use crate::select::random::Random;
-use crate::select::ring::Ring;
-use crate::select::round_robin::RoundRobin;
-use crate::select::source_hash::SourceHash;
-use crate::select::weighted_random::WeightedRandom;
-use crate::select::weighted_round_robin::WeightedRoundRobin;
-use crate::sync::AtomicCounter;
-use crate::{Algorithm, Error, HashKind, MAX_NODES, Options, Result};
+use crate::select::Selector;
+use crate::state::State;
+use crate::{Algorithm, Error, MAX_NODES, Options, Result};
 use alloc::string::ToString;
 use alloc::vec::Vec;
-
-/// The per-balancer mutable state: touched by picks with one atomic add, never locked.
-#[derive(Debug)]
-pub struct State {
-    /// Round robin / smooth WRR position.
-    pub(crate) position: AtomicCounter,
-    /// Shared SplitMix64 for the random algorithms.
-    pub(crate) rng: AtomicRng,
-}
-
-impl State {
-    /// State whose random sequence is fixed by `seed`.
-    pub fn new(seed: u64) -> State {
-        State {
-            position: AtomicCounter::new(0),
-            rng: AtomicRng::new(seed),
-        }
-    }
-
-    /// State seeded from OS entropy: two processes (or two balancers) never share a sequence.
-    #[cfg(feature = "std")]
-    pub fn from_entropy() -> State {
-        let mut bytes = [0u8; 8];
-        // getrandom fails only when the OS has no entropy source at all; then fall back to
-        // the clock and the address of a local, still distinct per process and per call.
-        if getrandom::fill(&mut bytes).is_err() {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            let here = &bytes as *const _ as u64;
-            bytes = (now ^ here.rotate_left(32)).to_le_bytes();
-        }
-        State::new(u64::from_le_bytes(bytes))
-    }
-
-    /// State for `options`: seeded when `options.seed` is set, else from OS entropy.
-    #[cfg(feature = "std")]
-    pub fn for_options(options: &Options) -> State {
-        options.seed.map_or_else(State::from_entropy, State::new)
-    }
-}
-
-/// Calls the same method on whichever selector is inside (static dispatch: no vtable on the
-/// hot path).
-macro_rules! dispatch {
-    ($selector:expr, $s:ident => $call:expr) => {
-        match $selector {
-            Selector::Random($s) => $call,
-            Selector::WeightedRandom($s) => $call,
-            Selector::RoundRobin($s) => $call,
-            Selector::WeightedRoundRobin($s) => $call,
-            Selector::SourceHash($s) => $call,
-            Selector::Ring($s) => $call,
-        }
-    };
-}
-
-enum Selector {
-    Random(Random),
-    WeightedRandom(WeightedRandom),
-    RoundRobin(RoundRobin),
-    WeightedRoundRobin(WeightedRoundRobin),
-    SourceHash(SourceHash),
-    Ring(Ring),
-}
 
 /// An immutable selection table for one node list. Cheap to share; rebuilt on change.
 pub struct Table {
@@ -123,30 +51,8 @@ impl Table {
         let active: Vec<u32> = (0..nodes.len() as u32)
             .filter(|i| nodes[*i as usize].weight > 0)
             .collect();
-        let selector = (!active.is_empty()).then(|| {
-            let weights = || active.iter().map(|i| nodes[*i as usize].weight).collect();
-            match algorithm {
-                Algorithm::Random => Selector::Random(Random::build(active.clone())),
-                Algorithm::WeightedRandom => {
-                    Selector::WeightedRandom(WeightedRandom::build(active.clone(), weights()))
-                }
-                Algorithm::RoundRobin => Selector::RoundRobin(RoundRobin::build(active.clone())),
-                Algorithm::WeightedRoundRobin => Selector::WeightedRoundRobin(
-                    WeightedRoundRobin::build(active.clone(), weights()),
-                ),
-                Algorithm::SourceHash => Selector::SourceHash(SourceHash::build(
-                    nodes,
-                    active.clone(),
-                    options.hash.unwrap_or(HashKind::Xxh3),
-                )),
-                Algorithm::Ring => Selector::Ring(Ring::build(
-                    nodes,
-                    &active,
-                    options.vnodes,
-                    options.hash.unwrap_or(HashKind::Sha256),
-                )),
-            }
-        });
+        let selector =
+            (!active.is_empty()).then(|| Selector::build(algorithm, nodes, active, options));
         Ok(Table {
             algorithm,
             selector,
@@ -181,7 +87,7 @@ impl Table {
     #[inline]
     pub fn pick(&self, key: Option<&[u8]>, state: &State) -> Result<usize> {
         let (selector, key) = self.ready(key)?;
-        Ok(dispatch!(selector, s => s.pick(key, state)) as usize)
+        Ok(selector.pick(key, state) as usize)
     }
 
     /// Appends up to `limit` distinct node indices in retry order to `out` (the first is what
@@ -196,7 +102,7 @@ impl Table {
         let (selector, key) = self.ready(key)?;
         if limit > 0 {
             let mut order = Vec::with_capacity(limit.min(64));
-            dispatch!(selector, s => s.attempts(key, state, limit, &mut order));
+            selector.attempts(key, state, limit, &mut order);
             out.extend_from_slice(&order);
         }
         Ok(())

@@ -14,16 +14,123 @@ pub(crate) mod source_hash;
 pub(crate) mod weighted_random;
 pub(crate) mod weighted_round_robin;
 
-use crate::table::State;
+use crate::state::State;
+use crate::{Node, Options};
 use alloc::vec::Vec;
 
 /// One algorithm's immutable selection structure.
-pub(crate) trait Select {
+pub(crate) trait Select: Sized {
+    /// Builds the structure for `active`: the indices into `nodes` of the nodes with
+    /// weight > 0, in insertion order, never empty. `options` are already validated.
+    fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> Self;
+
     /// The chosen node's index. `key` is empty for unkeyed algorithms (they ignore it).
     fn pick(&self, key: &[u8], state: &State) -> u32;
 
     /// Up to `limit` distinct node indices in retry order; `out` starts empty and `limit >= 1`.
     fn attempts(&self, key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>);
+}
+
+/// The registration list: from each line come the [`crate::Algorithm`] variant, its name, whether
+/// it needs a key, the options it reads, and the [`Selector`] variant that builds and dispatches
+/// to its module. Adding an algorithm is one module plus one line here (pydantic-core's
+/// `validator_match!` is the model); the C, Python and Node name lists, the CLI help and the
+/// tests read [`crate::Algorithm::NAMES`] or are checked against it.
+macro_rules! algorithms {
+    ($(
+        $(#[doc = $doc:literal])*
+        $variant:ident = $name:literal, $module:ident::$ty:ident,
+            keyed: $keyed:literal, options: [$($option:literal),*];
+    )*) => {
+        /// The selection algorithms, one per module under `select` (see each variant's source).
+        /// Names are the snake_case strings in [`Algorithm::NAMES`].
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Algorithm {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl Algorithm {
+            /// Every algorithm's name, in documentation order.
+            pub const NAMES: &'static [&'static str] = &[$($name),*];
+
+            /// Every algorithm, in the order of [`Algorithm::NAMES`].
+            pub const ALL: [Algorithm; Algorithm::NAMES.len()] = [$(Algorithm::$variant),*];
+
+            /// The algorithm's name.
+            pub fn name(self) -> &'static str {
+                Self::NAMES[self as usize]
+            }
+
+            /// Whether the algorithm needs a key to pick (keyless picks fail with
+            /// `KeyRequired`).
+            pub fn is_keyed(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => $keyed,)*
+                }
+            }
+
+            /// The options the algorithm reads (every algorithm accepts every option of
+            /// [`crate::Options::NAMES`], so configurations can switch algorithm; the others
+            /// are ignored).
+            pub fn options(self) -> &'static [&'static str] {
+                match self {
+                    $(Algorithm::$variant => &[$($option),*],)*
+                }
+            }
+        }
+
+        /// Whichever algorithm's structure a table holds (static dispatch: no vtable on the
+        /// hot path).
+        pub(crate) enum Selector {
+            $($variant($module::$ty),)*
+        }
+
+        impl Selector {
+            pub(crate) fn build(
+                algorithm: Algorithm,
+                nodes: &[Node],
+                active: Vec<u32>,
+                options: &Options,
+            ) -> Selector {
+                match algorithm {
+                    $(Algorithm::$variant => Selector::$variant(Select::build(nodes, active, options)),)*
+                }
+            }
+
+            #[inline]
+            pub(crate) fn pick(&self, key: &[u8], state: &State) -> u32 {
+                match self {
+                    $(Selector::$variant(s) => s.pick(key, state),)*
+                }
+            }
+
+            pub(crate) fn attempts(&self, key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>) {
+                match self {
+                    $(Selector::$variant(s) => s.attempts(key, state, limit, out),)*
+                }
+            }
+        }
+    };
+}
+
+algorithms! {
+    /// Uniform over nodes with weight > 0 (seed 000 FullRandom).
+    Random = "random", random::Random, keyed: false, options: ["seed"];
+    /// P(node) = weight / sum, O(1) alias table (seed 000 WeightRandom).
+    WeightedRandom = "weighted_random", weighted_random::WeightedRandom, keyed: false, options: ["seed"];
+    /// Next node in insertion order, one atomic counter (seed 000 FullRound, seed 002).
+    RoundRobin = "round_robin", round_robin::RoundRobin, keyed: false, options: [];
+    /// nginx's smooth weighted round robin, lock-free from a precomputed schedule.
+    WeightedRoundRobin = "weighted_round_robin", weighted_round_robin::WeightedRoundRobin, keyed: false, options: [];
+    /// hash(key) mod n, weighted over cumulative weights (seed 000 source hash).
+    SourceHash = "source_hash", source_hash::SourceHash, keyed: true, options: ["hash"];
+    /// Consistent-hash ring with virtual nodes; default reproduces seed 001 exactly.
+    Ring = "ring", ring::Ring, keyed: true, options: ["vnodes", "hash"];
+}
+
+/// The weights of the `active` nodes, in the same order.
+pub(crate) fn active_weights(nodes: &[Node], active: &[u32]) -> Vec<u32> {
+    active.iter().map(|i| nodes[*i as usize].weight).collect()
 }
 
 /// Greatest common divisor of all weights (0 for an empty list).
@@ -35,4 +142,37 @@ pub(crate) fn gcd_all(weights: impl IntoIterator<Item = u32>) -> u32 {
         a
     }
     weights.into_iter().fold(0, gcd)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Algorithm, Error, Node, Options, State, Table};
+
+    /// The registration list is self-consistent: unique names that parse back, options that
+    /// exist, and `is_keyed` that matches what a keyless pick does.
+    #[test]
+    fn the_registration_list_is_consistent() {
+        for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+            assert_eq!(algorithm as usize, i);
+            assert_eq!(algorithm.name().parse::<Algorithm>(), Ok(algorithm));
+            assert_eq!(
+                Algorithm::NAMES
+                    .iter()
+                    .filter(|n| **n == algorithm.name())
+                    .count(),
+                1
+            );
+            for option in algorithm.options() {
+                assert!(Options::NAMES.contains(option), "{algorithm}: {option}");
+            }
+            let nodes = [Node::new("a", 1), Node::new("b", 2)];
+            let table = Table::build(algorithm, &Options::default(), &nodes).unwrap();
+            let keyless = table.pick(None, &State::new(1));
+            assert_eq!(
+                keyless.is_err_and(|e| e == Error::KeyRequired(algorithm.name())),
+                algorithm.is_keyed(),
+                "{algorithm}"
+            );
+        }
+    }
 }

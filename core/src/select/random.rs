@@ -8,7 +8,8 @@
 
 use super::{Select, sample};
 use crate::rng::bounded;
-use crate::table::State;
+use crate::state::State;
+use crate::{Node, Options};
 use alloc::vec::Vec;
 
 pub(crate) struct Random {
@@ -17,12 +18,16 @@ pub(crate) struct Random {
 }
 
 impl Random {
-    pub(crate) fn build(active: Vec<u32>) -> Random {
+    pub(crate) fn new(active: Vec<u32>) -> Random {
         Random { active }
     }
 }
 
 impl Select for Random {
+    fn build(_nodes: &[Node], active: Vec<u32>, _options: &Options) -> Random {
+        Random::new(active)
+    }
+
     #[inline]
     fn pick(&self, _key: &[u8], state: &State) -> u32 {
         self.active[bounded(state.rng.next(), self.active.len())]

@@ -37,8 +37,9 @@
 
 use super::Select;
 use super::sample::Seen;
+use crate::Options;
 use crate::node::Node;
-use crate::table::State;
+use crate::state::State;
 use crate::{HashKind, MAX_RING_POINTS};
 use alloc::vec::Vec;
 use core::fmt::Write;
@@ -131,7 +132,7 @@ fn bucket_index(points: &[u64]) -> (Vec<u32>, u32) {
 }
 
 impl Ring {
-    pub(crate) fn build(nodes: &[Node], active: &[u32], vnodes: u32, hash: HashKind) -> Ring {
+    pub(crate) fn new(nodes: &[Node], active: &[u32], vnodes: u32, hash: HashKind) -> Ring {
         let counts = point_counts(nodes, active, vnodes);
         let id = |e: &Entry| &*nodes[e.owner as usize].id;
         let mut entries: Vec<Entry> = Vec::with_capacity(counts.iter().sum::<u64>() as usize);
@@ -205,6 +206,15 @@ impl Ring {
 }
 
 impl Select for Ring {
+    fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> Ring {
+        Ring::new(
+            nodes,
+            &active,
+            options.vnodes,
+            options.hash.unwrap_or(HashKind::Sha256),
+        )
+    }
+
     #[inline]
     fn pick(&self, key: &[u8], _state: &State) -> u32 {
         self.owners[self.successor(self.hash.hash(key))]
@@ -234,7 +244,7 @@ mod tests {
     #[test]
     fn bucket_index_agrees_with_a_full_binary_search() {
         let nodes = [Node::new("a", 1), Node::new("b", 2), Node::new("c", 1)];
-        let ring = Ring::build(&nodes, &[0, 1, 2], 50, HashKind::Xxh3);
+        let ring = Ring::new(&nodes, &[0, 1, 2], 50, HashKind::Xxh3);
         let mut g = crate::SplitMix64::new(3);
         let probes = [
             0,
@@ -252,7 +262,7 @@ mod tests {
     #[test]
     fn default_weights_give_exactly_vnodes_points() {
         let nodes = [Node::new("a", 1), Node::new("b", 1), Node::new("c", 1)];
-        let ring = Ring::build(&nodes, &[0, 1, 2], 10, HashKind::Sha256);
+        let ring = Ring::new(&nodes, &[0, 1, 2], 10, HashKind::Sha256);
         for owner in 0..3 {
             assert_eq!(ring.points().filter(|(_, o)| *o == owner).count(), 10);
         }
@@ -282,7 +292,7 @@ mod tests {
         // "10.0.0.1" + "10" == "10.0.0.11" + "0": before the fix 10.0.0.11 kept none of its
         // 160 points next to a node of weight 8.
         let nodes = [Node::new("10.0.0.1", 8), Node::new("10.0.0.11", 1)];
-        let ring = Ring::build(&nodes, &[0, 1], 160, HashKind::Sha256);
+        let ring = Ring::new(&nodes, &[0, 1], 160, HashKind::Sha256);
         assert_eq!(owned(&ring, 0), 8 * 160);
         assert_eq!(owned(&ring, 1), 160);
         // The node first in id order keeps seed 001's points; the other's are rehashed.
@@ -298,8 +308,8 @@ mod tests {
         let ids = ["s1", "s11", "s111", "s2", "s21"];
         let forward: Vec<Node> = ids.iter().map(|id| Node::new(*id, 1)).collect();
         let backward: Vec<Node> = ids.iter().rev().map(|id| Node::new(*id, 1)).collect();
-        let a = Ring::build(&forward, &[0, 1, 2, 3, 4], 160, HashKind::Xxh3);
-        let b = Ring::build(&backward, &[0, 1, 2, 3, 4], 160, HashKind::Xxh3);
+        let a = Ring::new(&forward, &[0, 1, 2, 3, 4], 160, HashKind::Xxh3);
+        let b = Ring::new(&backward, &[0, 1, 2, 3, 4], 160, HashKind::Xxh3);
         let named = |ring: &Ring, nodes: &[Node]| -> Vec<(u64, alloc::boxed::Box<str>)> {
             ring.points()
                 .map(|(p, o)| (p, nodes[o as usize].id.clone()))
@@ -342,7 +352,7 @@ mod tests {
         ) {
             let nodes: Vec<Node> = ids.iter().zip(&weights).map(|(id, w)| Node::new(id.as_str(), *w)).collect();
             let active: Vec<u32> = (0..nodes.len() as u32).collect();
-            let ring = Ring::build(&nodes, &active, 40, HashKind::Xxh3);
+            let ring = Ring::new(&nodes, &active, 40, HashKind::Xxh3);
             for (owner, node) in nodes.iter().enumerate() {
                 proptest::prop_assert_eq!(owned(&ring, owner as u32), 40 * node.weight as usize);
             }

@@ -8,8 +8,9 @@
 //! skew the rotation. Cost: one atomic add and one division per pick.
 
 use super::Select;
+use crate::state::State;
 use crate::sync::next_position;
-use crate::table::State;
+use crate::{Node, Options};
 use alloc::vec::Vec;
 
 pub(crate) struct RoundRobin {
@@ -18,12 +19,16 @@ pub(crate) struct RoundRobin {
 }
 
 impl RoundRobin {
-    pub(crate) fn build(active: Vec<u32>) -> RoundRobin {
+    pub(crate) fn new(active: Vec<u32>) -> RoundRobin {
         RoundRobin { active }
     }
 }
 
 impl Select for RoundRobin {
+    fn build(_nodes: &[Node], active: Vec<u32>, _options: &Options) -> RoundRobin {
+        RoundRobin::new(active)
+    }
+
     #[inline]
     fn pick(&self, _key: &[u8], state: &State) -> u32 {
         let n = self.active.len() as u64;

@@ -14,9 +14,10 @@
 use super::sample::{self, WeightTree};
 use super::{Select, gcd_all};
 use crate::HashKind;
+use crate::Options;
 use crate::node::Node;
 use crate::rng::{SplitMix64, bounded};
-use crate::table::State;
+use crate::state::State;
 use alloc::vec::Vec;
 use core::cell::RefCell;
 
@@ -30,7 +31,7 @@ pub(crate) struct SourceHash {
 }
 
 impl SourceHash {
-    pub(crate) fn build(nodes: &[Node], mut order: Vec<u32>, hash: HashKind) -> SourceHash {
+    pub(crate) fn new(nodes: &[Node], mut order: Vec<u32>, hash: HashKind) -> SourceHash {
         order.sort_unstable_by(|a, b| nodes[*a as usize].id.cmp(&nodes[*b as usize].id));
         let g = gcd_all(order.iter().map(|i| nodes[*i as usize].weight));
         let weights: Vec<u32> = order
@@ -68,6 +69,10 @@ impl SourceHash {
 }
 
 impl Select for SourceHash {
+    fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> SourceHash {
+        SourceHash::new(nodes, active, options.hash.unwrap_or(HashKind::Xxh3))
+    }
+
     #[inline]
     fn pick(&self, key: &[u8], _state: &State) -> u32 {
         self.order[self.position(self.hash.hash(key))]

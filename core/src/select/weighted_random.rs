@@ -10,8 +10,10 @@
 //! without replacement (`sample::weighted_prefix`).
 
 use super::Select;
+use super::active_weights;
 use super::sample::{self, WeightTree};
-use crate::table::State;
+use crate::state::State;
+use crate::{Node, Options};
 use alloc::vec::Vec;
 
 /// Vose's alias table over active nodes, exact in integers.
@@ -69,7 +71,7 @@ pub(crate) struct WeightedRandom {
 }
 
 impl WeightedRandom {
-    pub(crate) fn build(active: Vec<u32>, weights: Vec<u32>) -> WeightedRandom {
+    pub(crate) fn new(active: Vec<u32>, weights: Vec<u32>) -> WeightedRandom {
         let alias = Alias::build(&weights);
         WeightedRandom {
             active,
@@ -80,6 +82,11 @@ impl WeightedRandom {
 }
 
 impl Select for WeightedRandom {
+    fn build(nodes: &[Node], active: Vec<u32>, _options: &Options) -> WeightedRandom {
+        let weights = active_weights(nodes, &active);
+        WeightedRandom::new(active, weights)
+    }
+
     #[inline]
     fn pick(&self, _key: &[u8], state: &State) -> u32 {
         self.active[self.alias.draw(state.rng.next())]

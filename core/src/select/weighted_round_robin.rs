@@ -17,11 +17,13 @@
 //! interval holds `frac(c·φ)·Σw`. It is still lock-free, O(log n), exactly proportional over
 //! time and smooth (a node's picks are spread evenly, with low discrepancy), but not nginx's order.
 
+use super::active_weights;
 use super::sample::{self, Seen, WeightTree};
 use super::{Select, gcd_all};
 use crate::rng::{SplitMix64, bounded};
+use crate::state::State;
 use crate::sync::next_position;
-use crate::table::State;
+use crate::{Node, Options};
 use alloc::vec::Vec;
 
 /// Longest precomputed schedule (entries of 4 bytes).
@@ -75,7 +77,7 @@ pub(crate) fn nginx_schedule(weights: &[u32]) -> Vec<u32> {
 }
 
 impl WeightedRoundRobin {
-    pub(crate) fn build(active: Vec<u32>, weights: Vec<u32>) -> WeightedRoundRobin {
+    pub(crate) fn new(active: Vec<u32>, weights: Vec<u32>) -> WeightedRoundRobin {
         let g = gcd_all(weights.iter().copied());
         let reduced: Vec<u32> = weights.iter().map(|w| w / g).collect();
         let period: u64 = reduced.iter().map(|w| u64::from(*w)).sum();
@@ -117,6 +119,11 @@ impl WeightedRoundRobin {
 }
 
 impl Select for WeightedRoundRobin {
+    fn build(nodes: &[Node], active: Vec<u32>, _options: &Options) -> WeightedRoundRobin {
+        let weights = active_weights(nodes, &active);
+        WeightedRoundRobin::new(active, weights)
+    }
+
     #[inline]
     fn pick(&self, _key: &[u8], state: &State) -> u32 {
         self.active[self.at(next_position(&state.position))]
@@ -173,9 +180,9 @@ mod tests {
 
     #[test]
     fn huge_weights_fall_back_to_weyl() {
-        let w = WeightedRoundRobin::build((0..3).collect(), alloc::vec![u32::MAX, 1, 2]);
+        let w = WeightedRoundRobin::new((0..3).collect(), alloc::vec![u32::MAX, 1, 2]);
         assert!(!w.is_scheduled());
-        let w = WeightedRoundRobin::build((0..3).collect(), alloc::vec![5, 1, 1]);
+        let w = WeightedRoundRobin::new((0..3).collect(), alloc::vec![5, 1, 1]);
         assert!(w.is_scheduled());
     }
 
@@ -185,7 +192,7 @@ mod tests {
     #[test]
     fn weyl_fallback_is_proportional_and_smooth() {
         let weights = alloc::vec![3_000_001u32, 1_000_000, 999_999]; // gcd 1: no reduction
-        let w = WeightedRoundRobin::build((0..3).collect(), weights.clone());
+        let w = WeightedRoundRobin::new((0..3).collect(), weights.clone());
         assert!(!w.is_scheduled());
         let total: f64 = weights.iter().map(|w| f64::from(*w)).sum();
         let mut counts = [0f64; 3];
