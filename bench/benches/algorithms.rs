@@ -67,7 +67,7 @@ fn table_only(c: &mut Criterion) {
                 i = (i + 1) & 4095;
                 black_box(
                     table
-                        .pick(Some(black_box(keys[i].as_bytes())), &state)
+                        .pick(Some(black_box(keys[i].as_bytes())), &state, 0)
                         .unwrap(),
                 )
             })

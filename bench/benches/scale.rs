@@ -21,6 +21,7 @@ fn balancer(algorithm: Algorithm, nodes: Vec<Node>, vnodes: u32) -> Balancer {
         seed: Some(1),
         vnodes,
         hash: (algorithm == Algorithm::Ring).then_some(HashKind::Xxh3),
+        ..Options::default()
     };
     Balancer::new(algorithm, nodes, options).unwrap()
 }

@@ -62,15 +62,25 @@ pub(crate) struct OptionArgs {
     /// Key/point hash: sha256 or xxh3 (default: per algorithm).
     #[arg(long, value_parser = parse_hash)]
     hash: Option<HashKind>,
+    /// Any other balancer option as NAME=VALUE, e.g. choice_count=3, decay_ms=5000,
+    /// initial_latency_ms=50 (repeatable; names and checks are the library's).
+    #[arg(long = "option", short = 'o', value_name = "NAME=VALUE")]
+    extra: Vec<String>,
 }
 
 impl OptionArgs {
-    pub(crate) fn options(&self) -> Options {
-        Options {
+    pub(crate) fn options(&self) -> Result<Options, liblb_core::Error> {
+        let mut options = Options {
             seed: self.seed,
             vnodes: self.vnodes,
             hash: self.hash,
+            ..Options::default()
+        };
+        for setting in &self.extra {
+            let (name, value) = setting.split_once('=').unwrap_or((setting, ""));
+            options.set(name, liblb_core::OptionValue::Str(value))?;
         }
+        Ok(options)
     }
 }
 
@@ -116,7 +126,7 @@ pub(crate) fn parse_node(s: &str) -> Result<Node, String> {
 }
 
 fn pick(args: PickArgs, out: &mut impl Write) -> Result<(), Failure> {
-    let b = Balancer::new(args.algorithm, args.nodes, args.options.options())?;
+    let b = Balancer::new(args.algorithm, args.nodes, args.options.options()?)?;
     let show = |key: Option<&str>| -> Result<String, liblb_core::Error> {
         let key_bytes = key.map(str::as_bytes);
         Ok(match args.attempts {

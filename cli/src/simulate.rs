@@ -98,7 +98,11 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
 
 /// Whether the algorithm spreads load by weight (else uniformly over nodes with weight > 0).
 fn weighted(algorithm: Algorithm) -> bool {
-    !matches!(algorithm, Algorithm::Random | Algorithm::RoundRobin)
+    // peak_ewma ignores weights other than 0 (tower, Finagle).
+    !matches!(
+        algorithm,
+        Algorithm::Random | Algorithm::RoundRobin | Algorithm::PeakEwma
+    )
 }
 
 fn place(b: &Balancer, keys: &[String]) -> Result<Vec<String>, Error> {
@@ -115,7 +119,7 @@ fn table(
     options: &OptionArgs,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
-    let options = options.options();
+    let options = options.options()?;
     let b = Balancer::new(algorithm, scenario.nodes.clone(), options)?;
     let placed = place(&b, keys)?;
 

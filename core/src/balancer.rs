@@ -10,24 +10,123 @@
 //! and publish it with one atomic store: readers see the old set or the new one, never a mix,
 //! and a failed change publishes nothing.
 
+use crate::load::{Load, Outcome};
 use crate::sync::publish::{Loaded, Mutex, Published};
 use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, State, Table};
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::time::Duration;
 
 /// Most answers a batch reserves room for up front (it grows past this as it goes).
 const RESERVE_CAP: usize = 1 << 16;
 
-/// One published membership: the nodes in insertion order and the table built from them.
+/// One published membership: the nodes in insertion order, the table built from them (which
+/// holds each node's [`Load`]), and what leases need to end themselves.
 struct Snapshot {
     nodes: Vec<Node>,
     table: Table,
+    /// Node indices sorted by id, to find a node (and its load) by id in O(log n).
+    by_id: Vec<u32>,
+    clock: Arc<dyn Clock>,
+    /// The latency estimate's decay (`Options::decay`).
+    decay: Duration,
+}
+
+impl Snapshot {
+    fn new(nodes: Vec<Node>, table: Table, clock: Arc<dyn Clock>, decay: Duration) -> Snapshot {
+        let mut by_id: Vec<u32> = (0..nodes.len() as u32).collect();
+        by_id.sort_unstable_by(|a, b| nodes[*a as usize].id.cmp(&nodes[*b as usize].id));
+        Snapshot {
+            nodes,
+            table,
+            by_id,
+            clock,
+            decay,
+        }
+    }
+
+    /// The index of the node with this id.
+    fn find(&self, id: &str) -> Result<usize> {
+        self.by_id
+            .binary_search_by(|i| (*self.nodes[*i as usize].id).cmp(id))
+            .map(|at| self.by_id[at] as usize)
+            .map_err(|_| Error::UnknownNode(id.to_string()))
+    }
+
+    /// The node's load.
+    fn load(&self, index: usize) -> &Load {
+        &self.table.loads()[index]
+    }
+
+    /// The clock reading for a pick: only algorithms that weigh latency read the clock.
+    #[inline]
+    fn now_for_pick(&self) -> u64 {
+        if self.table.algorithm().is_timed() {
+            self.clock.now_ns()
+        } else {
+            0
+        }
+    }
+}
+
+/// A monotonic time source in nanoseconds. The balancer reads it to stamp latency samples and
+/// decay estimates; tests and simulations substitute a [`ManualClock`].
+pub trait Clock: Send + Sync + core::fmt::Debug {
+    /// Nanoseconds since an arbitrary fixed origin; never decreases.
+    fn now_ns(&self) -> u64;
+}
+
+/// The default clock: `std::time::Instant`, from the balancer's creation.
+#[derive(Debug)]
+pub struct MonotonicClock(std::time::Instant);
+
+impl Default for MonotonicClock {
+    fn default() -> MonotonicClock {
+        MonotonicClock(std::time::Instant::now())
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_ns(&self) -> u64 {
+        self.0.elapsed().as_nanos() as u64
+    }
+}
+
+/// A clock that moves only when told: for tests and discrete-event simulations.
+#[derive(Debug, Default)]
+pub struct ManualClock(std::sync::atomic::AtomicU64);
+
+impl ManualClock {
+    /// A clock reading `start`.
+    pub fn new(start: Duration) -> ManualClock {
+        ManualClock(std::sync::atomic::AtomicU64::new(start.as_nanos() as u64))
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        // Relaxed: the reading orders nothing else.
+        self.0
+            .fetch_add(by.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Sets the clock to `to` (callers keep it monotonic).
+    pub fn set(&self, to: Duration) {
+        self.0
+            .store(to.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ns(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// A thread-safe load balancer: an algorithm, its options and a membership.
 pub struct Balancer {
     options: Options,
+    clock: Arc<dyn Clock>,
     current: Published<Snapshot>,
     state: State,
     /// Serialises writers only; picks never touch it.
@@ -43,6 +142,95 @@ pub struct NodeInfo {
     pub weight: u32,
     /// The caller's tag.
     pub tag: u64,
+}
+
+/// A node's load as listed by [`Balancer::stats`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeStats {
+    /// The node's id.
+    pub id: String,
+    /// Its weight (0 = drained).
+    pub weight: u32,
+    /// Requests started (leases acquired) and not yet ended.
+    pub in_flight: usize,
+    /// Requests ended with an outcome (finished leases and reports).
+    pub requests: u64,
+    /// Of those, failures.
+    pub failures: u64,
+    /// Peak-EWMA latency as of its last sample; `None` before any.
+    pub latency: Option<Duration>,
+}
+
+/// A request in progress on one node: in-flight + 1 from [`Balancer::acquire`] until it ends.
+/// End it with [`Lease::finish`] (or [`Lease::success`] / [`Lease::failure`], which measure the
+/// latency with the balancer's clock); a lease dropped unfinished ends as *cancelled*
+/// (in-flight released, nothing counted). A lease keeps its snapshot alive, so its id stays
+/// valid and ending it is harmless even after its node was removed (the removed node's
+/// counters are simply no longer listed).
+pub struct Lease {
+    snapshot: Arc<Snapshot>,
+    index: usize,
+    started_ns: u64,
+    ended: bool,
+}
+
+impl Lease {
+    /// The node's id.
+    pub fn id(&self) -> &str {
+        &self.snapshot.nodes[self.index].id
+    }
+
+    /// The node's caller tag.
+    pub fn tag(&self) -> u64 {
+        self.snapshot.nodes[self.index].tag
+    }
+
+    /// The node's weight when the lease was acquired.
+    pub fn weight(&self) -> u32 {
+        self.snapshot.nodes[self.index].weight
+    }
+
+    /// Time since the lease was acquired, by the balancer's clock.
+    pub fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.snapshot.clock.now_ns().saturating_sub(self.started_ns))
+    }
+
+    /// Ends the request with `outcome` (its latency as the caller measured it).
+    pub fn finish(mut self, outcome: Outcome) {
+        self.end(Some(outcome));
+    }
+
+    /// Ends the request as a success, its latency measured since `acquire`.
+    pub fn success(self) {
+        let latency = self.elapsed();
+        self.finish(Outcome::Success(latency));
+    }
+
+    /// Ends the request as a failure, its latency measured since `acquire`.
+    pub fn failure(self) {
+        let latency = self.elapsed();
+        self.finish(Outcome::Failure(latency));
+    }
+
+    fn end(&mut self, outcome: Option<Outcome>) {
+        if !core::mem::replace(&mut self.ended, true) {
+            let snapshot = &self.snapshot;
+            let now = snapshot.clock.now_ns();
+            snapshot.load(self.index).end(outcome, now, snapshot.decay);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.end(None);
+    }
+}
+
+impl core::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_tuple("Lease").field(&self.id()).finish()
+    }
 }
 
 /// The answer to a pick. Holds the snapshot it was chosen from, so `id()` stays valid even if
@@ -123,11 +311,29 @@ impl Balancer {
         nodes: impl IntoIterator<Item = N>,
         options: Options,
     ) -> Result<Balancer> {
+        Balancer::with_clock(
+            algorithm,
+            nodes,
+            options,
+            Arc::new(MonotonicClock::default()),
+        )
+    }
+
+    /// [`Balancer::new`] with its time source given: latency samples and the decay of
+    /// estimates follow `clock` (a [`ManualClock`] in tests and simulations).
+    pub fn with_clock<N: Into<Node>>(
+        algorithm: Algorithm,
+        nodes: impl IntoIterator<Item = N>,
+        options: Options,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Balancer> {
         let nodes: Vec<Node> = nodes.into_iter().map(Into::into).collect();
         let table = Table::build(algorithm, &options, &nodes)?;
+        let snapshot = Snapshot::new(nodes, table, clock.clone(), options.decay);
         Ok(Balancer {
             options,
-            current: Published::new(Snapshot { nodes, table }),
+            clock,
+            current: Published::new(snapshot),
             state: State::for_options(&options),
             writer: Mutex::new(()),
         })
@@ -147,8 +353,61 @@ impl Balancer {
     #[inline]
     pub fn pick(&self, key: Option<&[u8]>) -> Result<Picked> {
         let snapshot = self.current.load();
-        let index = snapshot.table.pick(key, &self.state)?;
+        let index = snapshot
+            .table
+            .pick(key, &self.state, snapshot.now_for_pick())?;
         Ok(Picked { snapshot, index })
+    }
+
+    /// Picks a node and starts a request on it (its in-flight count + 1) until the returned
+    /// [`Lease`] ends. The load-aware algorithms read these counts; every algorithm keeps them
+    /// for [`Balancer::stats`].
+    pub fn acquire(&self, key: Option<&[u8]>) -> Result<Lease> {
+        let snapshot = self.current.load_full();
+        let now = snapshot.clock.now_ns();
+        let index = snapshot.table.pick(key, &self.state, now)?;
+        snapshot.load(index).start();
+        Ok(Lease {
+            snapshot,
+            index,
+            started_ns: now,
+            ended: false,
+        })
+    }
+
+    /// Records the outcome of a request the caller routed itself (after `pick`): one more
+    /// request, one more failure if it failed, its latency into the estimate; in-flight is not
+    /// touched. Fails on an unknown id.
+    pub fn report(&self, id: &str, outcome: Outcome) -> Result<()> {
+        let snapshot = self.current.load();
+        let index = snapshot.find(id)?;
+        let now = snapshot.clock.now_ns();
+        snapshot.load(index).record(outcome, now, snapshot.decay);
+        Ok(())
+    }
+
+    /// Each node's load, in insertion order.
+    pub fn stats(&self) -> Vec<NodeStats> {
+        let snapshot = self.current.load();
+        let loads = snapshot.table.loads();
+        snapshot
+            .nodes
+            .iter()
+            .zip(loads)
+            .map(|(node, load)| NodeStats {
+                id: node.id.to_string(),
+                weight: node.weight,
+                in_flight: load.in_flight(),
+                requests: load.requests(),
+                failures: load.failures(),
+                latency: load.latency(),
+            })
+            .collect()
+    }
+
+    /// The balancer's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// Picks once per key, all from the same snapshot. For unkeyed algorithms the keys only
@@ -156,6 +415,7 @@ impl Balancer {
     pub fn pick_many<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> Result<Picks> {
         let snapshot = self.current.load_full();
         snapshot.table.check(Some(&[]))?;
+        let now = snapshot.now_for_pick();
         let keys = keys.into_iter();
         // The hint is the caller's claim: a lower bound over the limit fails before any pick;
         // the up-front reservation is capped and grows as keys actually arrive.
@@ -168,7 +428,7 @@ impl Balancer {
             if indices.len() == MAX_BATCH {
                 return Err(Error::BatchTooLarge(MAX_BATCH as u64 + 1));
             }
-            indices.push(snapshot.table.pick(Some(key), &self.state)? as u32);
+            indices.push(snapshot.table.pick(Some(key), &self.state, now)? as u32);
         }
         Ok(Picks { snapshot, indices })
     }
@@ -179,12 +439,13 @@ impl Balancer {
         // Fail before reserving anything: an impossible pick must not turn a huge `count`
         // into an allocation failure (which aborts) instead of an error.
         snapshot.table.check(None)?;
+        let now = snapshot.now_for_pick();
         if count > MAX_BATCH {
             return Err(Error::BatchTooLarge(count as u64));
         }
         let mut indices = Vec::with_capacity(count.min(RESERVE_CAP));
         for _ in 0..count {
-            indices.push(snapshot.table.pick(None, &self.state)? as u32);
+            indices.push(snapshot.table.pick(None, &self.state, now)? as u32);
         }
         Ok(Picks { snapshot, indices })
     }
@@ -194,9 +455,13 @@ impl Balancer {
     pub fn attempts(&self, key: Option<&[u8]>, limit: usize) -> Result<Picks> {
         let snapshot = self.current.load_full();
         let mut indices = Vec::new();
-        snapshot
-            .table
-            .attempts(key, &self.state, limit, &mut indices)?;
+        snapshot.table.attempts(
+            key,
+            &self.state,
+            snapshot.now_for_pick(),
+            limit,
+            &mut indices,
+        )?;
         Ok(Picks { snapshot, indices })
     }
 
@@ -226,7 +491,7 @@ impl Balancer {
 
     /// Whether a node with this id exists.
     pub fn contains(&self, id: &str) -> bool {
-        self.current.load().nodes.iter().any(|n| &*n.id == id)
+        self.current.load().find(id).is_ok()
     }
 
     /// Adds a node at the end. Fails on an invalid or duplicate id.
@@ -277,8 +542,19 @@ impl Balancer {
         let current = self.current.load();
         let mut nodes = current.nodes.clone();
         edit(&mut nodes)?;
-        let table = Table::build(current.table.algorithm(), &self.options, &nodes)?;
-        self.current.store(Arc::new(Snapshot { nodes, table }));
+        // A node that stays keeps its load; a new one (or one re-added after removal)
+        // starts fresh.
+        let loads = nodes
+            .iter()
+            .map(|n| match current.find(&n.id) {
+                Ok(i) => current.table.loads()[i].clone(),
+                Err(_) => Arc::default(),
+            })
+            .collect();
+        let table =
+            Table::build_with_loads(current.table.algorithm(), &self.options, &nodes, loads)?;
+        let snapshot = Snapshot::new(nodes, table, self.clock.clone(), self.options.decay);
+        self.current.store(Arc::new(snapshot));
         Ok(())
     }
 }
@@ -306,6 +582,7 @@ const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Balancer>();
     assert_send_sync::<Picks>();
+    assert_send_sync::<Lease>();
     assert_send_sync::<Table>();
     assert_send_sync::<State>();
 };

@@ -31,6 +31,7 @@ extern crate std;
 
 mod error;
 mod hash;
+mod load;
 mod node;
 mod options;
 mod rng;
@@ -44,6 +45,7 @@ mod balancer;
 
 pub use error::{Error, Result};
 pub use hash::HashKind;
+pub use load::{Load, Outcome};
 pub use node::{Node, id_from_utf8, validate_id};
 pub use options::{Algorithm, OptionValue, Options};
 pub use rng::{SplitMix64, bounded};
@@ -51,7 +53,9 @@ pub use state::State;
 pub use table::Table;
 
 #[cfg(feature = "std")]
-pub use balancer::{Balancer, NodeInfo, Picked, Picks};
+pub use balancer::{
+    Balancer, Clock, Lease, ManualClock, MonotonicClock, NodeInfo, NodeStats, Picked, Picks,
+};
 
 /// Default number of virtual nodes per unit of weight on the `ring`.
 pub const DEFAULT_VNODES: u32 = 160;

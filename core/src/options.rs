@@ -6,6 +6,7 @@ use crate::{DEFAULT_VNODES, Error, HashKind, MAX_VNODES, Result};
 use alloc::string::{String, ToString};
 use core::fmt;
 use core::str::FromStr;
+use core::time::Duration;
 
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -45,7 +46,18 @@ pub struct Options {
     pub vnodes: u32,
     /// Key and point hash; `None` is the algorithm's default (ring: sha256, source_hash: xxh3).
     pub hash: Option<HashKind>,
+    /// Candidates `least_request` draws per pick (Envoy's `choice_count`): 2..=16, default 2.
+    pub choice_count: u32,
+    /// How fast latency estimates forget (peak-EWMA decay period); default 10 s (Finagle,
+    /// linkerd). Option name `decay_ms`.
+    pub decay: Duration,
+    /// The latency `peak_ewma` assumes for a node with no sample yet; default 30 ms
+    /// (linkerd's default RTT). Option name `initial_latency_ms`.
+    pub initial_latency: Duration,
 }
+
+/// Most candidates `least_request` draws per pick.
+pub const MAX_CHOICE_COUNT: u32 = 16;
 
 impl Default for Options {
     fn default() -> Options {
@@ -53,13 +65,23 @@ impl Default for Options {
             seed: None,
             vnodes: DEFAULT_VNODES,
             hash: None,
+            choice_count: 2,
+            decay: Duration::from_secs(10),
+            initial_latency: Duration::from_millis(30),
         }
     }
 }
 
 impl Options {
     /// Every option's name.
-    pub const NAMES: &'static [&'static str] = &["seed", "vnodes", "hash"];
+    pub const NAMES: &'static [&'static str] = &[
+        "seed",
+        "vnodes",
+        "hash",
+        "choice_count",
+        "decay_ms",
+        "initial_latency_ms",
+    ];
 
     /// Sets an option by name; unknown names and ill-typed values get specific errors and leave
     /// `self` unchanged.
@@ -77,6 +99,28 @@ impl Options {
                 OptionValue::Str(s) => self.hash = Some(s.parse()?),
                 OptionValue::Int(i) => return Err(invalid("hash", i.to_string(), "a hash name")),
             },
+            "choice_count" => {
+                let v = int_value("choice_count", value)?;
+                if !(2..=u64::from(MAX_CHOICE_COUNT)).contains(&v) {
+                    return Err(invalid("choice_count", v.to_string(), CHOICE_COUNT_RANGE));
+                }
+                self.choice_count = v as u32;
+            }
+            "decay_ms" => {
+                let v = int_value("decay_ms", value)?;
+                if v == 0 {
+                    return Err(invalid(
+                        "decay_ms",
+                        v.to_string(),
+                        "at least 1 (milliseconds)",
+                    ));
+                }
+                self.decay = Duration::from_millis(v);
+            }
+            "initial_latency_ms" => {
+                let v = int_value("initial_latency_ms", value)?;
+                self.initial_latency = Duration::from_millis(v);
+            }
             _ => return Err(Error::UnknownOption(name.to_string())),
         }
         Ok(())
@@ -87,9 +131,22 @@ impl Options {
         if self.vnodes == 0 || self.vnodes > MAX_VNODES {
             return Err(Error::InvalidVnodes(u64::from(self.vnodes)));
         }
+        if !(2..=MAX_CHOICE_COUNT).contains(&self.choice_count) {
+            let value = self.choice_count.to_string();
+            return Err(invalid("choice_count", value, CHOICE_COUNT_RANGE));
+        }
+        if self.decay.is_zero() {
+            return Err(invalid(
+                "decay_ms",
+                "0".to_string(),
+                "at least 1 (milliseconds)",
+            ));
+        }
         Ok(())
     }
 }
+
+const CHOICE_COUNT_RANGE: &str = "an integer from 2 to 16";
 
 fn int_value(option: &'static str, value: OptionValue<'_>) -> Result<u64> {
     match value {

@@ -8,6 +8,21 @@ pub(crate) use core::sync::atomic::Ordering;
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::Ordering;
 
+#[cfg(not(loom))]
+pub(crate) use core::sync::atomic::{AtomicU32, AtomicUsize};
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicUsize};
+
+/// A signed atomic for smooth-WRR current weights: 64-bit where possible, else pointer-sized.
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+pub(crate) use core::sync::atomic::AtomicI64 as AtomicSigned;
+#[cfg(all(not(loom), not(target_has_atomic = "64")))]
+pub(crate) use core::sync::atomic::AtomicIsize as AtomicSigned;
+#[cfg(all(loom, target_has_atomic = "64"))]
+pub(crate) use loom::sync::atomic::AtomicI64 as AtomicSigned;
+#[cfg(all(loom, not(target_has_atomic = "64")))]
+pub(crate) use loom::sync::atomic::AtomicIsize as AtomicSigned;
+
 #[cfg(all(not(loom), target_has_atomic = "64"))]
 pub(crate) use core::sync::atomic::AtomicU64 as AtomicCounter;
 #[cfg(all(not(loom), not(target_has_atomic = "64")))]

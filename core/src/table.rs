@@ -2,11 +2,13 @@
 //! structures and their dispatch live in `select` (the registration list); the mutable state
 //! that outlives tables lives in `state`.
 
+use crate::load::Load;
 use crate::node::{Node, validate_id};
-use crate::select::Selector;
+use crate::select::{Ctx, Selector};
 use crate::state::State;
 use crate::{Algorithm, Error, MAX_NODES, Options, Result};
 use alloc::string::ToString;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 /// An immutable selection table for one node list. Cheap to share; rebuilt on change.
@@ -14,6 +16,9 @@ pub struct Table {
     algorithm: Algorithm,
     /// `None` when no node has weight > 0.
     selector: Option<Selector>,
+    /// Each node's load, indexed like the node list (shared with other tables holding the
+    /// same node).
+    loads: Vec<Arc<Load>>,
 }
 
 impl core::fmt::Debug for Table {
@@ -46,6 +51,22 @@ impl Table {
     /// WRR). Fails on invalid options, invalid or duplicate ids; an empty or fully drained list
     /// builds fine and fails at pick time with [`Error::NoNodes`].
     pub fn build(algorithm: Algorithm, options: &Options, nodes: &[Node]) -> Result<Table> {
+        let loads = nodes.iter().map(|_| Arc::default()).collect();
+        Table::build_with_loads(algorithm, options, nodes, loads)
+    }
+
+    /// [`Table::build`] with the nodes' loads given (`loads[i]` for `nodes[i]`), so that a node
+    /// that stays a member keeps its counters across rebuilds.
+    ///
+    /// # Panics
+    /// If `loads` and `nodes` differ in length.
+    pub fn build_with_loads(
+        algorithm: Algorithm,
+        options: &Options,
+        nodes: &[Node],
+        loads: Vec<Arc<Load>>,
+    ) -> Result<Table> {
+        assert_eq!(loads.len(), nodes.len(), "one load per node");
         options.validate()?;
         validate_nodes(nodes)?;
         let active: Vec<u32> = (0..nodes.len() as u32)
@@ -56,7 +77,13 @@ impl Table {
         Ok(Table {
             algorithm,
             selector,
+            loads,
         })
+    }
+
+    /// The loads of the nodes, indexed like the node list the table was built from.
+    pub fn loads(&self) -> &[Arc<Load>] {
+        &self.loads
     }
 
     /// The table's algorithm.
@@ -83,11 +110,22 @@ impl Table {
     }
 
     /// The chosen node's index in the list the table was built from. Unkeyed algorithms ignore
-    /// `key`; keyed ones fail with [`Error::KeyRequired`] without it.
+    /// `key`; keyed ones fail with [`Error::KeyRequired`] without it. `now_ns` is the caller's
+    /// monotonic clock in nanoseconds, read only by algorithms that weigh latency (pass 0 if
+    /// you have no clock: estimates then never decay).
     #[inline]
-    pub fn pick(&self, key: Option<&[u8]>, state: &State) -> Result<usize> {
+    pub fn pick(&self, key: Option<&[u8]>, state: &State, now_ns: u64) -> Result<usize> {
         let (selector, key) = self.ready(key)?;
-        Ok(selector.pick(key, state) as usize)
+        Ok(selector.pick(key, &self.ctx(state, now_ns)) as usize)
+    }
+
+    #[inline]
+    fn ctx<'a>(&'a self, state: &'a State, now_ns: u64) -> Ctx<'a> {
+        Ctx {
+            state,
+            loads: &self.loads,
+            now_ns,
+        }
     }
 
     /// Appends up to `limit` distinct node indices in retry order to `out` (the first is what
@@ -96,13 +134,14 @@ impl Table {
         &self,
         key: Option<&[u8]>,
         state: &State,
+        now_ns: u64,
         limit: usize,
         out: &mut Vec<u32>,
     ) -> Result<()> {
         let (selector, key) = self.ready(key)?;
         if limit > 0 {
             let mut order = Vec::with_capacity(limit.min(64));
-            selector.attempts(key, state, limit, &mut order);
+            selector.attempts(key, &self.ctx(state, now_ns), limit, &mut order);
             out.extend_from_slice(&order);
         }
         Ok(())

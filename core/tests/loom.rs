@@ -23,13 +23,13 @@ fn no_lost_update(algorithm: Algorithm, nodes: &'static [(&'static str, u32)], e
         let state = Arc::new(State::new(0));
         let spawn = || {
             let (table, state) = (Arc::clone(&table), Arc::clone(&state));
-            thread::spawn(move || table.pick(None, &state).unwrap())
+            thread::spawn(move || table.pick(None, &state, 0).unwrap())
         };
         let (t1, t2) = (spawn(), spawn());
         let mut got = [t1.join().unwrap(), t2.join().unwrap()];
         got.sort_unstable();
         assert_eq!(got, [expect[0], expect[1]]);
-        assert_eq!(table.pick(None, &state).unwrap(), expect[2]);
+        assert_eq!(table.pick(None, &state, 0).unwrap(), expect[2]);
     });
 }
 
@@ -62,7 +62,7 @@ fn shared_generator_hands_out_distinct_draws() {
         let state = Arc::new(State::new(7));
         let spawn = || {
             let (table, state) = (Arc::clone(&table), Arc::clone(&state));
-            thread::spawn(move || table.pick(None, &state).unwrap())
+            thread::spawn(move || table.pick(None, &state, 0).unwrap())
         };
         let (t1, t2) = (spawn(), spawn());
         let mut got = [t1.join().unwrap(), t2.join().unwrap()];
@@ -70,8 +70,8 @@ fn shared_generator_hands_out_distinct_draws() {
         // The same two draws, single-threaded.
         let single = State::new(7);
         let mut expect = [
-            table.pick(None, &single).unwrap(),
-            table.pick(None, &single).unwrap(),
+            table.pick(None, &single, 0).unwrap(),
+            table.pick(None, &single, 0).unwrap(),
         ];
         expect.sort_unstable();
         assert_eq!(got, expect);
@@ -101,5 +101,35 @@ fn concurrent_writers_lose_no_change() {
         let mut ids: Vec<String> = b.nodes().into_iter().map(|n| n.id).collect();
         ids.sort();
         assert_eq!(ids, ["a", "x", "y"]);
+    });
+}
+
+/// Two requests start and end on one node concurrently, one with an outcome: in-flight returns
+/// to 0 and the outcome is counted once (a lost update of the counters would leave a request
+/// in flight forever, and least_request would shun the node).
+#[test]
+fn load_counters_lose_no_update() {
+    use core::time::Duration;
+    use liblb_core::{Load, Outcome};
+    loom::model(|| {
+        let load = Arc::new(Load::default());
+        let decay = Duration::from_secs(10);
+        let request = |outcome: Option<Outcome>| {
+            let load = Arc::clone(&load);
+            thread::spawn(move || {
+                load.start();
+                load.end(outcome, 5_000_000, decay);
+            })
+        };
+        let ms = Duration::from_millis;
+        let (t1, t2) = (request(None), request(Some(Outcome::Failure(ms(3)))));
+        load.record(Outcome::Success(ms(7)), 6_000_000, decay);
+        t1.join().unwrap();
+        t2.join().unwrap();
+        assert_eq!(load.in_flight(), 0);
+        assert_eq!((load.requests(), load.failures()), (2, 1));
+        // The estimate is the peak (7 ms) or a blend of 7 and 3 ms: never lost, never garbage.
+        let latency = load.latency().unwrap();
+        assert!(latency >= ms(3) && latency <= ms(7), "{latency:?}");
     });
 }

@@ -199,7 +199,7 @@ proptest! {
     fn attempts_are_distinct_bounded_and_complete(
         nodes in ids_strategy(),
         limit in 0usize..16,
-        alg in 0usize..6,
+        alg in 0usize..Algorithm::ALL.len(),
         key in ".{0,12}",
     ) {
         let algorithm = Algorithm::ALL[alg];

@@ -12,9 +12,10 @@ use crate::ptr::{
     Castable, OutSlice, free_handle, opt_out, opt_ref, to_handle, try_bytes, try_key, try_out,
     try_out_slice, try_ref, try_slice, try_str,
 };
-use core::ffi::{CStr, c_char, c_void};
+use core::ffi::{c_char, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 use liblb_core::{Algorithm, Balancer, Node};
+use std::ffi::CString;
 
 /// A load balancer: an algorithm, its options and a set of nodes. Create with
 /// `lb_balancer_new`, free with `lb_balancer_free`.
@@ -861,24 +862,19 @@ fn algorithm_impl(
 ) -> Result<(), lb_result> {
     // SAFETY: lb.h requires a NULL or live handle and a NULL or writable `name_out`.
     let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(name_out)?) };
-    let algorithm = balancer.algorithm();
-    let index = Algorithm::ALL
-        .iter()
-        .position(|a| *a == algorithm)
-        .expect("every algorithm is in ALL");
-    out.write(ALGORITHM_NAMES[index].as_ptr());
+    out.write(algorithm_names()[balancer.algorithm() as usize].as_ptr());
     Ok(())
 }
 
-/// `Algorithm::NAMES` as C strings (a unit test checks they match, entry for entry).
-pub(crate) const ALGORITHM_NAMES: [&CStr; Algorithm::ALL.len()] = [
-    c"random",
-    c"weighted_random",
-    c"round_robin",
-    c"weighted_round_robin",
-    c"source_hash",
-    c"ring",
-];
+/// `Algorithm::NAMES` as C strings, made once from the core's registration list. They live in
+/// a static, so the pointers handed to C stay valid for the life of the process.
+pub(crate) fn algorithm_names() -> &'static [CString] {
+    static NAMES: std::sync::LazyLock<Vec<CString>> = std::sync::LazyLock::new(|| {
+        let name = |n: &&str| CString::new(*n).expect("algorithm names contain no NUL");
+        Algorithm::NAMES.iter().map(name).collect()
+    });
+    &NAMES
+}
 
 /// The name of algorithm number `index` (0, 1, ... in documentation order) as a static
 /// NUL-terminated string, or NULL when `index` is past the last one: loop until NULL to list
@@ -891,7 +887,7 @@ pub extern "C" fn lb_algorithm_name(index: usize) -> *const c_char {
 
 /// `lb_algorithm_name`'s body.
 fn algorithm_name(index: usize) -> *const c_char {
-    ALGORITHM_NAMES
+    algorithm_names()
         .get(index)
         .map_or(core::ptr::null(), |n| n.as_ptr())
 }

@@ -6,6 +6,9 @@
 //! Selectors see only the *active* nodes (weight > 0) and answer with indices into the full
 //! node list, in insertion order.
 
+pub(crate) mod least_connections;
+pub(crate) mod least_request;
+pub(crate) mod peak_ewma;
 pub(crate) mod random;
 pub(crate) mod ring;
 pub(crate) mod round_robin;
@@ -14,21 +17,43 @@ pub(crate) mod source_hash;
 pub(crate) mod weighted_random;
 pub(crate) mod weighted_round_robin;
 
+use crate::load::Load;
 use crate::state::State;
 use crate::{Node, Options};
+use alloc::sync::Arc;
 use alloc::vec::Vec;
+
+/// What a pick may read besides its table: the balancer's state (through `Deref`), the
+/// per-node loads (indexed like the node list) and the caller's clock reading.
+pub(crate) struct Ctx<'a> {
+    pub(crate) state: &'a State,
+    pub(crate) loads: &'a [Arc<Load>],
+    /// Nanoseconds of the caller's monotonic clock (0 where the caller gives no time).
+    pub(crate) now_ns: u64,
+}
+
+impl core::ops::Deref for Ctx<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        self.state
+    }
+}
 
 /// One algorithm's immutable selection structure.
 pub(crate) trait Select: Sized {
+    /// Whether picks read the clock (`Ctx::now_ns`): callers skip reading it otherwise.
+    const TIMED: bool = false;
+
     /// Builds the structure for `active`: the indices into `nodes` of the nodes with
     /// weight > 0, in insertion order, never empty. `options` are already validated.
     fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> Self;
 
     /// The chosen node's index. `key` is empty for unkeyed algorithms (they ignore it).
-    fn pick(&self, key: &[u8], state: &State) -> u32;
+    fn pick(&self, key: &[u8], ctx: &Ctx<'_>) -> u32;
 
     /// Up to `limit` distinct node indices in retry order; `out` starts empty and `limit >= 1`.
-    fn attempts(&self, key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>);
+    fn attempts(&self, key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>);
 }
 
 /// The registration list: from each line come the [`crate::Algorithm`] variant, its name, whether
@@ -69,6 +94,14 @@ macro_rules! algorithms {
                 }
             }
 
+            /// Whether the algorithm's picks depend on the time (latency estimates decay), so
+            /// callers must pass a clock reading.
+            pub fn is_timed(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => <$module::$ty as Select>::TIMED,)*
+                }
+            }
+
             /// The options the algorithm reads (every algorithm accepts every option of
             /// [`crate::Options::NAMES`], so configurations can switch algorithm; the others
             /// are ignored).
@@ -98,15 +131,15 @@ macro_rules! algorithms {
             }
 
             #[inline]
-            pub(crate) fn pick(&self, key: &[u8], state: &State) -> u32 {
+            pub(crate) fn pick(&self, key: &[u8], ctx: &Ctx<'_>) -> u32 {
                 match self {
-                    $(Selector::$variant(s) => s.pick(key, state),)*
+                    $(Selector::$variant(s) => s.pick(key, ctx),)*
                 }
             }
 
-            pub(crate) fn attempts(&self, key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>) {
+            pub(crate) fn attempts(&self, key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
                 match self {
-                    $(Selector::$variant(s) => s.attempts(key, state, limit, out),)*
+                    $(Selector::$variant(s) => s.attempts(key, ctx, limit, out),)*
                 }
             }
         }
@@ -126,6 +159,12 @@ algorithms! {
     SourceHash = "source_hash", source_hash::SourceHash, keyed: true, options: ["hash"];
     /// Consistent-hash ring with virtual nodes; default reproduces seed 001 exactly.
     Ring = "ring", ring::Ring, keyed: true, options: ["vnodes", "hash"];
+    /// Envoy's LEAST_REQUEST: the least loaded of `choice_count` weighted draws.
+    LeastRequest = "least_request", least_request::LeastRequest, keyed: false, options: ["seed", "choice_count"];
+    /// nginx's `least_conn`: fewest in-flight per weight, smooth WRR among ties.
+    LeastConnections = "least_connections", least_connections::LeastConnections, keyed: false, options: [];
+    /// Finagle/linkerd/tower peak-EWMA latency × load, power of two choices.
+    PeakEwma = "peak_ewma", peak_ewma::PeakEwma, keyed: false, options: ["seed", "decay_ms", "initial_latency_ms"];
 }
 
 /// The weights of the `active` nodes, in the same order.
@@ -167,7 +206,7 @@ mod tests {
             }
             let nodes = [Node::new("a", 1), Node::new("b", 2)];
             let table = Table::build(algorithm, &Options::default(), &nodes).unwrap();
-            let keyless = table.pick(None, &State::new(1));
+            let keyless = table.pick(None, &State::new(1), 0);
             assert_eq!(
                 keyless.is_err_and(|e| e == Error::KeyRequired(algorithm.name())),
                 algorithm.is_keyed(),

@@ -6,9 +6,9 @@
 //! Retries (`attempts`) are a lazy Fisher-Yates prefix, seed 002's fix for its biased shuffle.
 //! Cost: one atomic add, one multiply per pick.
 
+use super::Ctx;
 use super::{Select, sample};
 use crate::rng::bounded;
-use crate::state::State;
 use crate::{Node, Options};
 use alloc::vec::Vec;
 
@@ -29,14 +29,14 @@ impl Select for Random {
     }
 
     #[inline]
-    fn pick(&self, _key: &[u8], state: &State) -> u32 {
-        self.active[bounded(state.rng.next(), self.active.len())]
+    fn pick(&self, _key: &[u8], ctx: &Ctx<'_>) -> u32 {
+        self.active[bounded(ctx.rng.next(), self.active.len())]
     }
 
-    fn attempts(&self, _key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>) {
+    fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
         let n = self.active.len();
-        let first = bounded(state.rng.next(), n);
-        sample::shuffle_prefix(n, limit, first, || state.rng.next(), out);
+        let first = bounded(ctx.rng.next(), n);
+        sample::shuffle_prefix(n, limit, first, || ctx.rng.next(), out);
         for slot in out.iter_mut() {
             *slot = self.active[*slot as usize];
         }

@@ -35,11 +35,11 @@
 //! swaps SHA-256 for XXH3-64 on both points and keys (same construction, ~10x faster hashing).
 //! `attempts`: the next distinct nodes clockwise.
 
+use super::Ctx;
 use super::Select;
 use super::sample::Seen;
 use crate::Options;
 use crate::node::Node;
-use crate::state::State;
 use crate::{HashKind, MAX_RING_POINTS};
 use alloc::vec::Vec;
 use core::fmt::Write;
@@ -216,11 +216,11 @@ impl Select for Ring {
     }
 
     #[inline]
-    fn pick(&self, key: &[u8], _state: &State) -> u32 {
+    fn pick(&self, key: &[u8], _ctx: &Ctx<'_>) -> u32 {
         self.owners[self.successor(self.hash.hash(key))]
     }
 
-    fn attempts(&self, key: &[u8], _state: &State, limit: usize, out: &mut Vec<u32>) {
+    fn attempts(&self, key: &[u8], _ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
         let start = self.successor(self.hash.hash(key));
         let limit = limit.min(self.distinct);
         let mut seen = Seen::new(self.node_count, limit);

@@ -7,8 +7,8 @@
 //! `attempts` takes one position and returns the following distinct nodes, so a retry does not
 //! skew the rotation. Cost: one atomic add and one division per pick.
 
+use super::Ctx;
 use super::Select;
-use crate::state::State;
 use crate::sync::next_position;
 use crate::{Node, Options};
 use alloc::vec::Vec;
@@ -30,14 +30,14 @@ impl Select for RoundRobin {
     }
 
     #[inline]
-    fn pick(&self, _key: &[u8], state: &State) -> u32 {
+    fn pick(&self, _key: &[u8], ctx: &Ctx<'_>) -> u32 {
         let n = self.active.len() as u64;
-        self.active[(next_position(&state.position) % n) as usize]
+        self.active[(next_position(&ctx.position) % n) as usize]
     }
 
-    fn attempts(&self, _key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>) {
+    fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
         let n = self.active.len();
-        let start = (next_position(&state.position) % n as u64) as usize;
+        let start = (next_position(&ctx.position) % n as u64) as usize;
         out.extend((0..limit.min(n)).map(|i| self.active[(start + i) % n]));
     }
 }

@@ -11,13 +11,13 @@
 //! permutation of the rest drawn from a generator seeded by the key's hash — deterministic,
 //! and spreading a failed node's keys over all the others. Cost: one hash and one division.
 
+use super::Ctx;
 use super::sample::{self, WeightTree};
 use super::{Select, gcd_all};
 use crate::HashKind;
 use crate::Options;
 use crate::node::Node;
 use crate::rng::{SplitMix64, bounded};
-use crate::state::State;
 use alloc::vec::Vec;
 use core::cell::RefCell;
 
@@ -74,11 +74,11 @@ impl Select for SourceHash {
     }
 
     #[inline]
-    fn pick(&self, key: &[u8], _state: &State) -> u32 {
+    fn pick(&self, key: &[u8], _ctx: &Ctx<'_>) -> u32 {
         self.order[self.position(self.hash.hash(key))]
     }
 
-    fn attempts(&self, key: &[u8], _state: &State, limit: usize, out: &mut Vec<u32>) {
+    fn attempts(&self, key: &[u8], _ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
         let h = self.hash.hash(key);
         let first = self.position(h);
         let g = RefCell::new(SplitMix64::new(h));

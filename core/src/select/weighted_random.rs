@@ -9,10 +9,10 @@
 //! in-column coin from its low half, so one draw serves both. `attempts` is weighted sampling
 //! without replacement (`sample::weighted_prefix`).
 
+use super::Ctx;
 use super::Select;
 use super::active_weights;
 use super::sample::{self, WeightTree};
-use crate::state::State;
 use crate::{Node, Options};
 use alloc::vec::Vec;
 
@@ -88,15 +88,15 @@ impl Select for WeightedRandom {
     }
 
     #[inline]
-    fn pick(&self, _key: &[u8], state: &State) -> u32 {
-        self.active[self.alias.draw(state.rng.next())]
+    fn pick(&self, _key: &[u8], ctx: &Ctx<'_>) -> u32 {
+        self.active[self.alias.draw(ctx.rng.next())]
     }
 
-    fn attempts(&self, _key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>) {
-        let first = self.alias.draw(state.rng.next());
-        let draw = || self.alias.draw(state.rng.next());
+    fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
+        let first = self.alias.draw(ctx.rng.next());
+        let draw = || self.alias.draw(ctx.rng.next());
         out.push(first as u32);
-        sample::weighted_prefix(&self.weights, limit, draw, || state.rng.next(), out);
+        sample::weighted_prefix(&self.weights, limit, draw, || ctx.rng.next(), out);
         for slot in out.iter_mut() {
             *slot = self.active[*slot as usize];
         }

@@ -17,11 +17,11 @@
 //! interval holds `frac(c·φ)·Σw`. It is still lock-free, O(log n), exactly proportional over
 //! time and smooth (a node's picks are spread evenly, with low discrepancy), but not nginx's order.
 
+use super::Ctx;
 use super::active_weights;
 use super::sample::{self, Seen, WeightTree};
 use super::{Select, gcd_all};
 use crate::rng::{SplitMix64, bounded};
-use crate::state::State;
 use crate::sync::next_position;
 use crate::{Node, Options};
 use alloc::vec::Vec;
@@ -125,12 +125,12 @@ impl Select for WeightedRoundRobin {
     }
 
     #[inline]
-    fn pick(&self, _key: &[u8], state: &State) -> u32 {
-        self.active[self.at(next_position(&state.position))]
+    fn pick(&self, _key: &[u8], ctx: &Ctx<'_>) -> u32 {
+        self.active[self.at(next_position(&ctx.position))]
     }
 
-    fn attempts(&self, _key: &[u8], state: &State, limit: usize, out: &mut Vec<u32>) {
-        let c = next_position(&state.position);
+    fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
+        let c = next_position(&ctx.position);
         out.push(self.at(c) as u32);
         let g = core::cell::RefCell::new(SplitMix64::new(c));
         let next = || g.borrow_mut().next();

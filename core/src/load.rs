@@ -1,0 +1,219 @@
+//! Per-node load: what a balancer learns from the requests it routes (in-flight count,
+//! completed requests, failures, a peak-EWMA latency), kept apart from choosing, as tower keeps
+//! `load::PendingRequests` / `load::PeakEwma` apart from `balance::p2c`.
+//!
+//! Each node id owns one [`Load`] (an `Arc` of atomics) that every table built while the node
+//! stays a member shares, so counters survive membership changes; a removed node's `Load` goes
+//! with it, and re-adding the id starts fresh (pingora's `selection/least.rs` keeps its
+//! per-backend counters the same way). Picks only read these atomics; leases and `report`
+//! update them. Nothing here locks or allocates.
+//!
+//! Latency estimate: tower's `peak_ewma.rs` (after Finagle's `PeakEwma`): a sample above the
+//! estimate replaces it at once (peak); a lower one is blended in with weight
+//! `1 - exp(-Δt/decay)`, Δt being the time since the last update. Readers decay it towards 0
+//! by the time since the last update, so a node that stopped answering slowly recovers.
+//! Stored as `f32` nanoseconds (7 significant digits) with a millisecond time stamp, in two
+//! 32-bit atomics: every target with atomics has those (thumbv7em has no 64-bit atomics).
+
+use crate::sync::{AtomicCounter, AtomicU32, AtomicUsize, Ordering};
+use core::time::Duration;
+
+/// `ewma` before the first sample.
+const NO_SAMPLE: u32 = u32::MAX; // a NaN pattern that `f32::to_bits` of a finite value never gives
+
+/// One node's runtime counters. Shared through an `Arc` by every table holding the node.
+#[derive(Debug)]
+pub struct Load {
+    in_flight: AtomicUsize,
+    requests: AtomicCounter,
+    failures: AtomicCounter,
+    /// Peak-EWMA latency in nanoseconds, `f32` bits, or `NO_SAMPLE`.
+    ewma: AtomicU32,
+    /// When `ewma` was last set: the caller's clock in milliseconds, wrapping.
+    stamp_ms: AtomicU32,
+}
+
+impl Default for Load {
+    fn default() -> Load {
+        Load {
+            in_flight: AtomicUsize::new(0),
+            requests: AtomicCounter::new(0),
+            failures: AtomicCounter::new(0),
+            ewma: AtomicU32::new(NO_SAMPLE),
+            stamp_ms: AtomicU32::new(0),
+        }
+    }
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Outcome {
+    /// It succeeded after `latency`.
+    Success(Duration),
+    /// It failed after `latency`.
+    Failure(Duration),
+}
+
+impl Outcome {
+    /// The request's latency.
+    pub fn latency(self) -> Duration {
+        match self {
+            Outcome::Success(latency) | Outcome::Failure(latency) => latency,
+        }
+    }
+
+    /// Whether it succeeded.
+    pub fn is_success(self) -> bool {
+        matches!(self, Outcome::Success(_))
+    }
+}
+
+/// Milliseconds of a nanosecond clock reading, wrapping at 2^32 ms (49.7 days): differences
+/// of readings less than that apart are exact.
+fn millis(now_ns: u64) -> u32 {
+    (now_ns / 1_000_000) as u32
+}
+
+/// `exp(-elapsed / decay)`, the weight the old estimate keeps.
+fn keep(elapsed_ms: u32, decay: Duration) -> f32 {
+    let decay_ms = decay.as_millis().max(1) as f32;
+    libm::expf(-(elapsed_ms as f32) / decay_ms)
+}
+
+impl Load {
+    /// Requests started and not yet ended.
+    pub fn in_flight(&self) -> usize {
+        // Relaxed: a pick reads a heuristic; no other memory is published through it.
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Requests that ended with an outcome (success or failure).
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "AtomicCounter is usize without 64-bit atomics"
+    )]
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed) as u64
+    }
+
+    /// Requests that ended in failure.
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "AtomicCounter is usize without 64-bit atomics"
+    )]
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed) as u64
+    }
+
+    /// The latency estimate as of its last sample, or `None` before any sample.
+    pub fn latency(&self) -> Option<Duration> {
+        let bits = self.ewma.load(Ordering::Relaxed);
+        (bits != NO_SAMPLE).then(|| Duration::from_nanos(f32::from_bits(bits) as u64))
+    }
+
+    /// The latency estimate in nanoseconds at `now_ns`, decayed towards 0 since its last
+    /// sample (tower's `RttEstimate::decay`), or `None` before any sample.
+    pub fn decayed_latency_ns(&self, now_ns: u64, decay: Duration) -> Option<f32> {
+        let bits = self.ewma.load(Ordering::Relaxed);
+        if bits == NO_SAMPLE {
+            return None;
+        }
+        let elapsed = millis(now_ns).wrapping_sub(self.stamp_ms.load(Ordering::Relaxed));
+        // A stamp "in the future" (a racing update) wraps to a huge elapsed: treat it as now.
+        let elapsed = if elapsed > u32::MAX / 2 { 0 } else { elapsed };
+        Some(f32::from_bits(bits) * keep(elapsed, decay))
+    }
+
+    /// A request to this node starts (in-flight + 1).
+    pub fn start(&self) {
+        // Relaxed: counts only (see `in_flight`); the matching `end` is on the same Load.
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request started with [`Load::start`] ends: in-flight - 1, and the outcome, if any
+    /// (`None` = cancelled: nothing counted), is recorded at `now_ns`.
+    pub fn end(&self, outcome: Option<Outcome>, now_ns: u64, decay: Duration) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Some(outcome) = outcome {
+            self.record(outcome, now_ns, decay);
+        }
+    }
+
+    /// Records a finished request's outcome (requests + 1, failures + 1 on failure, latency
+    /// into the estimate) without touching in-flight: `report` for callers that track
+    /// requests themselves.
+    pub fn record(&self, outcome: Outcome, now_ns: u64, decay: Duration) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        if !outcome.is_success() {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        let sample = outcome.latency().as_nanos() as f32;
+        let now = millis(now_ns);
+        // The estimate is one atomic word updated by compare-and-swap, so concurrent samples
+        // are never lost; the stamp is written after it (a racing reader may decay by a
+        // slightly wrong interval, which only nudges a heuristic).
+        let _ = self
+            .ewma
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                if bits == NO_SAMPLE || f32::from_bits(bits) < sample {
+                    return Some(sample.to_bits());
+                }
+                let elapsed = now.wrapping_sub(self.stamp_ms.load(Ordering::Relaxed));
+                let elapsed = if elapsed > u32::MAX / 2 { 0 } else { elapsed };
+                let w = keep(elapsed, decay);
+                Some((f32::from_bits(bits) * w + sample * (1.0 - w)).to_bits())
+            });
+        self.stamp_ms.store(now, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DECAY: Duration = Duration::from_secs(10);
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn peaks_at_once_and_decays_towards_lower_samples() {
+        let load = Load::default();
+        assert_eq!(load.latency(), None);
+        load.record(Outcome::Success(Duration::from_millis(10)), 0, DECAY);
+        assert_eq!(load.latency(), Some(Duration::from_millis(10)));
+        // A peak replaces the estimate at once.
+        load.record(
+            Outcome::Failure(Duration::from_millis(100)),
+            1000 * MS,
+            DECAY,
+        );
+        assert_eq!(load.latency(), Some(Duration::from_millis(100)));
+        // A lower sample one decay period later keeps exp(-1) of the old estimate.
+        load.record(
+            Outcome::Success(Duration::from_millis(10)),
+            11_000 * MS,
+            DECAY,
+        );
+        let expected = 100.0 * libm::expf(-1.0) + 10.0 * (1.0 - libm::expf(-1.0));
+        let got = load.latency().unwrap().as_secs_f64() * 1e3;
+        assert!(
+            (got - f64::from(expected)).abs() < 1e-3,
+            "{got} vs {expected}"
+        );
+        assert_eq!((load.requests(), load.failures()), (3, 1));
+        // Readers decay it towards 0.
+        let later = load.decayed_latency_ns(21_000 * MS, DECAY).unwrap();
+        assert!((later / (expected * 1e6) - libm::expf(-1.0)).abs() < 1e-4);
+    }
+
+    #[test]
+    fn in_flight_counts_starts_and_ends() {
+        let load = Load::default();
+        load.start();
+        load.start();
+        assert_eq!(load.in_flight(), 2);
+        load.end(None, 0, DECAY);
+        assert_eq!((load.in_flight(), load.requests()), (1, 0));
+        load.end(Some(Outcome::Success(Duration::ZERO)), 0, DECAY);
+        assert_eq!((load.in_flight(), load.requests()), (0, 1));
+    }
+}

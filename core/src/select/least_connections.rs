@@ -1,0 +1,124 @@
+//! `least_connections`: nginx's `least_conn`.
+//!
+//! Source: nginx `src/http/modules/ngx_http_upstream_least_conn_module.c`,
+//! `ngx_http_upstream_get_least_conn_peer`: scan every peer for the smallest
+//! `conns / weight` (compared as `a.conns · b.weight < b.conns · a.weight`, in integers); if
+//! several peers tie, choose among them — from the first tied peer on, in configuration order
+//! — by smooth weighted round robin: each tied peer's `current_weight` grows by its weight, the
+//! largest (first on ties) wins and loses the sum of the tied weights. A single thread sees
+//! exactly nginx's choices (tested against a transcription of that function).
+//!
+//! Here `conns` is the node's in-flight count from leases (`Balancer::acquire`); a plain `pick`
+//! starts no request. The tie-break's current weights are atomics kept with the table (nginx
+//! also resets them when its configuration is reloaded); concurrent picks update them without
+//! a lock, so under contention the tie-break is smooth WRR approximately, never a lost update
+//! of the weights' sum. nginx's `effective_weight` (lowered by `max_fails`) is the weight here:
+//! failures are the health layer's business.
+//!
+//! Cost: O(n) per pick, like nginx: every node's count is read. `attempts`: the pick, then the
+//! other nodes by ascending `in_flight / weight` (insertion order on ties), O(n + limit·log
+//! limit).
+
+use super::{Ctx, Select, active_weights};
+use crate::sync::{AtomicSigned, Ordering};
+use crate::{Node, Options};
+use alloc::vec::Vec;
+use core::cmp::Ordering as Order;
+
+pub(crate) struct LeastConnections {
+    /// Active node indices, in insertion order.
+    active: Vec<u32>,
+    /// Their weights.
+    weights: Vec<u32>,
+    /// nginx's `current_weight` per active node, for the tie-break.
+    current: Vec<AtomicSigned>,
+}
+
+impl LeastConnections {
+    /// `in_flight / weight` of position `a` against `b`.
+    #[inline]
+    fn compare(&self, ctx: &Ctx<'_>, a: usize, b: usize) -> Order {
+        let load = |p: usize| ctx.loads[self.active[p] as usize].in_flight() as u128;
+        let wa = u128::from(self.weights[a]);
+        let wb = u128::from(self.weights[b]);
+        (load(a) * wb).cmp(&(load(b) * wa))
+    }
+
+    /// nginx's choice, as a position in `active`.
+    fn choose(&self, ctx: &Ctx<'_>) -> usize {
+        let n = self.active.len();
+        let mut best = 0;
+        let mut many = false;
+        for p in 1..n {
+            match self.compare(ctx, p, best) {
+                Order::Less => (best, many) = (p, false),
+                Order::Equal => many = true,
+                Order::Greater => {}
+            }
+        }
+        if !many {
+            return best;
+        }
+        // Smooth WRR among the peers tied with `best`, from `best` on. Relaxed: the current
+        // weights order nothing else; each update is one atomic read-modify-write, so their
+        // sum is conserved whatever the interleaving.
+        let first = best;
+        let mut best_current = i64::MIN;
+        let mut total: i64 = 0;
+        for p in first..n {
+            if self.compare(ctx, p, first) != Order::Equal {
+                continue;
+            }
+            let w = i64::from(self.weights[p]);
+            #[allow(
+                clippy::unnecessary_cast,
+                reason = "AtomicSigned is isize on 32-bit targets"
+            )]
+            let current = self.current[p].fetch_add(w as _, Ordering::Relaxed) as i64 + w;
+            total += w;
+            if current > best_current {
+                (best, best_current) = (p, current);
+            }
+        }
+        self.current[best].fetch_sub(total as _, Ordering::Relaxed);
+        best
+    }
+}
+
+impl Select for LeastConnections {
+    fn build(nodes: &[Node], active: Vec<u32>, _options: &Options) -> LeastConnections {
+        LeastConnections {
+            weights: active_weights(nodes, &active),
+            current: active.iter().map(|_| AtomicSigned::new(0)).collect(),
+            active,
+        }
+    }
+
+    fn pick(&self, _key: &[u8], ctx: &Ctx<'_>) -> u32 {
+        self.active[self.choose(ctx)]
+    }
+
+    fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
+        let first = self.choose(ctx);
+        // Read every count once: counts move under concurrent leases, and a sort needs a
+        // comparison that stays consistent.
+        let mut rest: Vec<(u128, u128, usize)> = (0..self.active.len())
+            .filter(|p| *p != first)
+            .map(|p| {
+                let load = ctx.loads[self.active[p] as usize].in_flight() as u128;
+                (load, u128::from(self.weights[p]), p)
+            })
+            .collect();
+        let by_load = |a: &(u128, u128, usize), b: &(u128, u128, usize)| {
+            (a.0 * b.1).cmp(&(b.0 * a.1)).then(a.2.cmp(&b.2))
+        };
+        let wanted = (limit - 1).min(rest.len());
+        if wanted > 0 && wanted < rest.len() {
+            rest.select_nth_unstable_by(wanted - 1, by_load);
+        }
+        rest.truncate(wanted);
+        rest.sort_unstable_by(by_load);
+        out.push(self.active[first]);
+        out.extend(rest.iter().map(|(_, _, p)| self.active[*p]));
+    }
+}

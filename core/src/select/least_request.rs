@@ -1,0 +1,111 @@
+//! `least_request`: power of two choices over in-flight requests (Mitzenmacher 2001), with
+//! Envoy's `LEAST_REQUEST` semantics.
+//!
+//! Source: Envoy `source/extensions/load_balancing_policies/least_request/` (and gRPC's
+//! `least_request_experimental`): draw `choice_count` candidates (default 2) and send the
+//! request to the one with the fewest active requests; ties keep the first drawn. Candidates
+//! here are distinct (a duplicate draw is redrawn a few times, so two choices really compare two
+//! nodes).
+//!
+//! Weights: candidates are drawn in proportion to weight (Vose alias table, as
+//! `weighted_random`), and compared by in-flight *relative to weight* — `a.in_flight · b.weight <
+//! b.in_flight · a.weight`, in integers. Under equal load the first draw wins every tie, so
+//! shares follow weights exactly; comparing unweighted draws by load/weight instead would hand
+//! the heaviest node nearly everything at low load (tower#696 is that bug). Equal weights
+//! draw uniformly (one multiply, no table).
+//!
+//! In-flight counts come from leases (`Balancer::acquire`): a plain `pick` starts no request,
+//! so without leases this is weighted random. Cost: `choice_count` draws and as many atomic
+//! loads. `attempts`: the pick, then a sample without replacement by weight.
+
+use super::sample::{self, WeightTree};
+use super::weighted_random::Alias;
+use super::{Ctx, Select, active_weights};
+use crate::options::MAX_CHOICE_COUNT;
+use crate::rng::bounded;
+use crate::{Node, Options};
+use alloc::vec::Vec;
+
+pub(crate) struct LeastRequest {
+    /// Active node indices, in insertion order.
+    active: Vec<u32>,
+    /// Their weights.
+    weights: Vec<u32>,
+    /// Weighted draws; `None` when all weights are equal (uniform draws).
+    alias: Option<Alias>,
+    /// For `attempts`.
+    tree: WeightTree,
+    choices: usize,
+}
+
+/// Redraws of a candidate that was already drawn before giving up on distinctness.
+const REDRAWS: usize = 8;
+
+impl LeastRequest {
+    /// A candidate position, by weight.
+    #[inline]
+    fn draw(&self, r: u64) -> usize {
+        match &self.alias {
+            None => bounded(r, self.active.len()),
+            Some(alias) => alias.draw(r),
+        }
+    }
+
+    /// Whether position `a` is less loaded than `b` relative to their weights.
+    #[inline]
+    fn lighter(&self, ctx: &Ctx<'_>, a: usize, b: usize) -> bool {
+        let load = |p: usize| ctx.loads[self.active[p] as usize].in_flight() as u128;
+        load(a) * u128::from(self.weights[b]) < load(b) * u128::from(self.weights[a])
+    }
+}
+
+impl Select for LeastRequest {
+    fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> LeastRequest {
+        let weights = active_weights(nodes, &active);
+        let equal = weights.windows(2).all(|w| w[0] == w[1]);
+        LeastRequest {
+            alias: (!equal).then(|| Alias::build(&weights)),
+            tree: WeightTree::new(weights.clone()),
+            choices: (options.choice_count as usize).min(active.len()),
+            active,
+            weights,
+        }
+    }
+
+    fn pick(&self, _key: &[u8], ctx: &Ctx<'_>) -> u32 {
+        self.active[self.choose(ctx)]
+    }
+
+    fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
+        out.push(self.choose(ctx) as u32);
+        let draw = || self.draw(ctx.rng.next());
+        sample::weighted_prefix(&self.tree, limit, draw, || ctx.rng.next(), out);
+        for slot in out.iter_mut() {
+            *slot = self.active[*slot as usize];
+        }
+    }
+}
+
+impl LeastRequest {
+    /// The position of the lightest of `choices` distinct weighted draws.
+    #[inline]
+    fn choose(&self, ctx: &Ctx<'_>) -> usize {
+        let mut drawn = [0usize; MAX_CHOICE_COUNT as usize];
+        drawn[0] = self.draw(ctx.rng.next());
+        let mut best = drawn[0];
+        for k in 1..self.choices {
+            let mut candidate = self.draw(ctx.rng.next());
+            for _ in 0..REDRAWS {
+                if !drawn[..k].contains(&candidate) {
+                    break;
+                }
+                candidate = self.draw(ctx.rng.next());
+            }
+            drawn[k] = candidate;
+            if self.lighter(ctx, candidate, best) {
+                best = candidate;
+            }
+        }
+        best
+    }
+}
