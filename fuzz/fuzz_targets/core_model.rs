@@ -47,6 +47,8 @@ enum Op {
     PickMany(Vec<Vec<u8>>),
     PickN(u8),
     Attempts(Option<Vec<u8>>, u8),
+    Acquire(Option<Vec<u8>>),
+    Finish(u8, Option<bool>),
 }
 
 #[derive(Arbitrary, Debug)]
@@ -72,9 +74,11 @@ fuzz_target!(|input: Input| {
         } else {
             HashKind::Sha256
         }),
+        ..Options::default()
     };
     let b = Balancer::new(algorithm, Vec::<Node>::new(), options).unwrap();
     let mut model: Vec<(String, u32)> = Vec::new();
+    let mut leases: Vec<liblb_core::Lease> = Vec::new();
     for op in input.ops.into_iter().take(64) {
         let before = b.nodes();
         let (expected, result) = match op {
@@ -177,6 +181,31 @@ fuzz_target!(|input: Input| {
                 }
                 continue;
             }
+            Op::Acquire(key) => {
+                match b.acquire(key.as_deref()) {
+                    Ok(lease) => {
+                        assert!(active(&model).contains(lease.id()));
+                        leases.push(lease);
+                    }
+                    Err(Error::KeyRequired(_)) => assert!(algorithm.is_keyed() && key.is_none()),
+                    Err(e) => assert_eq!(e, Error::NoNodes),
+                }
+                let in_flight: usize = b.stats().iter().map(|s| s.in_flight).sum();
+                assert!(in_flight <= leases.len());
+                continue;
+            }
+            Op::Finish(i, outcome) => {
+                if !leases.is_empty() {
+                    let lease = leases.swap_remove(usize::from(i) % leases.len());
+                    let latency = core::time::Duration::from_micros(u64::from(i));
+                    match outcome {
+                        Some(true) => lease.finish(liblb_core::Outcome::Success(latency)),
+                        Some(false) => lease.finish(liblb_core::Outcome::Failure(latency)),
+                        None => drop(lease),
+                    }
+                }
+                continue;
+            }
             Op::Attempts(key, limit) => {
                 let limit = usize::from(limit % 16);
                 match b.attempts(key.as_deref(), limit) {
@@ -212,6 +241,9 @@ fuzz_target!(|input: Input| {
         let listed: Vec<(String, u32)> = b.nodes().into_iter().map(|n| (n.id, n.weight)).collect();
         assert_eq!(listed, model);
     }
+    // Every lease ends (dropped = cancelled), whatever membership changes happened meanwhile.
+    drop(leases);
+    assert!(b.stats().iter().all(|s| s.in_flight == 0));
 });
 
 /// Ids of the model's active nodes.
