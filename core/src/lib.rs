@@ -41,6 +41,10 @@ mod table;
 #[cfg(feature = "std")]
 mod balancer;
 
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod placement;
+
 pub use error::{Error, Result};
 pub use hash::HashKind;
 pub use node::{Node, id_from_utf8, validate_id};

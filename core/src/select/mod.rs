@@ -6,6 +6,13 @@
 //! Selectors see only the *active* nodes (weight > 0) and answer with indices into the full
 //! node list, in insertion order.
 
+// Field-compatible placements (issue 11), built and tested here; registering them as
+// algorithms (options, table, bindings) comes next, so until then only tests and the
+// `testing` feature reach them.
+#[allow(dead_code)]
+pub(crate) mod continuum;
+#[allow(dead_code)]
+pub(crate) mod ketama;
 pub(crate) mod random;
 pub(crate) mod ring;
 pub(crate) mod round_robin;

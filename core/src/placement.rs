@@ -1,0 +1,91 @@
+//! Test access to the field-compatible placements (`ketama`, `nginx_chash`, `ring_hash`,
+//! `maglev`, `rendezvous`, `jump`) before they are registered as algorithms: the upstream
+//! comparison scripts drive them through `examples/placement.rs`. Feature `testing` only;
+//! not part of the public API.
+
+use crate::node::Node;
+use crate::select::Select;
+use crate::select::ketama::Ketama;
+use crate::table::State;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+enum Inner {
+    Ketama(Ketama),
+}
+
+/// One placement built over a node list (weight 0 = drained, as everywhere in liblb).
+pub struct Placement {
+    nodes: Vec<Node>,
+    /// `None` when no node is active.
+    inner: Option<Inner>,
+    state: State,
+}
+
+macro_rules! each {
+    ($inner:expr, $s:ident => $call:expr) => {
+        match $inner {
+            Inner::Ketama($s) => $call,
+        }
+    };
+}
+
+impl Placement {
+    /// The placement names this module knows.
+    pub const NAMES: &'static [&'static str] = &["ketama"];
+
+    /// Builds `algorithm` over `nodes` with integer `options` (name, value).
+    pub fn new(algorithm: &str, options: &[(&str, u64)], nodes: Vec<Node>) -> Result<Self, String> {
+        if let Some((name, _)) = options.first() {
+            return Err(format!("{algorithm} takes no option {name}"));
+        }
+        let active: Vec<u32> = (0..nodes.len() as u32)
+            .filter(|i| nodes[*i as usize].weight > 0)
+            .collect();
+        let inner = if active.is_empty() {
+            None
+        } else {
+            Some(match algorithm {
+                "ketama" => Inner::Ketama(Ketama::build(&nodes, &active)),
+                _ => {
+                    return Err(format!(
+                        "unknown placement {algorithm}; known: {:?}",
+                        Self::NAMES
+                    ));
+                }
+            })
+        };
+        Ok(Placement {
+            nodes,
+            inner,
+            state: State::new(0),
+        })
+    }
+
+    /// The id `key` goes to, or `None` without active nodes.
+    pub fn pick(&self, key: &[u8]) -> Option<&str> {
+        let inner = self.inner.as_ref()?;
+        let i = each!(inner, s => s.pick(key, &self.state));
+        Some(&self.nodes[i as usize].id)
+    }
+
+    /// The id for a 64-bit request hash, or `None` without active nodes or for placements
+    /// whose key does not reduce to a 64-bit hash (`ketama`, `nginx_chash`: 32-bit hashes).
+    pub fn pick_hash(&self, h: u64) -> Option<&str> {
+        let i: u32 = match self.inner.as_ref()? {
+            Inner::Ketama(_) => None,
+        }?;
+        let _ = h;
+        Some(&self.nodes[i as usize].id)
+    }
+
+    /// Up to `limit` distinct ids in retry order.
+    pub fn attempts(&self, key: &[u8], limit: usize) -> Vec<&str> {
+        let mut out = Vec::new();
+        if let Some(inner) = &self.inner {
+            each!(inner, s => s.attempts(key, &self.state, limit, &mut out));
+        }
+        out.iter().map(|i| &*self.nodes[*i as usize].id).collect()
+    }
+}

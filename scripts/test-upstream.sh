@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Key-for-key comparison of liblb's field-compatible placements with the real upstream
+# programs, installed from Debian at test time (no upstream code or data is stored here):
+#
+#   ketama  <- libmemcached (libmemcached-dev): tests/upstream/ketama.c
+#   jump    <- Guava's Hashing.consistentHash (libguava-java + a JDK): tests/upstream/Jump.java
+#   nginx   <- nginx `hash $arg_key consistent` (nginx-light) on loopback
+#
+#   ./scripts/test-upstream.sh [ketama|nginx|jump]...   (default: all)
+#
+# A system whose package cannot be installed is skipped with a loud SKIPPED line; a difference
+# fails the run. Envoy ships no installable binary: its expectations are quoted in the Rust
+# unit tests of core/src/select/{ring_hash,maglev}.rs instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+systems=("$@")
+[ ${#systems[@]} -gt 0 ] || systems=(ketama nginx jump)
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+apt_updated=no
+# Installs Debian packages unless `probe` already succeeds; false if they cannot be had.
+need() {
+  local probe=$1
+  shift
+  if eval "$probe" >/dev/null 2>&1; then
+    return 0
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    return 1
+  fi
+  if [ "$apt_updated" = no ]; then
+    apt-get update -qq >/dev/null 2>&1 || true
+    apt_updated=yes
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" \
+    >/dev/null 2>&1 || return 1
+  eval "$probe" >/dev/null 2>&1
+}
+
+cargo build -q -p liblb-core --features testing --example placement
+placement=target/debug/examples/placement
+
+run=()
+skipped=0
+for system in "${systems[@]}"; do
+  case $system in
+    ketama)
+      if need "pkg-config --exists libmemcached" libmemcached-dev pkg-config; then
+        gcc -O2 -Wall -Wextra -Werror -o "$work/ketama" tests/upstream/ketama.c \
+          $(pkg-config --cflags --libs libmemcached)
+        run+=(ketama)
+      else
+        echo "SKIPPED: ketama vs libmemcached (libmemcached-dev cannot be installed here)"
+        skipped=$((skipped + 1))
+      fi
+      ;;
+    *)
+      echo "unknown system $system (known: ketama nginx jump)" >&2
+      exit 2
+      ;;
+  esac
+done
+
+if [ ${#run[@]} -gt 0 ]; then
+  python3 tests/upstream/compare.py "$placement" "$work" "${run[@]}"
+fi
+echo "upstream comparisons: ${#run[@]} passed, 0 failed, ${skipped} skipped"
