@@ -57,6 +57,14 @@ for system in "${systems[@]}"; do
         skipped=$((skipped + 1))
       fi
       ;;
+    nginx)
+      if need "command -v nginx" nginx-light; then
+        run+=(nginx)
+      else
+        echo "SKIPPED: nginx_chash vs nginx (nginx-light cannot be installed here)"
+        skipped=$((skipped + 1))
+      fi
+      ;;
     *)
       echo "unknown system $system (known: ketama nginx jump)" >&2
       exit 2

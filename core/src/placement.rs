@@ -6,6 +6,7 @@
 use crate::node::Node;
 use crate::select::Select;
 use crate::select::ketama::Ketama;
+use crate::select::nginx_chash::NginxChash;
 use crate::table::State;
 use alloc::format;
 use alloc::string::String;
@@ -13,6 +14,7 @@ use alloc::vec::Vec;
 
 enum Inner {
     Ketama(Ketama),
+    NginxChash(NginxChash),
 }
 
 /// One placement built over a node list (weight 0 = drained, as everywhere in liblb).
@@ -27,13 +29,14 @@ macro_rules! each {
     ($inner:expr, $s:ident => $call:expr) => {
         match $inner {
             Inner::Ketama($s) => $call,
+            Inner::NginxChash($s) => $call,
         }
     };
 }
 
 impl Placement {
     /// The placement names this module knows.
-    pub const NAMES: &'static [&'static str] = &["ketama"];
+    pub const NAMES: &'static [&'static str] = &["ketama", "nginx_chash"];
 
     /// Builds `algorithm` over `nodes` with integer `options` (name, value).
     pub fn new(algorithm: &str, options: &[(&str, u64)], nodes: Vec<Node>) -> Result<Self, String> {
@@ -48,6 +51,7 @@ impl Placement {
         } else {
             Some(match algorithm {
                 "ketama" => Inner::Ketama(Ketama::build(&nodes, &active)),
+                "nginx_chash" => Inner::NginxChash(NginxChash::build(&nodes, &active)),
                 _ => {
                     return Err(format!(
                         "unknown placement {algorithm}; known: {:?}",
@@ -74,7 +78,7 @@ impl Placement {
     /// whose key does not reduce to a 64-bit hash (`ketama`, `nginx_chash`: 32-bit hashes).
     pub fn pick_hash(&self, h: u64) -> Option<&str> {
         let i: u32 = match self.inner.as_ref()? {
-            Inner::Ketama(_) => None,
+            Inner::Ketama(_) | Inner::NginxChash(_) => None,
         }?;
         let _ = h;
         Some(&self.nodes[i as usize].id)

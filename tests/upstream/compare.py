@@ -108,10 +108,151 @@ def compare_ketama():
     print(f"ketama: {total} keys over {len(cases)} server sets agree with libmemcached")
 
 
+# --- nginx: `hash $arg_key consistent` -------------------------------------------------------
+
+NGINX_CONF = """
+daemon on;
+worker_processes 1;
+pid {work}/nginx.pid;
+error_log {work}/error.log warn;
+events {{ worker_connections 512; }}
+http {{
+    access_log off;
+    client_body_temp_path {work}/tmp;
+    proxy_temp_path {work}/tmp;
+    fastcgi_temp_path {work}/tmp;
+    uwsgi_temp_path {work}/tmp;
+    scgi_temp_path {work}/tmp;
+    upstream pool {{
+        hash $arg_key consistent;
+{servers}
+    }}
+    server {{
+        listen 127.0.0.1:{front};
+        # A backend that cannot be reached fails the test instead of passing the key on.
+        location / {{ proxy_pass http://pool; proxy_next_upstream off; }}
+    }}
+{backends}
+}}
+"""
+
+
+def nginx_servers(rng, n, weights, base_port):
+    """(server text, listen address, weight) for n loopback backends: 127.0.0.x:port,
+    [::1]:port and one unix socket, so nginx's host/port split is exercised on each form."""
+    servers = []
+    for i in range(n):
+        port = base_port + 1 + i
+        kind = rng.random()
+        if i == 0 and n > 2:
+            path = os.path.join(WORKDIR, f"b{base_port}.sock")
+            servers.append((f"unix:{path}", f"unix:{path}", weights(i)))
+        elif kind < 0.25:
+            servers.append((f"[::1]:{port}", f"[::1]:{port}", weights(i)))
+        else:
+            addr = f"127.0.0.{rng.randint(2, 250)}:{port}"
+            servers.append((addr, addr, weights(i)))
+    return servers
+
+
+def nginx_run(servers, front, keys, down=None):
+    """Starts nginx with `servers` (server `down` marked down), sends one request per key,
+    returns the backend indices."""
+    import http.client
+    import time
+    import urllib.parse
+
+    os.makedirs(os.path.join(WORKDIR, "tmp"), exist_ok=True)
+    # nginx's workers drop root: they must be able to reach the unix socket in WORKDIR.
+    os.chmod(WORKDIR, 0o755)
+    conf = NGINX_CONF.format(
+        work=WORKDIR,
+        front=front,
+        servers="\n".join(
+            f"        server {text} weight={w}{' down' if i == down else ''};"
+            for i, (text, _, w) in enumerate(servers)
+        ),
+        backends="\n".join(
+            f'    server {{ listen {listen}; location / {{ return 200 "{i}"; }} }}'
+            for i, (_, listen, _) in enumerate(servers)
+        ),
+    )
+    path = os.path.join(WORKDIR, "nginx.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    subprocess.run(["nginx", "-p", WORKDIR, "-c", path], check=True)
+    pid_file = os.path.join(WORKDIR, "nginx.pid")
+    try:
+        for _ in range(100):
+            try:
+                http.client.HTTPConnection("127.0.0.1", front, timeout=5).connect()
+                break
+            except OSError:
+                time.sleep(0.05)
+        conn = http.client.HTTPConnection("127.0.0.1", front, timeout=10)
+        answers = []
+        for key in keys:
+            conn.request("GET", "/?key=" + urllib.parse.quote(key, safe=""))
+            response = conn.getresponse()
+            body = response.read().decode()
+            if response.status != 200:
+                sys.exit(f"nginx: HTTP {response.status} for key {key!r}: {body}")
+            answers.append(int(body))
+        conn.close()
+        return answers
+    finally:
+        subprocess.run(
+            ["nginx", "-p", WORKDIR, "-c", path, "-s", "quit"], check=False, capture_output=True
+        )
+        for _ in range(100):
+            if not os.path.exists(pid_file):
+                break
+            time.sleep(0.05)
+
+
+def compare_nginx():
+    rng = random.Random(12)
+    base = rng.randint(20000, 50000)
+    cases = []
+    for n in [1, 2, 3, 5, 8, 13]:
+        cases.append((f"{n} equal", n, lambda i: 1))
+    for n in [2, 4, 7, 16, 30]:
+        cases.append((f"{n} weights 1..5", n, lambda i: rng.randint(1, 5)))
+    cases.append(("one heavy", 6, lambda i: 20 if i == 1 else 1))
+    total = walked = 0
+    for number, (name, n, weights) in enumerate(cases):
+        base_port = base + 100 * number
+        servers = nginx_servers(rng, n, weights, base_port)
+        # URL-safe keys: nginx hashes the raw query text, which then equals the key itself.
+        alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.~"
+        keys = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) for _ in range(800)]
+        upstream = nginx_run(servers, base_port, keys)
+        expected = [servers[i][0] for i in upstream]
+        actual = liblb("nginx_chash", [(s[0], s[2]) for s in servers], [f"key {k}" for k in keys])
+        check("nginx", name, expected, actual, keys)
+        total += len(keys)
+        if n >= 3:
+            # nginx walks past a `down` server to the next point's server: liblb's attempts.
+            down = n - 1
+            upstream = nginx_run(servers, base_port, keys, down)
+            expected = [servers[i][0] for i in upstream]
+            walks = liblb(
+                "nginx_chash", [(s[0], s[2]) for s in servers], [f"attempts 2 {k}" for k in keys]
+            )
+            actual = [next(x for x in w.split() if x != servers[down][0]) for w in walks]
+            check("nginx", f"{name}, server {down} down", expected, actual, keys)
+            total += len(keys)
+            walked += sum(1 for w in walks if w.split()[0] == servers[down][0])
+    print(
+        f"nginx_chash: {total} keys over {len(cases)} upstream blocks agree with nginx "
+        f"({walked} of them walked past a down server)"
+    )
+
+
 def main():
     global PLACEMENT, WORKDIR
     PLACEMENT, WORKDIR = sys.argv[1], sys.argv[2]
-    systems = {"ketama": compare_ketama}
+    systems = {"ketama": compare_ketama, "nginx": compare_nginx}
     for system in sys.argv[3:]:
         systems[system]()
 

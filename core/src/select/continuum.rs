@@ -7,8 +7,21 @@
 //! keep all, and a lookup reaches the first) and the width of the hash space (32 or 64 bits).
 //! Equal points are always ordered by node id, so a continuum depends only on the set of nodes.
 
+use crate::MAX_RING_POINTS;
 use crate::node::Node;
 use alloc::vec::Vec;
+
+/// A node's point count `count` out of a ring of `total`, scaled down proportionally (at
+/// least 1) when the ring would exceed [`MAX_RING_POINTS`]. Every system here makes a node's
+/// points as a sequence, so the scaled ring keeps a prefix of each node's points, and a ring
+/// within the limit is exactly the upstream one.
+pub(crate) fn scaled(count: u64, total: u64) -> u64 {
+    if total <= MAX_RING_POINTS {
+        count
+    } else {
+        ((u128::from(count) * u128::from(MAX_RING_POINTS) / u128::from(total)) as u64).max(1)
+    }
+}
 
 pub(crate) struct Continuum {
     /// Sorted points (32-bit systems store their points zero-extended).
@@ -122,6 +135,14 @@ mod tests {
 
     fn nodes() -> [Node; 3] {
         [Node::new("c", 1), Node::new("a", 1), Node::new("b", 1)]
+    }
+
+    #[test]
+    fn scaled_counts_fit_the_cap() {
+        assert_eq!(scaled(480, 640), 480);
+        let total = 3 * MAX_RING_POINTS;
+        assert_eq!(scaled(MAX_RING_POINTS, total), MAX_RING_POINTS / 3);
+        assert_eq!(scaled(1, total), 1);
     }
 
     #[test]

@@ -13,6 +13,8 @@
 pub(crate) mod continuum;
 #[allow(dead_code)]
 pub(crate) mod ketama;
+#[allow(dead_code)]
+pub(crate) mod nginx_chash;
 pub(crate) mod random;
 pub(crate) mod ring;
 pub(crate) mod round_robin;
