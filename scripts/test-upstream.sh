@@ -65,6 +65,16 @@ for system in "${systems[@]}"; do
         skipped=$((skipped + 1))
       fi
       ;;
+    jump)
+      if need "command -v javac && test -f /usr/share/java/guava.jar" \
+        default-jdk-headless libguava-java; then
+        javac -d "$work" -cp /usr/share/java/guava.jar tests/upstream/Jump.java
+        run+=(jump)
+      else
+        echo "SKIPPED: jump vs Guava (default-jdk-headless or libguava-java cannot be installed)"
+        skipped=$((skipped + 1))
+      fi
+      ;;
     *)
       echo "unknown system $system (known: ketama nginx jump)" >&2
       exit 2

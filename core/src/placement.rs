@@ -3,8 +3,10 @@
 //! comparison scripts drive them through `examples/placement.rs`. Feature `testing` only;
 //! not part of the public API.
 
+use crate::HashKind;
 use crate::node::Node;
 use crate::select::Select;
+use crate::select::jump::Jump;
 use crate::select::ketama::Ketama;
 use crate::select::nginx_chash::NginxChash;
 use crate::table::State;
@@ -13,6 +15,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 enum Inner {
+    Jump(Jump),
     Ketama(Ketama),
     NginxChash(NginxChash),
 }
@@ -28,6 +31,7 @@ pub struct Placement {
 macro_rules! each {
     ($inner:expr, $s:ident => $call:expr) => {
         match $inner {
+            Inner::Jump($s) => $call,
             Inner::Ketama($s) => $call,
             Inner::NginxChash($s) => $call,
         }
@@ -36,7 +40,7 @@ macro_rules! each {
 
 impl Placement {
     /// The placement names this module knows.
-    pub const NAMES: &'static [&'static str] = &["ketama", "nginx_chash"];
+    pub const NAMES: &'static [&'static str] = &["ketama", "nginx_chash", "jump"];
 
     /// Builds `algorithm` over `nodes` with integer `options` (name, value).
     pub fn new(algorithm: &str, options: &[(&str, u64)], nodes: Vec<Node>) -> Result<Self, String> {
@@ -51,6 +55,7 @@ impl Placement {
         } else {
             Some(match algorithm {
                 "ketama" => Inner::Ketama(Ketama::build(&nodes, &active)),
+                "jump" => Inner::Jump(Jump::build(active.clone(), HashKind::Xxh3)),
                 "nginx_chash" => Inner::NginxChash(NginxChash::build(&nodes, &active)),
                 _ => {
                     return Err(format!(
@@ -78,9 +83,9 @@ impl Placement {
     /// whose key does not reduce to a 64-bit hash (`ketama`, `nginx_chash`: 32-bit hashes).
     pub fn pick_hash(&self, h: u64) -> Option<&str> {
         let i: u32 = match self.inner.as_ref()? {
+            Inner::Jump(s) => Some(s.pick_hash(h)),
             Inner::Ketama(_) | Inner::NginxChash(_) => None,
         }?;
-        let _ = h;
         Some(&self.nodes[i as usize].id)
     }
 

@@ -17,6 +17,7 @@ import sys
 
 PLACEMENT = None
 WORKDIR = None
+GUAVA_JAR = "/usr/share/java/guava.jar"
 
 
 def liblb(algorithm, nodes, queries, options=()):
@@ -249,10 +250,63 @@ def compare_nginx():
     )
 
 
+# --- jump: Guava's Hashing.consistentHash --------------------------------------------------
+
+LCG = 2862933555777941757
+
+
+def guava_overflow_input():
+    """An input whose first LCG step has h >>> 33 == 2^31 - 1, where Guava's int addition
+    overflows (see core/src/select/jump.rs): Guava stops at bucket 0, the paper jumps on."""
+    inverse = pow(LCG, -1, 1 << 64)
+    return ((1 << 64) - 1 - 1) * inverse % (1 << 64)
+
+
+def compare_jump():
+    rng = random.Random(13)
+    groups = {}
+    for n in range(1, 301):
+        groups[n] = [rng.getrandbits(64) for _ in range(40)]
+    for n in [1000, 4096, 65535, 100003, 1 << 20]:
+        groups[n] = [rng.getrandbits(64) for _ in range(2000)]
+    for n in groups:
+        groups[n] += [0, 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1]
+    lines = [f"{h} {n}" for n, inputs in groups.items() for h in inputs]
+    java = subprocess.run(
+        ["java", "-cp", f"{GUAVA_JAR}:{WORKDIR}", "Jump"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    position = 0
+    for n, inputs in groups.items():
+        expected = java[position : position + len(inputs)]
+        position += len(inputs)
+        actual = liblb("jump", [(str(i), 1) for i in range(n)], [f"hash {h}" for h in inputs])
+        check("jump", f"{n} buckets", expected, actual, inputs)
+    # The documented divergence, shown live: Guava's overflow stops at 0, liblb jumps on.
+    h = guava_overflow_input()
+    guava = subprocess.run(
+        ["java", "-cp", f"{GUAVA_JAR}:{WORKDIR}", "Jump"],
+        input=f"{h} 2\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    ours = liblb("jump", [("0", 1), ("1", 1)], [f"hash {h}"])
+    if (guava, ours) != (["0"], ["1"]):
+        sys.exit(f"jump: Guava's int-overflow input {h}: Guava {guava}, liblb {ours}")
+    print(
+        f"jump: {len(lines)} inputs over {len(groups)} bucket counts agree with Guava "
+        f"(and its int-overflow corner differs as documented)"
+    )
+
+
 def main():
     global PLACEMENT, WORKDIR
     PLACEMENT, WORKDIR = sys.argv[1], sys.argv[2]
-    systems = {"ketama": compare_ketama, "nginx": compare_nginx}
+    systems = {"ketama": compare_ketama, "nginx": compare_nginx, "jump": compare_jump}
     for system in sys.argv[3:]:
         systems[system]()
 

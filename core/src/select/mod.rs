@@ -12,6 +12,8 @@
 #[allow(dead_code)]
 pub(crate) mod continuum;
 #[allow(dead_code)]
+pub(crate) mod jump;
+#[allow(dead_code)]
 pub(crate) mod ketama;
 #[allow(dead_code)]
 pub(crate) mod nginx_chash;
