@@ -8,6 +8,7 @@ use crate::node::Node;
 use crate::select::Select;
 use crate::select::jump::Jump;
 use crate::select::ketama::Ketama;
+use crate::select::maglev::{self, Maglev};
 use crate::select::nginx_chash::NginxChash;
 use crate::table::State;
 use alloc::format;
@@ -17,6 +18,7 @@ use alloc::vec::Vec;
 enum Inner {
     Jump(Jump),
     Ketama(Ketama),
+    Maglev(Maglev),
     NginxChash(NginxChash),
 }
 
@@ -33,6 +35,7 @@ macro_rules! each {
         match $inner {
             Inner::Jump($s) => $call,
             Inner::Ketama($s) => $call,
+            Inner::Maglev($s) => $call,
             Inner::NginxChash($s) => $call,
         }
     };
@@ -40,12 +43,26 @@ macro_rules! each {
 
 impl Placement {
     /// The placement names this module knows.
-    pub const NAMES: &'static [&'static str] = &["ketama", "nginx_chash", "jump"];
+    pub const NAMES: &'static [&'static str] = &["ketama", "nginx_chash", "jump", "maglev"];
 
     /// Builds `algorithm` over `nodes` with integer `options` (name, value).
     pub fn new(algorithm: &str, options: &[(&str, u64)], nodes: Vec<Node>) -> Result<Self, String> {
-        if let Some((name, _)) = options.first() {
+        let option = |name: &str, default: u64| {
+            options
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(default, |(_, v)| *v)
+        };
+        let known: &[&str] = match algorithm {
+            "maglev" => &["table_size"],
+            _ => &[],
+        };
+        if let Some((name, _)) = options.iter().find(|(n, _)| !known.contains(n)) {
             return Err(format!("{algorithm} takes no option {name}"));
+        }
+        let table_size = option("table_size", maglev::DEFAULT_TABLE_SIZE);
+        if !maglev::is_prime(table_size) || table_size > maglev::MAX_TABLE_SIZE {
+            return Err(format!("table_size {table_size} is not a prime <= 5000011"));
         }
         let active: Vec<u32> = (0..nodes.len() as u32)
             .filter(|i| nodes[*i as usize].weight > 0)
@@ -55,6 +72,7 @@ impl Placement {
         } else {
             Some(match algorithm {
                 "ketama" => Inner::Ketama(Ketama::build(&nodes, &active)),
+                "maglev" => Inner::Maglev(Maglev::build(&nodes, &active, table_size)),
                 "jump" => Inner::Jump(Jump::build(active.clone(), HashKind::Xxh3)),
                 "nginx_chash" => Inner::NginxChash(NginxChash::build(&nodes, &active)),
                 _ => {
@@ -84,6 +102,7 @@ impl Placement {
     pub fn pick_hash(&self, h: u64) -> Option<&str> {
         let i: u32 = match self.inner.as_ref()? {
             Inner::Jump(s) => Some(s.pick_hash(h)),
+            Inner::Maglev(s) => Some(s.pick_hash(h)),
             Inner::Ketama(_) | Inner::NginxChash(_) => None,
         }?;
         Some(&self.nodes[i as usize].id)

@@ -16,6 +16,8 @@ pub(crate) mod jump;
 #[allow(dead_code)]
 pub(crate) mod ketama;
 #[allow(dead_code)]
+pub(crate) mod maglev;
+#[allow(dead_code)]
 pub(crate) mod nginx_chash;
 pub(crate) mod random;
 pub(crate) mod ring;
