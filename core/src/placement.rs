@@ -10,6 +10,7 @@ use crate::select::jump::Jump;
 use crate::select::ketama::Ketama;
 use crate::select::maglev::{self, Maglev};
 use crate::select::nginx_chash::NginxChash;
+use crate::select::ring_hash::{self, RingHash};
 use crate::table::State;
 use alloc::format;
 use alloc::string::String;
@@ -20,6 +21,7 @@ enum Inner {
     Ketama(Ketama),
     Maglev(Maglev),
     NginxChash(NginxChash),
+    RingHash(RingHash),
 }
 
 /// One placement built over a node list (weight 0 = drained, as everywhere in liblb).
@@ -37,13 +39,15 @@ macro_rules! each {
             Inner::Ketama($s) => $call,
             Inner::Maglev($s) => $call,
             Inner::NginxChash($s) => $call,
+            Inner::RingHash($s) => $call,
         }
     };
 }
 
 impl Placement {
     /// The placement names this module knows.
-    pub const NAMES: &'static [&'static str] = &["ketama", "nginx_chash", "jump", "maglev"];
+    pub const NAMES: &'static [&'static str] =
+        &["ketama", "nginx_chash", "jump", "maglev", "ring_hash"];
 
     /// Builds `algorithm` over `nodes` with integer `options` (name, value).
     pub fn new(algorithm: &str, options: &[(&str, u64)], nodes: Vec<Node>) -> Result<Self, String> {
@@ -55,10 +59,16 @@ impl Placement {
         };
         let known: &[&str] = match algorithm {
             "maglev" => &["table_size"],
+            "ring_hash" => &["min_ring_size", "max_ring_size"],
             _ => &[],
         };
         if let Some((name, _)) = options.iter().find(|(n, _)| !known.contains(n)) {
             return Err(format!("{algorithm} takes no option {name}"));
+        }
+        let min_ring = option("min_ring_size", ring_hash::DEFAULT_MIN_RING_SIZE);
+        let max_ring = option("max_ring_size", ring_hash::DEFAULT_MAX_RING_SIZE);
+        if min_ring == 0 || min_ring > max_ring || max_ring > ring_hash::DEFAULT_MAX_RING_SIZE {
+            return Err(format!("need 1 <= min_ring_size <= {max_ring} <= 8388608"));
         }
         let table_size = option("table_size", maglev::DEFAULT_TABLE_SIZE);
         if !maglev::is_prime(table_size) || table_size > maglev::MAX_TABLE_SIZE {
@@ -73,6 +83,9 @@ impl Placement {
             Some(match algorithm {
                 "ketama" => Inner::Ketama(Ketama::build(&nodes, &active)),
                 "maglev" => Inner::Maglev(Maglev::build(&nodes, &active, table_size)),
+                "ring_hash" => {
+                    Inner::RingHash(RingHash::build(&nodes, &active, min_ring, max_ring))
+                }
                 "jump" => Inner::Jump(Jump::build(active.clone(), HashKind::Xxh3)),
                 "nginx_chash" => Inner::NginxChash(NginxChash::build(&nodes, &active)),
                 _ => {
@@ -103,6 +116,7 @@ impl Placement {
         let i: u32 = match self.inner.as_ref()? {
             Inner::Jump(s) => Some(s.pick_hash(h)),
             Inner::Maglev(s) => Some(s.pick_hash(h)),
+            Inner::RingHash(s) => Some(s.pick_hash(h)),
             Inner::Ketama(_) | Inner::NginxChash(_) => None,
         }?;
         Some(&self.nodes[i as usize].id)

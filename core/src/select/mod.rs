@@ -21,6 +21,8 @@ pub(crate) mod maglev;
 pub(crate) mod nginx_chash;
 pub(crate) mod random;
 pub(crate) mod ring;
+#[allow(dead_code)]
+pub(crate) mod ring_hash;
 pub(crate) mod round_robin;
 pub(crate) mod sample;
 pub(crate) mod source_hash;
