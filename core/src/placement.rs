@@ -10,6 +10,7 @@ use crate::select::jump::Jump;
 use crate::select::ketama::Ketama;
 use crate::select::maglev::{self, Maglev};
 use crate::select::nginx_chash::NginxChash;
+use crate::select::rendezvous::Rendezvous;
 use crate::select::ring_hash::{self, RingHash};
 use crate::table::State;
 use alloc::format;
@@ -21,6 +22,7 @@ enum Inner {
     Ketama(Ketama),
     Maglev(Maglev),
     NginxChash(NginxChash),
+    Rendezvous(Rendezvous),
     RingHash(RingHash),
 }
 
@@ -39,6 +41,7 @@ macro_rules! each {
             Inner::Ketama($s) => $call,
             Inner::Maglev($s) => $call,
             Inner::NginxChash($s) => $call,
+            Inner::Rendezvous($s) => $call,
             Inner::RingHash($s) => $call,
         }
     };
@@ -46,8 +49,14 @@ macro_rules! each {
 
 impl Placement {
     /// The placement names this module knows.
-    pub const NAMES: &'static [&'static str] =
-        &["ketama", "nginx_chash", "jump", "maglev", "ring_hash"];
+    pub const NAMES: &'static [&'static str] = &[
+        "ketama",
+        "nginx_chash",
+        "jump",
+        "maglev",
+        "ring_hash",
+        "rendezvous",
+    ];
 
     /// Builds `algorithm` over `nodes` with integer `options` (name, value).
     pub fn new(algorithm: &str, options: &[(&str, u64)], nodes: Vec<Node>) -> Result<Self, String> {
@@ -86,6 +95,7 @@ impl Placement {
                 "ring_hash" => {
                     Inner::RingHash(RingHash::build(&nodes, &active, min_ring, max_ring))
                 }
+                "rendezvous" => Inner::Rendezvous(Rendezvous::build(&nodes, &active)),
                 "jump" => Inner::Jump(Jump::build(active.clone(), HashKind::Xxh3)),
                 "nginx_chash" => Inner::NginxChash(NginxChash::build(&nodes, &active)),
                 _ => {
@@ -117,6 +127,7 @@ impl Placement {
             Inner::Jump(s) => Some(s.pick_hash(h)),
             Inner::Maglev(s) => Some(s.pick_hash(h)),
             Inner::RingHash(s) => Some(s.pick_hash(h)),
+            Inner::Rendezvous(s) => Some(s.pick_hash(h)),
             Inner::Ketama(_) | Inner::NginxChash(_) => None,
         }?;
         Some(&self.nodes[i as usize].id)

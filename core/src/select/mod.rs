@@ -20,6 +20,8 @@ pub(crate) mod maglev;
 #[allow(dead_code)]
 pub(crate) mod nginx_chash;
 pub(crate) mod random;
+#[allow(dead_code)]
+pub(crate) mod rendezvous;
 pub(crate) mod ring;
 #[allow(dead_code)]
 pub(crate) mod ring_hash;
