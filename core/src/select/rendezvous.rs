@@ -23,10 +23,13 @@
 //!   attempts the rest follow in descending score for `h` (where each key would go if the
 //!   hosts before it were removed).
 //!
-//! Cost: O(n) per pick (one xorshift*, two divisions per host) and 16 bytes per host; nothing
-//! to rebuild but the host list. Sublinear picks would need a precomputed structure over the
-//! scores (e.g. a skeleton tree of virtual groups, Wang & Ravishankar 2009), which Envoy's
-//! exact scores do not allow.
+//! Cost: O(n) per pick and 16 bytes per host; nothing to rebuild but the host list. The
+//! pick gives exactly Envoy's answer without Envoy's two divisions per host: with equal
+//! weights a host whose 53-bit hash is below a threshold derived from the best score so far
+//! certainly loses (one integer comparison), and only the ~ln n hosts that might win get the
+//! exact score; with unequal weights a division-free pre-test does the same job. Sublinear
+//! picks would need a precomputed structure over the scores (e.g. a skeleton tree of
+//! virtual groups, Wang & Ravishankar 2009), which Envoy's exact scores do not allow.
 
 use super::Select;
 use crate::node::Node;
@@ -56,6 +59,8 @@ pub(crate) struct Rendezvous {
     weights: Vec<f64>,
     /// Node indices, in id order.
     nodes: Vec<u32>,
+    /// Whether every host has the same weight (enables the integer pre-test of `best`).
+    equal_weights: bool,
     /// Length of the full node list, for the `attempts` seen-set.
     node_count: usize,
 }
@@ -103,6 +108,74 @@ fn score(key: u64, host_hash: u64, weight: f64) -> f64 {
     -weight / fast_log(normalize_hash(xorshift_mult64(key ^ host_hash)))
 }
 
+/// A bound on `fastLog2`'s relative error against `log2` over (0, 1) (measured below 0.4%
+/// by `fast_log2_relative_error_is_bounded`; Envoy's own test allows 1%).
+const FAST_LOG2_RELATIVE_ERROR: f64 = 0.01;
+
+/// The 53-bit hashes `m` (`u = m · 2^-53`) below which a host of normalised weight `weight`
+/// certainly scores below `best`.
+///
+/// Envoy's score is `weight / (ln 2 · -fastLog2(u))`, and `-fastLog2(u) >= (1 - ρ) · -log2(u)`
+/// with ρ = [`FAST_LOG2_RELATIVE_ERROR`]; so the score is below `best` whenever
+/// `-log2(u) > λ = weight / (ln 2 · best · (1 - ρ))`, i.e. `m < 2^(53 - λ)`. `λ` gets a
+/// relative margin of 1e-9 and the power of two is rounded down with another, far above the
+/// rounding of any step here or in Envoy's score. 0 (test nothing) when `λ >= 53`.
+fn threshold(weight: f64, best: f64) -> u64 {
+    let lambda = weight / (LN_2 * best * (1.0 - FAST_LOG2_RELATIVE_ERROR)) * (1.0 + 1e-9);
+    let exponent = 53.0 - lambda;
+    if exponent.is_nan() || exponent <= 0.0 {
+        return 0;
+    }
+    // 2^exponent = 2^k · e^(f · ln 2), f in [0, 1): 20 terms of the exponential series are
+    // exact to ~1e-16 relative for f · ln 2 < 0.7.
+    let k = exponent as u32;
+    let x = (exponent - f64::from(k)) * LN_2;
+    let (mut term, mut sum) = (1.0f64, 1.0f64);
+    for i in 1..20 {
+        term *= x / f64::from(i);
+        sum += term;
+    }
+    ((1u64 << k) as f64 * sum * (1.0 - 1e-9)) as u64
+}
+
+/// Hosts tested per branch-free pass in [`Rendezvous::best`].
+const CHUNK: usize = 16;
+
+/// A division-free test that a host's score is below the best so far.
+///
+/// Envoy's score is `w / -(ln 2 · (e + n/d))`, with `e` the integer part of `fastLog2`, `n/d`
+/// its rational part (`d > 1.27`) and `e + n/d < 0`: so `score < best` exactly when
+/// `w · d < best · ln 2 · -(e·d + n)`. Evaluated in doubles, both sides carry a relative
+/// error of a few units in the last place (the subtraction `e·d + n` loses at most ~2 bits:
+/// `|e + n/d| >= 0.41` whenever `e != 0`), as does Envoy's rounded score itself; a margin of
+/// 1e-9 makes a "below" answer certain, so skipping such a host never changes the winner,
+/// and every other host gets Envoy's exact score and comparison.
+struct Bound {
+    /// `best · ln 2 · (1 - 1e-9)`.
+    scaled: f64,
+}
+
+impl Bound {
+    fn new(best: f64) -> Bound {
+        Bound {
+            scaled: best * LN_2 * (1.0 - 1e-9),
+        }
+    }
+
+    /// Whether `score(u, weight) < best` for certain (`u` = the normalised hash).
+    #[inline]
+    fn certainly_below(&self, u: f64, weight: f64) -> bool {
+        let bits = u.to_bits();
+        let exponent = (bits & EXPONENT_MASK) >> 52;
+        let mantissa = bits & MANTISSA_MASK;
+        let new_exponent = 1023 ^ (mantissa >> 51);
+        let t = f64::from_bits((new_exponent << 52) | mantissa) - 1.0;
+        let e = exponent as f64 - new_exponent as f64;
+        let (n, d) = (t * (0.338953 * t + 2.198599), t + 1.523692);
+        weight * d < self.scaled * -(e * d + n)
+    }
+}
+
 impl Rendezvous {
     pub(crate) fn build(nodes: &[Node], active: &[u32]) -> Rendezvous {
         let mut order = active.to_vec();
@@ -121,18 +194,91 @@ impl Rendezvous {
                 .iter()
                 .map(|i| f64::from(nodes[*i as usize].weight) * 1.0 / sum as f64)
                 .collect(),
+            equal_weights: order
+                .iter()
+                .all(|i| nodes[*i as usize].weight == nodes[order[0] as usize].weight),
             nodes: order,
             node_count: nodes.len(),
         }
     }
 
-    /// Position (in id order) of the highest score for `h`; the first wins ties.
+    /// Position (in id order) of the highest score for `h`; the first wins ties. Exactly
+    /// Envoy's loop (`score > max_score` replaces), with the divisions skipped for hosts
+    /// that certainly lose: see [`Bound`].
     #[inline]
     fn best(&self, h: u64) -> usize {
+        if self.equal_weights {
+            self.best_equal(h)
+        } else {
+            self.best_weighted(h)
+        }
+    }
+
+    /// [`Rendezvous::best`] when all weights are equal: a host whose 53-bit hash is below
+    /// [`threshold`] certainly scores below the best so far (one integer comparison), the
+    /// others get Envoy's exact score, in host order.
+    #[inline]
+    fn best_equal(&self, h: u64) -> usize {
+        let weight = self.weights[0];
+        let mut best = 0;
+        let mut best_score = score(h, self.hashes[0], weight);
+        let mut below = threshold(weight, best_score);
+        for (i, host) in self.hashes.iter().enumerate().skip(1) {
+            if xorshift_mult64(h ^ *host) & MASK_53 < below {
+                continue;
+            }
+            let s = score(h, *host, weight);
+            if s > best_score {
+                best_score = s;
+                best = i;
+                below = threshold(weight, best_score);
+            }
+        }
+        best
+    }
+
+    /// [`Rendezvous::best`] with unequal weights: the division-free [`Bound`] pre-test, in
+    /// branch-free chunks, then Envoy's exact score for the hosts that pass, in host order.
+    #[inline]
+    fn best_weighted(&self, h: u64) -> usize {
         let mut best = 0;
         let mut best_score = score(h, self.hashes[0], self.weights[0]);
-        for (i, (host, weight)) in self.hashes.iter().zip(&self.weights).enumerate().skip(1) {
-            let s = score(h, *host, *weight);
+        let mut bound = Bound::new(best_score);
+        // A bound from an earlier best is looser, never wrong, as the best only grows.
+        let mut start = 1;
+        while start < self.hashes.len() {
+            let end = (start + CHUNK).min(self.hashes.len());
+            let mut maybe = 0u32;
+            for (j, (host, weight)) in self.hashes[start..end]
+                .iter()
+                .zip(&self.weights[start..end])
+                .enumerate()
+            {
+                let u = normalize_hash(xorshift_mult64(h ^ *host));
+                maybe |= u32::from(!bound.certainly_below(u, *weight)) << j;
+            }
+            while maybe != 0 {
+                let i = start + maybe.trailing_zeros() as usize;
+                maybe &= maybe - 1;
+                let s = score(h, self.hashes[i], self.weights[i]);
+                if s > best_score {
+                    best_score = s;
+                    best = i;
+                    bound = Bound::new(best_score);
+                }
+            }
+            start = end;
+        }
+        best
+    }
+
+    /// Envoy's loop as written, for tests.
+    #[cfg(test)]
+    fn best_reference(&self, h: u64) -> usize {
+        let mut best = 0;
+        let mut best_score = score(h, self.hashes[0], self.weights[0]);
+        for i in 1..self.hashes.len() {
+            let s = score(h, self.hashes[i], self.weights[i]);
             if s > best_score {
                 best_score = s;
                 best = i;
@@ -334,6 +480,134 @@ mod tests {
             })
             .sum();
         assert!(chi2 < 16.27, "chi-square {chi2}: {counts:?}");
+    }
+
+    #[test]
+    fn fast_log2_relative_error_is_bounded() {
+        // Dense over each binade of (0, 1) that 53-bit hashes reach, with both ends of every
+        // segment of the approximation (mantissa top bit clear / set).
+        let mut worst = 0.0f64;
+        let mut g = crate::SplitMix64::new(21);
+        let samples = if cfg!(miri) { 10 } else { 4000 };
+        for binade in 0..53u32 {
+            let low = 1u64 << binade;
+            let edges = [
+                low,
+                low + 1,
+                3 * (low / 2).max(1),
+                (2 * low - 1).min(MASK_53),
+            ];
+            let random = (0..samples).map(|_| low + g.next() % low);
+            for m in edges.into_iter().chain(random).filter(|m| *m <= MASK_53) {
+                let u = normalize_hash(m);
+                let relative = ((fast_log2(u) - u.log2()) / u.log2()).abs();
+                worst = worst.max(relative);
+            }
+        }
+        assert!(
+            worst < FAST_LOG2_RELATIVE_ERROR / 2.0,
+            "worst relative error {worst}"
+        );
+    }
+
+    #[test]
+    fn threshold_is_a_power_of_two_rounded_down() {
+        // 2^(53 - λ), λ as `threshold` documents it, against std's powf.
+        for (weight, best) in [
+            (1.0, 1.0),
+            (0.001, 1.0),
+            (0.5, 0.01),
+            (1.0, 100.0),
+            (1e-6, 3.0),
+        ] {
+            let lambda = weight / (LN_2 * best * (1.0 - FAST_LOG2_RELATIVE_ERROR)) * (1.0 + 1e-9);
+            let exact = f64::powf(2.0, 53.0 - lambda);
+            let t = threshold(weight, best) as f64;
+            let floor = (exact * (1.0 - 1e-8)) as u64 as f64;
+            assert!(t <= exact && t >= floor, "{weight} {best}: {t} vs {exact}");
+        }
+        assert_eq!(threshold(1.0, 1e-6), 0);
+    }
+
+    #[test]
+    fn threshold_never_skips_a_host_that_ties_or_wins() {
+        // A host skipped by the threshold for its own exact score would be a wrong skip.
+        let mut g = crate::SplitMix64::new(22);
+        for k in 0..if cfg!(miri) { 100 } else { 100_000 } {
+            let m = g.next() & MASK_53;
+            let weight = [1.0, 0.001, 0.25, 1e-7][k % 4];
+            let s = -weight / fast_log(normalize_hash(m));
+            assert!(m >= threshold(weight, s), "m {m}, weight {weight}");
+        }
+    }
+
+    #[test]
+    fn bound_never_calls_an_equal_score_below() {
+        let mut g = crate::SplitMix64::new(13);
+        let edges = [
+            0,
+            1,
+            2,
+            MASK_53,
+            MASK_53 - 1,
+            1 << 52,
+            (1 << 52) - 1,
+            3 << 51,
+            (3 << 51) - 1,
+        ];
+        let hashes = edges
+            .into_iter()
+            .chain((0..20_000).map(|_| g.next() & MASK_53));
+        for (k, x) in hashes.enumerate() {
+            let u = normalize_hash(x);
+            let w = [1.0, 0.5, 1e-9, 0.3333333333333333][k % 4];
+            let s = -w / fast_log(u);
+            assert!(!Bound::new(s).certainly_below(u, w), "u {u}, w {w}");
+            // And it does its job: a best a millionth higher is certainly above.
+            assert!(
+                Bound::new(s * (1.0 + 1e-6)).certainly_below(u, w),
+                "u {u}, w {w}"
+            );
+        }
+    }
+
+    #[test]
+    fn skipping_divisions_never_changes_the_winner() {
+        let mut g = crate::SplitMix64::new(12);
+        let draws = if cfg!(miri) { 20 } else { 20_000 };
+        for (n, weights) in [
+            (1000, &[1u32][..]),
+            (3, &[5]),
+            (64, &[2]),
+            (7, &[1, 2, 3]),
+            (50, &[1, 1000, 7, 65535]),
+            (200, &[3]),
+        ] {
+            let nodes: Vec<Node> = (0..n)
+                .map(|i| {
+                    Node::new(
+                        format!("10.0.{}.{}:80", i / 256, i % 256),
+                        weights[i % weights.len()],
+                    )
+                })
+                .collect();
+            let r = Rendezvous::build(&nodes, &all(&nodes));
+            for _ in 0..draws / n {
+                let h = g.next();
+                assert_eq!(r.best(h), r.best_reference(h), "hash {h}");
+            }
+        }
+        // Equal scores: two hosts with the same hash and weight tie exactly; the first wins.
+        let r = Rendezvous {
+            hashes: alloc::vec![5, 9, 9, 1],
+            weights: alloc::vec![0.25; 4],
+            nodes: alloc::vec![0, 1, 2, 3],
+            equal_weights: true,
+            node_count: 4,
+        };
+        for h in 0..if cfg!(miri) { 50 } else { 5000 } {
+            assert_eq!(r.best(h), r.best_reference(h), "hash {h}");
+        }
     }
 
     #[test]
