@@ -3,10 +3,11 @@
 # programs, installed from Debian at test time (no upstream code or data is stored here):
 #
 #   ketama  <- libmemcached (libmemcached-dev): tests/upstream/ketama.c
+#   ketama-ports <- PyPI uhashring and npm hashring (same continuum, their own point counts)
 #   jump    <- Guava's Hashing.consistentHash (libguava-java + a JDK): tests/upstream/Jump.java
 #   nginx   <- nginx `hash $arg_key consistent` (nginx-light) on loopback
 #
-#   ./scripts/test-upstream.sh [ketama|nginx|jump]...   (default: all)
+#   ./scripts/test-upstream.sh [ketama|ketama-ports|nginx|jump]...   (default: all)
 #
 # A system whose package cannot be installed is skipped with a loud SKIPPED line; a difference
 # fails the run. Envoy ships no installable binary: its expectations are quoted in the Rust
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 systems=("$@")
-[ ${#systems[@]} -gt 0 ] || systems=(ketama nginx jump)
+[ ${#systems[@]} -gt 0 ] || systems=(ketama ketama-ports nginx jump)
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -45,6 +46,7 @@ placement=target/debug/examples/placement
 
 run=()
 skipped=0
+python=python3
 for system in "${systems[@]}"; do
   case $system in
     ketama)
@@ -54,6 +56,17 @@ for system in "${systems[@]}"; do
         run+=(ketama)
       else
         echo "SKIPPED: ketama vs libmemcached (libmemcached-dev cannot be installed here)"
+        skipped=$((skipped + 1))
+      fi
+      ;;
+    ketama-ports)
+      if python3 -m venv "$work/venv" >/dev/null 2>&1 \
+        && "$work/venv/bin/pip" install -q --disable-pip-version-check uhashring==2.5 \
+        && npm install --silent --no-audit --no-fund --prefix "$work" hashring@3.2.0 >/dev/null; then
+        python="$work/venv/bin/python"
+        run+=(ketama-ports)
+      else
+        echo "SKIPPED: ketama vs uhashring and npm hashring (PyPI or npm unreachable)"
         skipped=$((skipped + 1))
       fi
       ;;
@@ -76,13 +89,13 @@ for system in "${systems[@]}"; do
       fi
       ;;
     *)
-      echo "unknown system $system (known: ketama nginx jump)" >&2
+      echo "unknown system $system (known: ketama ketama-ports nginx jump)" >&2
       exit 2
       ;;
   esac
 done
 
 if [ ${#run[@]} -gt 0 ]; then
-  python3 tests/upstream/compare.py "$placement" "$work" "${run[@]}"
+  "$python" tests/upstream/compare.py "$placement" "$work" "${run[@]}"
 fi
 echo "upstream comparisons: ${#run[@]} passed, 0 failed, ${skipped} skipped"

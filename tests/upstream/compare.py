@@ -4,12 +4,15 @@
     compare.py PLACEMENT_BINARY WORKDIR SYSTEM...
 
 SYSTEM is one of: ketama (libmemcached, via tests/upstream/ketama.c built in WORKDIR),
+ketama-ports (PyPI uhashring, importable, and npm hashring in WORKDIR/node_modules),
 nginx (a live nginx on loopback), jump (Guava's Hashing.consistentHash via
 tests/upstream/Jump.java). Each generates node sets and keys from a fixed seed, asks the
 upstream and liblb (core/examples/placement.rs) for every key, and fails on the first
 difference. Expectations are never stored: they come from the upstream program at test time.
 """
 
+import json
+import math
 import os
 import random
 import subprocess
@@ -107,6 +110,90 @@ def compare_ketama():
         check("ketama", name, expected, actual, keys)
         total += len(keys)
     print(f"ketama: {total} keys over {len(cases)} server sets agree with libmemcached")
+
+
+# --- ketama: PyPI uhashring and npm hashring ----------------------------------------------
+
+
+def f32(x):
+    """x rounded to IEEE single precision."""
+    import struct
+
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def libmemcached_digests(weight, total, n):
+    """libmemcached's digests per server, in single precision (see core/src/select/ketama.rs)."""
+    pct = f32(f32(weight) / f32(total))
+    return int(f32(f32(f32(f32(pct * 160.0) / 4.0) * f32(n)) + f32(1e-10)))
+
+
+def compare_ketama_ports():
+    """uhashring (hash_fn='ketama') and npm hashring build the same continuum except for the
+    point counts: exact integer (uhashring) or double (hashring) arithmetic where libmemcached
+    uses single precision. Where the counts agree, all three must agree key for key (and
+    hashring's range() must equal liblb's attempts); where they differ, liblb follows
+    libmemcached and the differing keys are counted."""
+    from uhashring import HashRing as UHashRing
+
+    rng = random.Random(14)
+    cases = []
+    for n in [1, 2, 3, 5, 10, 25, 40, 64]:
+        cases.append((f"{n} equal", n, lambda i: 1))
+    for n in [2, 3, 7, 16, 33]:
+        cases.append((f"{n} weights 1..10", n, lambda i: rng.randint(1, 10)))
+        cases.append((f"{n} weights 1..500", n, lambda i: rng.randint(1, 500)))
+    agreeing = differing = diverged_keys = total_keys = 0
+    for name, n, weights in cases:
+        servers = []
+        while len(servers) < n:
+            host = f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
+            port = 11211 if rng.random() < 0.5 else rng.randint(1024, 65535)
+            if all(host != h for h, _, _ in servers):
+                servers.append((host, port, weights(len(servers))))
+        ids = [f"{h}:{p}" for h, p, _ in servers]
+        total = sum(w for _, _, w in servers)
+        keys = [random_key(rng) for _ in range(1000)]
+        ours = liblb("ketama", [(i, s[2]) for i, s in zip(ids, servers)], [f"key {k}" for k in keys])
+        walks = liblb(
+            "ketama", [(i, s[2]) for i, s in zip(ids, servers)], [f"attempts 3 {k}" for k in keys]
+        )
+        # uhashring names nodes as libmemcached prints them: host for 11211, else host:port.
+        names = [h if p == 11211 else f"{h}:{p}" for h, p, _ in servers]
+        ring = UHashRing(
+            {name: {"weight": w} for name, (_, _, w) in zip(names, servers)}, hash_fn="ketama"
+        )
+        by_name = dict(zip(names, ids))
+        uhash = [by_name[ring.get_node(k)] for k in keys]
+        request = {"servers": dict(zip(ids, [w for _, _, w in servers])), "keys": keys, "range": 3}
+        out = subprocess.run(
+            ["node", os.path.join(os.path.dirname(__file__), "hashring.js")],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            check=True,
+            env=dict(os.environ, NODE_PATH=os.path.join(WORKDIR, "node_modules")),
+        ).stdout.splitlines()
+        npm = [line.split("\t")[0] for line in out]
+        npm_range = [line.split("\t")[1] for line in out]
+        exact = [40 * n * w // total for _, _, w in servers]
+        single = [libmemcached_digests(w, total, n) for _, _, w in servers]
+        double = [math.floor(w / total * 40 * n) for _, _, w in servers]
+        total_keys += len(keys)
+        if exact == single == double:
+            check("uhashring", name, uhash, ours, keys)
+            check("hashring", name, npm, ours, keys)
+            check("hashring range", name, npm_range, walks, keys)
+            agreeing += 1
+        else:
+            differing += 1
+            diverged_keys += sum(1 for a, b in zip(uhash, ours) if a != b)
+    print(
+        f"ketama: {agreeing} server sets agree key for key with uhashring and npm hashring "
+        f"(hashring's range() = liblb's attempts); in {differing} sets their point counts "
+        f"differ from libmemcached's single-precision ones ({diverged_keys} of "
+        f"{total_keys} keys placed differently by uhashring), and liblb follows libmemcached"
+    )
 
 
 # --- nginx: `hash $arg_key consistent` -------------------------------------------------------
@@ -306,7 +393,12 @@ def compare_jump():
 def main():
     global PLACEMENT, WORKDIR
     PLACEMENT, WORKDIR = sys.argv[1], sys.argv[2]
-    systems = {"ketama": compare_ketama, "nginx": compare_nginx, "jump": compare_jump}
+    systems = {
+        "ketama": compare_ketama,
+        "ketama-ports": compare_ketama_ports,
+        "nginx": compare_nginx,
+        "jump": compare_jump,
+    }
     for system in sys.argv[3:]:
         systems[system]()
 
