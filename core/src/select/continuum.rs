@@ -55,9 +55,11 @@ impl Continuum {
             entries.dedup_by_key(|e| e.0);
         }
         let (points, owners): (Vec<u64>, Vec<u32>) = entries.into_iter().unzip();
-        let mut owned: Vec<u32> = owners.clone();
-        owned.sort_unstable();
-        owned.dedup();
+        let mut present = alloc::vec![false; nodes.len()];
+        let distinct = owners
+            .iter()
+            .filter(|o| !core::mem::replace(&mut present[**o as usize], true))
+            .count();
         // About one point per bucket, at most 2^21 buckets (8 MiB of index).
         let bits = points
             .len()
@@ -79,7 +81,7 @@ impl Continuum {
             owners,
             index,
             shift,
-            distinct: owned.len(),
+            distinct,
             node_count: nodes.len(),
         }
     }

@@ -30,7 +30,9 @@
 //! Memory: the table is `M` `u32` node indices (256 KiB at the default size); the build keeps
 //! `O(n)` state — each host's next preferred slot is one addition modulo `M` away, so no
 //! `n × M` permutation matrix is ever allocated. Build cost is O(M log M) probes for equal
-//! weights (the paper's bound); a pick is one hash, one division and one table read.
+//! weights (the paper's bound); with very unequal weights Envoy's fill visits every host in
+//! each of up to M rounds, O(M·n), as Envoy's does. A pick is one hash, a multiplicative
+//! remainder and one table read.
 
 use super::Select;
 use crate::node::Node;
