@@ -24,7 +24,9 @@
 //!   takes Envoy's 64-bit request hash directly. The key goes to the first point `>= h`,
 //!   wrapping — what Envoy's ketama-derived binary search returns (checked against a port of
 //!   it in the tests).
-//! - **Weights**: Envoy's endpoint `load_balancing_weight`; weight 0 drains.
+//! - **Weights**: Envoy's endpoint `load_balancing_weight`; weight 0 drains. As in Envoy, a
+//!   host's point count follows from the whole set (the ring-size rule), so a membership
+//!   change can also move a few keys between hosts that stay (unlike liblb's own `ring`).
 //! - **`attempts`**: the next distinct hosts clockwise. Envoy's retry walk takes the next
 //!   *point* (`midp + attempt`), which may repeat a host; liblb skips repeats.
 //!
