@@ -51,6 +51,7 @@ for system in "${systems[@]}"; do
   case $system in
     ketama)
       if need "pkg-config --exists libmemcached" libmemcached-dev pkg-config; then
+        # shellcheck disable=SC2046 # pkg-config output is meant to be word-split
         gcc -O2 -Wall -Wextra -Werror -o "$work/ketama" tests/upstream/ketama.c \
           $(pkg-config --cflags --libs libmemcached)
         run+=(ketama)
