@@ -148,6 +148,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn successor_agrees_with_a_full_binary_search() {
         let mut g = crate::SplitMix64::new(9);
         for width in [32, 64] {

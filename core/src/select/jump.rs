@@ -160,6 +160,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn buckets_are_uniform() {
         // Chi-square over 10 buckets with 100,000 draws: 9 degrees of freedom, 27.88 is the
         // 0.1% critical value.
@@ -178,6 +179,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn attempts_start_with_the_pick_and_are_distinct() {
         let jump = Jump::build((0..7).collect(), HashKind::Xxh3);
         let state = State::new(0);

@@ -218,6 +218,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn default_port_spelled_or_not_is_the_same_server() {
         let a = [
             Node::new("10.0.0.1:11211", 1),
@@ -231,6 +232,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn removing_a_server_moves_only_its_keys_with_equal_weights() {
         let nodes: Vec<Node> = (1..=5)
             .map(|i| Node::new(alloc::format!("10.0.0.{i}:11211"), 1))

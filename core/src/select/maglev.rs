@@ -328,6 +328,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn attempts_reach_every_host_and_start_with_the_pick() {
         let nodes: Vec<Node> = (0..50).map(|i| Node::new(format!("n{i}"), 1)).collect();
         let maglev = Maglev::build(&nodes, &all(&nodes), 251);
@@ -344,6 +345,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn equal_weights_fill_evenly_and_removal_moves_few_keys() {
         let m = if cfg!(miri) { 1009 } else { DEFAULT_TABLE_SIZE };
         let nodes: Vec<Node> = (0..10)
@@ -367,6 +369,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn fast_modulo_is_the_remainder() {
         let mut g = crate::SplitMix64::new(4);
         for d in [

@@ -147,6 +147,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn weights_multiply_points() {
         let nodes = [Node::new("a:1", 3), Node::new("b:1", 1)];
         let ring = NginxChash::build(&nodes, &[0, 1]);

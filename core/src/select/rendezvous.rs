@@ -424,6 +424,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn envoy_host_weighted_distribution() {
         // HostWeightedDistribution: weights 1, 2, 3, hashes i · (u64::MAX / 6000) for
         // i < 6000; Envoy's bounds 500..1500, 1500..2500, 2500..3500.
@@ -460,6 +461,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn weights_are_proportional() {
         // Chi-square over weights 1, 2, 3, 4 with 1,000,000 hashes: 3 degrees of freedom,
         // 16.27 is the 0.1% critical value.
@@ -611,6 +613,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn answers_ignore_insertion_order() {
         let nodes = hosts(90..96, |p| p % 3 + 1);
         let reversed: Vec<Node> = nodes.iter().rev().cloned().collect();
@@ -629,6 +632,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn attempts_follow_envoys_retry_hash_and_reach_everyone() {
         let nodes = hosts(0..40, |_| 1);
         let r = Rendezvous::build(&nodes, &all(&nodes));

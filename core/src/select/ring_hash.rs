@@ -318,6 +318,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn lookup_agrees_with_envoys_binary_search() {
         let nodes = hosts(0..37, |p| p % 5 + 1);
         let r = RingHash::build(&nodes, &all(&nodes), 200, DEFAULT_MAX_RING_SIZE);
@@ -338,6 +339,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn default_ring_gives_equal_hosts_equal_points() {
         let nodes = hosts(0..10, |_| 1);
         let r = RingHash::build(
