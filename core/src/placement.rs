@@ -77,7 +77,9 @@ impl Placement {
         let min_ring = option("min_ring_size", ring_hash::DEFAULT_MIN_RING_SIZE);
         let max_ring = option("max_ring_size", ring_hash::DEFAULT_MAX_RING_SIZE);
         if min_ring == 0 || min_ring > max_ring || max_ring > ring_hash::DEFAULT_MAX_RING_SIZE {
-            return Err(format!("need 1 <= min_ring_size <= {max_ring} <= 8388608"));
+            return Err(format!(
+                "need 1 <= min_ring_size ({min_ring}) <= max_ring_size ({max_ring}) <= 8388608"
+            ));
         }
         let table_size = option("table_size", maglev::DEFAULT_TABLE_SIZE);
         if !maglev::is_prime(table_size) || table_size > maglev::MAX_TABLE_SIZE {
