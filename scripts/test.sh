@@ -57,6 +57,10 @@ else
   echo "SKIPPED: Miri (no nightly toolchain with the miri component on this machine)"
 fi
 
+step "Upstream placements: ketama vs libmemcached/uhashring/hashring, nginx_chash vs a live nginx, jump vs Guava"
+./scripts/test-upstream.sh
+ok
+
 step "C and C++: liblb.so/liblb.a, header fresh, C tests plain + ASan/UBSan + valgrind, static link, C++ wrapper, pkg-config install + example, Miri on ffi, 30 s fuzz"
 ./scripts/test-c.sh
 ok

@@ -359,6 +359,24 @@ impl Balancer {
         Ok(Picked { snapshot, index })
     }
 
+    /// The node for a caller's 64-bit key hash (gRPC's request hash, a Guava user's hash):
+    /// the same answer as `pick` gives a key with that hash. For `ring_hash`, `maglev`,
+    /// `rendezvous` and `jump` ([`Algorithm::takes_hash`]); others fail with
+    /// [`Error::HashUnsupported`].
+    pub fn pick_hash(&self, hash: u64) -> Result<Picked> {
+        let snapshot = self.current.load();
+        let index = snapshot.table.pick_hash(hash)?;
+        Ok(Picked { snapshot, index })
+    }
+
+    /// [`Balancer::attempts`] for a 64-bit key hash (see [`Balancer::pick_hash`]).
+    pub fn attempts_hash(&self, hash: u64, limit: usize) -> Result<Picks> {
+        let snapshot = self.current.load_full();
+        let mut indices = Vec::new();
+        snapshot.table.attempts_hash(hash, limit, &mut indices)?;
+        Ok(Picks { snapshot, indices })
+    }
+
     /// Picks a node and starts a request on it (its in-flight count + 1) until the returned
     /// [`Lease`] ends. The load-aware algorithms read these counts; every algorithm keeps them
     /// for [`Balancer::stats`].

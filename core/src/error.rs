@@ -26,6 +26,9 @@ pub enum Error {
     InvalidVnodes(u64),
     /// More than [`crate::MAX_NODES`] nodes.
     TooManyNodes(usize),
+    /// `pick_hash` on an algorithm that does not place 64-bit hashes (see
+    /// [`crate::Algorithm::takes_hash`]).
+    HashUnsupported(&'static str),
     /// A batch asked for more answers than [`crate::MAX_BATCH`].
     BatchTooLarge(u64),
     /// The algorithm name is not one of [`crate::Algorithm::NAMES`].
@@ -62,6 +65,7 @@ impl Error {
             Error::InvalidVnodes(_) => "LB_INVALID_VNODES",
             Error::TooManyNodes(_) => "LB_TOO_MANY_NODES",
             Error::BatchTooLarge(_) => "LB_BATCH_TOO_LARGE",
+            Error::HashUnsupported(_) => "LB_HASH_UNSUPPORTED",
             Error::UnknownAlgorithm(_) => "LB_UNKNOWN_ALGORITHM",
             Error::UnknownOption(_) => "LB_UNKNOWN_OPTION",
             Error::UnknownHash(_) => "LB_UNKNOWN_HASH",
@@ -102,6 +106,19 @@ impl fmt::Display for Error {
             ),
             Error::TooManyNodes(n) => {
                 write!(f, "too many nodes: {n} (at most {})", crate::MAX_NODES)
+            }
+            Error::HashUnsupported(alg) => {
+                write!(
+                    f,
+                    "algorithm {alg:?} does not place 64-bit hashes; those that do:"
+                )?;
+                let mut first = true;
+                for a in crate::Algorithm::ALL.iter().filter(|a| a.takes_hash()) {
+                    f.write_str(if first { " " } else { ", " })?;
+                    f.write_str(a.name())?;
+                    first = false;
+                }
+                Ok(())
             }
             Error::BatchTooLarge(n) => write!(
                 f,

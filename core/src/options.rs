@@ -2,6 +2,7 @@
 //! [`Algorithm`] list itself is registered in `select`).
 
 pub use crate::select::Algorithm;
+use crate::select::{maglev, ring_hash};
 use crate::{DEFAULT_VNODES, Error, HashKind, MAX_VNODES, Result};
 use alloc::string::{String, ToString};
 use core::fmt;
@@ -54,6 +55,12 @@ pub struct Options {
     /// The latency `peak_ewma` assumes for a node with no sample yet; default 30 ms
     /// (linkerd's default RTT). Option name `initial_latency_ms`.
     pub initial_latency: Duration,
+    /// `maglev`'s lookup table size: a prime up to 5,000,011; default 65537 (Envoy's).
+    pub table_size: u64,
+    /// `ring_hash`'s smallest ring (Envoy's `minimum_ring_size`): default 1024.
+    pub min_ring_size: u64,
+    /// `ring_hash`'s largest ring (Envoy's `maximum_ring_size`): default and at most 8M.
+    pub max_ring_size: u64,
 }
 
 /// Most candidates `least_request` draws per pick.
@@ -68,6 +75,9 @@ impl Default for Options {
             choice_count: 2,
             decay: Duration::from_secs(10),
             initial_latency: Duration::from_millis(30),
+            table_size: maglev::DEFAULT_TABLE_SIZE,
+            min_ring_size: ring_hash::DEFAULT_MIN_RING_SIZE,
+            max_ring_size: ring_hash::DEFAULT_MAX_RING_SIZE,
         }
     }
 }
@@ -81,6 +91,9 @@ impl Options {
         "choice_count",
         "decay_ms",
         "initial_latency_ms",
+        "table_size",
+        "min_ring_size",
+        "max_ring_size",
     ];
 
     /// Sets an option by name; unknown names and ill-typed values get specific errors and leave
@@ -121,6 +134,17 @@ impl Options {
                 let v = int_value("initial_latency_ms", value)?;
                 self.initial_latency = Duration::from_millis(v);
             }
+            "table_size" | "min_ring_size" | "max_ring_size" => {
+                let v = int_value(option_name(name), value)?;
+                let mut changed = *self;
+                match name {
+                    "table_size" => changed.table_size = v,
+                    "min_ring_size" => changed.min_ring_size = v,
+                    _ => changed.max_ring_size = v,
+                }
+                changed.validate()?;
+                *self = changed;
+            }
             _ => return Err(Error::UnknownOption(name.to_string())),
         }
         Ok(())
@@ -142,8 +166,30 @@ impl Options {
                 "at least 1 (milliseconds)",
             ));
         }
+        if self.table_size > maglev::MAX_TABLE_SIZE || !maglev::is_prime(self.table_size) {
+            let value = self.table_size.to_string();
+            return Err(invalid("table_size", value, "a prime up to 5000011"));
+        }
+        let (min, max) = (self.min_ring_size, self.max_ring_size);
+        if min == 0 || min > ring_hash::DEFAULT_MAX_RING_SIZE {
+            let value = min.to_string();
+            return Err(invalid("min_ring_size", value, "1 to 8388608"));
+        }
+        if max < min || max > ring_hash::DEFAULT_MAX_RING_SIZE {
+            let value = max.to_string();
+            return Err(invalid("max_ring_size", value, "min_ring_size to 8388608"));
+        }
         Ok(())
     }
+}
+
+/// The static name of an option, for error messages.
+fn option_name(name: &str) -> &'static str {
+    Options::NAMES
+        .iter()
+        .find(|n| **n == name)
+        .copied()
+        .unwrap_or("option")
 }
 
 const CHOICE_COUNT_RANGE: &str = "an integer from 2 to 16";

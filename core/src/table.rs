@@ -128,6 +128,30 @@ impl Table {
         }
     }
 
+    /// The node for a caller's 64-bit key hash — what `pick` answers for a key with that hash —
+    /// for algorithms where [`Algorithm::takes_hash`]; [`Error::HashUnsupported`] otherwise.
+    pub fn pick_hash(&self, hash: u64) -> Result<usize> {
+        let selector = self.selector.as_ref().ok_or(Error::NoNodes)?;
+        let index = selector.by_hash(hash);
+        index
+            .map(|i| i as usize)
+            .ok_or(Error::HashUnsupported(self.algorithm.name()))
+    }
+
+    /// [`Table::attempts`] for a 64-bit key hash (see [`Table::pick_hash`]).
+    pub fn attempts_hash(&self, hash: u64, limit: usize, out: &mut Vec<u32>) -> Result<()> {
+        let selector = self.selector.as_ref().ok_or(Error::NoNodes)?;
+        if !self.algorithm.takes_hash() {
+            return Err(Error::HashUnsupported(self.algorithm.name()));
+        }
+        if limit > 0 {
+            let mut order = Vec::with_capacity(limit.min(64));
+            selector.attempts_by_hash(hash, limit, &mut order);
+            out.extend_from_slice(&order);
+        }
+        Ok(())
+    }
+
     /// Appends up to `limit` distinct node indices in retry order to `out` (the first is what
     /// `pick` would have chosen). On error `out` is unchanged.
     pub fn attempts(

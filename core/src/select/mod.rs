@@ -6,11 +6,18 @@
 //! Selectors see only the *active* nodes (weight > 0) and answer with indices into the full
 //! node list, in insertion order.
 
+pub(crate) mod continuum;
+pub(crate) mod jump;
+pub(crate) mod ketama;
 pub(crate) mod least_connections;
 pub(crate) mod least_request;
+pub(crate) mod maglev;
+pub(crate) mod nginx_chash;
 pub(crate) mod peak_ewma;
 pub(crate) mod random;
+pub(crate) mod rendezvous;
 pub(crate) mod ring;
+pub(crate) mod ring_hash;
 pub(crate) mod round_robin;
 pub(crate) mod sample;
 pub(crate) mod source_hash;
@@ -32,6 +39,18 @@ pub(crate) struct Ctx<'a> {
     pub(crate) now_ns: u64,
 }
 
+impl<'a> Ctx<'a> {
+    /// A context with no loads and no time, for selectors that read neither.
+    #[cfg(test)]
+    pub(crate) fn bare(state: &'a State) -> Ctx<'a> {
+        Ctx {
+            state,
+            loads: &[],
+            now_ns: 0,
+        }
+    }
+}
+
 impl core::ops::Deref for Ctx<'_> {
     type Target = State;
 
@@ -45,6 +64,9 @@ pub(crate) trait Select: Sized {
     /// Whether picks read the clock (`Ctx::now_ns`): callers skip reading it otherwise.
     const TIMED: bool = false;
 
+    /// Whether the key reduces to a 64-bit hash that callers may give instead (`by_hash`).
+    const HASHED: bool = false;
+
     /// Builds the structure for `active`: the indices into `nodes` of the nodes with
     /// weight > 0, in insertion order, never empty. `options` are already validated.
     fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> Self;
@@ -54,6 +76,17 @@ pub(crate) trait Select: Sized {
 
     /// Up to `limit` distinct node indices in retry order; `out` starts empty and `limit >= 1`.
     fn attempts(&self, key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>);
+
+    /// The node for a caller's 64-bit key hash, for algorithms whose key reduces to one
+    /// (`pick_hash`); `None` for the others.
+    fn by_hash(&self, _hash: u64) -> Option<u32> {
+        None
+    }
+
+    /// `attempts` for a 64-bit key hash; false (and `out` untouched) where `by_hash` is `None`.
+    fn attempts_by_hash(&self, _hash: u64, _limit: usize, _out: &mut Vec<u32>) -> bool {
+        false
+    }
 }
 
 /// The registration list: from each line come the [`crate::Algorithm`] variant, its name, whether
@@ -102,6 +135,14 @@ macro_rules! algorithms {
                 }
             }
 
+            /// Whether the algorithm places a caller's 64-bit key hash (`pick_hash`): those
+            /// whose key hash is 64 bits wide (ring_hash, maglev, rendezvous, jump).
+            pub fn takes_hash(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => <$module::$ty as Select>::HASHED,)*
+                }
+            }
+
             /// The options the algorithm reads (every algorithm accepts every option of
             /// [`crate::Options::NAMES`], so configurations can switch algorithm; the others
             /// are ignored).
@@ -142,6 +183,18 @@ macro_rules! algorithms {
                     $(Selector::$variant(s) => s.attempts(key, ctx, limit, out),)*
                 }
             }
+
+            pub(crate) fn by_hash(&self, hash: u64) -> Option<u32> {
+                match self {
+                    $(Selector::$variant(s) => s.by_hash(hash),)*
+                }
+            }
+
+            pub(crate) fn attempts_by_hash(&self, hash: u64, limit: usize, out: &mut Vec<u32>) -> bool {
+                match self {
+                    $(Selector::$variant(s) => s.attempts_by_hash(hash, limit, out),)*
+                }
+            }
         }
     };
 }
@@ -165,6 +218,18 @@ algorithms! {
     LeastConnections = "least_connections", least_connections::LeastConnections, keyed: false, options: [];
     /// Finagle/linkerd/tower peak-EWMA latency × load, power of two choices.
     PeakEwma = "peak_ewma", peak_ewma::PeakEwma, keyed: false, options: ["seed", "decay_ms", "initial_latency_ms"];
+    /// libmemcached's weighted ketama continuum (MD5), key for key.
+    Ketama = "ketama", ketama::Ketama, keyed: true, options: [];
+    /// nginx `hash $key consistent` (CRC32 points), key for key.
+    NginxChash = "nginx_chash", nginx_chash::NginxChash, keyed: true, options: [];
+    /// Envoy's (and gRPC xDS') RING_HASH: xxHash64 points, ring size by Envoy's rule.
+    RingHash = "ring_hash", ring_hash::RingHash, keyed: true, options: ["min_ring_size", "max_ring_size"];
+    /// Envoy's Maglev lookup table (Eisenbud et al. 2016).
+    Maglev = "maglev", maglev::Maglev, keyed: true, options: ["table_size"];
+    /// Envoy's weighted rendezvous (highest random weight) hashing.
+    Rendezvous = "rendezvous", rendezvous::Rendezvous, keyed: true, options: [];
+    /// Lamping & Veach jump consistent hash over nodes in insertion order.
+    Jump = "jump", jump::Jump, keyed: true, options: ["hash"];
 }
 
 /// The weights of the `active` nodes, in the same order.
