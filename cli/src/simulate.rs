@@ -36,7 +36,7 @@ pub(crate) struct SimulateArgs {
     #[arg(long, default_value_t = 100_000)]
     keys: usize,
     /// Only this algorithm (repeatable); default: all (slow-node: all unkeyed).
-    #[arg(long, value_parser = crate::algorithm_parser())]
+    #[arg(long, short, value_parser = crate::algorithm_parser())]
     algorithm: Vec<Algorithm>,
     /// slow-node: number of backends (backend-0 is the slow one).
     #[arg(long, default_value_t = 10)]
