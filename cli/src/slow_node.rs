@@ -137,6 +137,8 @@ pub(crate) struct Run {
     pub routed: Vec<u64>,
     /// Most requests seen at each backend at once (waiting or in service).
     pub max_queue: Vec<usize>,
+    /// The balancer's own counters after the run (every lease ended: in-flight 0).
+    pub stats: Vec<liblb_core::NodeStats>,
 }
 
 impl Run {
@@ -290,6 +292,7 @@ pub(crate) fn run(
         latencies,
         routed,
         max_queue,
+        stats: balancer.stats(),
     })
 }
 
@@ -309,13 +312,22 @@ mod tests {
         }
     }
 
+    /// Every request completes, and the balancer agrees: each backend's finished leases are
+    /// the requests routed to it, and nothing is left in flight.
     #[test]
     fn every_request_completes_and_leases_end() {
         let p = params();
-        let r = run(Algorithm::LeastRequest, &p, Options::default()).unwrap();
-        assert_eq!(r.latencies.len(), p.requests);
-        assert_eq!(r.routed.iter().sum::<u64>(), p.requests as u64);
-        assert!(r.max_queue.iter().all(|m| *m >= 1));
+        for algorithm in Algorithm::ALL.into_iter().filter(|a| !a.is_keyed()) {
+            let r = run(algorithm, &p, Options::default()).unwrap();
+            assert_eq!(r.latencies.len(), p.requests);
+            assert_eq!(r.routed.iter().sum::<u64>(), p.requests as u64);
+            for (b, stats) in r.stats.iter().enumerate() {
+                assert_eq!(stats.id, backend_id(b));
+                assert_eq!(stats.in_flight, 0, "{algorithm} {b}");
+                assert_eq!(stats.requests, r.routed[b], "{algorithm} {b}");
+                assert_eq!(stats.failures, 0);
+            }
+        }
     }
 
     #[test]
@@ -343,6 +355,7 @@ mod tests {
             latencies: (1..=100).map(|ms| ms * 1_000_000).collect(),
             routed: vec![100],
             max_queue: vec![1],
+            stats: Vec::new(),
         };
         assert_eq!(r.quantile_ms(0.5), 50.0);
         assert_eq!(r.quantile_ms(0.99), 99.0);
