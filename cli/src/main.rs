@@ -61,7 +61,8 @@ enum Command {
 /// Balancer options; each maps one-to-one to an option of the library.
 #[derive(Args, Clone, Default)]
 pub(crate) struct OptionArgs {
-    /// Seed for the random algorithms (default: OS entropy).
+    /// Seed for the random algorithms (default: OS entropy). `simulate --scenario slow-node`
+    /// seeds its workload with it too (default 1).
     #[arg(long)]
     seed: Option<u64>,
     /// Ring points per unit of weight.

@@ -172,6 +172,11 @@ fn slow(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     };
     let (algorithms, keyed): (Vec<Algorithm>, Vec<Algorithm>) =
         chosen.into_iter().partition(|a| !a.is_keyed());
+    if algorithms.is_empty() {
+        return Err(Failure::Usage(
+            "slow-node runs unkeyed algorithms only (keyed ones route by key, not by load)".into(),
+        ));
+    }
     let options = args.options.options()?;
 
     writeln!(

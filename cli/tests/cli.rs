@@ -179,9 +179,19 @@ fn slow_node_feedback_beats_round_robin_and_draws_an_svg() {
         "{head:.80}"
     );
     assert!(drawn.trim_end().ends_with("</svg>"));
-    for name in unkeyed {
+    for name in &unkeyed {
         assert!(drawn.contains(name), "{name} missing from the SVG");
     }
+    // The README's picture is this run's: a change that moves it fails here (LB_BLESS=1
+    // rewrites it; then update the README's table from this run's output too).
+    let committed = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/slow-node.svg");
+    if std::env::var_os("LB_BLESS").is_some() {
+        std::fs::write(committed, &drawn).unwrap();
+    }
+    assert!(
+        std::fs::read_to_string(committed).unwrap() == drawn,
+        "docs/slow-node.svg is stale: rerun with LB_BLESS=1 and update README.md's table from:\n{text}"
+    );
 }
 
 /// Same seed, same output (virtual time only: nothing reads the wall clock); another seed
@@ -238,6 +248,9 @@ fn scenarios_are_listed_and_bad_parameters_named() {
     let o = lb(&["simulate", "--svg", "x.svg"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("slow-node"));
+    let o = lb(&["simulate", "--scenario", "slow-node", "-a", "ring"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unkeyed"));
     let o = lb(&["simulate", "--scenario", "slow-node", "--nodes", "3"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--backends"));
