@@ -5,17 +5,24 @@
 //! - `lb simulate` runs every algorithm on the seeds' own node lists and prints, per algorithm,
 //!   each node's share against its expected share, max/mean load, the share of keys moved when
 //!   one node is removed, and the time per pick.
+//! - `lb simulate --scenario slow-node [--svg FILE]` simulates requests on backends of which
+//!   one is 10x slower, routed through leases, and prints each algorithm's p50/p99/p99.9
+//!   latency, shares and longest queue (`--scenario help` lists the scenarios).
 
+mod chart;
 mod simulate;
+mod slow_node;
 
 use clap::{Args, Parser, Subcommand};
 use liblb_core::{Algorithm, Balancer, HashKind, Node, Options};
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-/// A failure of the command: the library's error, or the output going away.
+/// A failure of the command: the library's error, a bad combination of arguments (or a file
+/// that cannot be written), or the output going away.
 pub(crate) enum Failure {
     Lb(liblb_core::Error),
+    Usage(String),
     Io(io::Error),
 }
 
@@ -46,14 +53,16 @@ struct Cli {
 enum Command {
     /// Print the node chosen for each key (or --count picks for unkeyed algorithms).
     Pick(PickArgs),
-    /// Simulate algorithms: distribution, key movement and speed.
+    /// Simulate algorithms: distribution, key movement and speed; latency under load
+    /// (--scenario slow-node).
     Simulate(simulate::SimulateArgs),
 }
 
 /// Balancer options; each maps one-to-one to an option of the library.
 #[derive(Args, Clone, Default)]
 pub(crate) struct OptionArgs {
-    /// Seed for the random algorithms (default: OS entropy).
+    /// Seed for the random algorithms (default: OS entropy). `simulate --scenario slow-node`
+    /// seeds its workload with it too (default 1).
     #[arg(long)]
     seed: Option<u64>,
     /// Ring points per unit of weight.
@@ -168,6 +177,11 @@ fn main() -> ExitCode {
         Err(Failure::Lb(e)) => {
             drop(out.flush());
             eprintln!("lb: {e}");
+            ExitCode::FAILURE
+        }
+        Err(Failure::Usage(message)) => {
+            drop(out.flush());
+            eprintln!("lb: {message}");
             ExitCode::FAILURE
         }
     }

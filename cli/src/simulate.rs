@@ -1,6 +1,12 @@
-//! `lb simulate`: every algorithm on a scenario, one table each.
+//! `lb simulate`: algorithms side by side on a scenario (`--scenario`, `--scenario help` lists
+//! them).
 //!
-//! The built-in scenarios are the seeds' own node lists: seed 000's three weighted servers
+//! - `seeds` (the default): picks only, no requests. See below.
+//! - `slow-node`: a discrete-event simulation of requests on backends, one of them 10x slower,
+//!   each request routed through a lease and its latency fed back (see `slow_node`): the
+//!   load-aware algorithms against the blind ones. `--svg FILE` draws it (see `chart`).
+//!
+//! The `seeds` scenario is the seeds' own node lists: seed 000's three weighted servers
 //! (2, 7, 1) and seed 002's seven endpoints. For each algorithm the table shows every node's
 //! share of the picks against the share it should get (weight / Σweight for the weighted
 //! algorithms, 1/n for `random` and `round_robin`, which ignore weights), a bar chart, the
@@ -8,27 +14,65 @@
 //! change node when the first node is removed (keyed algorithms; the ideal is that node's share),
 //! and the time per pick.
 
-use crate::{Failure, OptionArgs, parse_node};
-use clap::Args;
+use crate::slow_node::{self, Params};
+use crate::{Failure, OptionArgs, chart, parse_node};
+use clap::{Args, ValueEnum};
 use liblb_core::{Algorithm, Balancer, Error, Node};
 use std::hint::black_box;
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Args)]
 pub(crate) struct SimulateArgs {
-    /// Nodes: a count N (nodes 10.0.0.i:80, weight 1) or a comma list ID[=WEIGHT],...
-    /// Default: the seeds' scenarios.
+    /// What to simulate (`--scenario help` lists the scenarios).
+    #[arg(long, value_enum, default_value_t = ScenarioName::Seeds)]
+    scenario: ScenarioName,
+    /// seeds: nodes as a count N (nodes 10.0.0.i:80, weight 1) or a comma list
+    /// ID[=WEIGHT],... Default: the seeds' node lists.
     #[arg(long)]
     nodes: Option<String>,
-    /// Number of keys (= picks) per algorithm.
+    /// seeds: number of keys (= picks) per algorithm.
     #[arg(long, default_value_t = 100_000)]
     keys: usize,
-    /// Only this algorithm (repeatable); default: all.
-    #[arg(long, value_parser = crate::algorithm_parser())]
+    /// Only this algorithm (repeatable); default: all (slow-node: all unkeyed).
+    #[arg(long, short, value_parser = crate::algorithm_parser())]
     algorithm: Vec<Algorithm>,
+    /// slow-node: number of backends (backend-0 is the slow one).
+    #[arg(long, default_value_t = 10)]
+    backends: usize,
+    /// slow-node: servers per backend (each backend is a FIFO queue before k servers).
+    #[arg(long, default_value_t = 1)]
+    servers: usize,
+    /// slow-node: mean service time of a normal backend, ms (exponentially distributed).
+    #[arg(long, default_value_t = 10.0)]
+    service_ms: f64,
+    /// slow-node: how many times slower backend-0's mean service time is.
+    #[arg(long, default_value_t = 10.0)]
+    slowdown: f64,
+    /// slow-node: arrival rate as a share of the backends' total capacity (0 to 1).
+    #[arg(long, default_value_t = 0.7)]
+    utilisation: f64,
+    /// slow-node: requests per algorithm.
+    #[arg(long, default_value_t = 200_000)]
+    requests: usize,
+    /// slow-node: write an SVG of the latency CDFs and the shares per backend to FILE.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Balancer options (slow-node: --seed also seeds the workload; default 1).
     #[command(flatten)]
     options: OptionArgs,
+}
+
+/// The scenarios.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ScenarioName {
+    /// Every algorithm on the seeds' node lists: shares, key movement, ns per pick.
+    Seeds,
+    /// Requests on N backends, one 10x slower, routed through leases: latency per algorithm.
+    SlowNode,
+    /// List the scenarios.
+    Help,
 }
 
 struct Scenario {
@@ -80,6 +124,144 @@ fn scenarios(spec: Option<&str>) -> Result<Vec<Scenario>, Error> {
 }
 
 pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    match args.scenario {
+        ScenarioName::Seeds => {
+            if args.svg.is_some() {
+                return Err(Failure::Usage(
+                    "--svg draws the slow-node scenario (--scenario slow-node)".into(),
+                ));
+            }
+            seeds(args, out)
+        }
+        ScenarioName::SlowNode => slow(args, out),
+        ScenarioName::Help => {
+            writeln!(out, "scenarios (--scenario NAME):")?;
+            for value in ScenarioName::value_variants() {
+                if *value != ScenarioName::Help {
+                    let v = value.to_possible_value().expect("no variant is skipped");
+                    let help = v.get_help().map(ToString::to_string).unwrap_or_default();
+                    writeln!(out, "  {:<10} {help}", v.get_name())?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The slow-node scenario: one run per algorithm, a latency table, a share table, an SVG.
+fn slow(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    if args.nodes.is_some() {
+        return Err(Failure::Usage(
+            "--nodes belongs to the seeds scenario; slow-node takes --backends".into(),
+        ));
+    }
+    let params = Params {
+        backends: args.backends,
+        servers: args.servers,
+        service_ms: args.service_ms,
+        slowdown: args.slowdown,
+        utilisation: args.utilisation,
+        requests: args.requests,
+        seed: args.options.seed.unwrap_or(1),
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let chosen = if args.algorithm.is_empty() {
+        Algorithm::ALL.to_vec()
+    } else {
+        args.algorithm.clone()
+    };
+    let (algorithms, keyed): (Vec<Algorithm>, Vec<Algorithm>) =
+        chosen.into_iter().partition(|a| !a.is_keyed());
+    if algorithms.is_empty() {
+        return Err(Failure::Usage(
+            "slow-node runs unkeyed algorithms only (keyed ones route by key, not by load)".into(),
+        ));
+    }
+    let options = args.options.options()?;
+
+    writeln!(
+        out,
+        "== slow-node: {} backends x {} server(s), FIFO, exponential service times with mean {} ms; backend-0 {}x slower ({} ms) ==",
+        params.backends,
+        params.servers,
+        params.service_ms,
+        params.slowdown,
+        params.service_ms * params.slowdown
+    )?;
+    writeln!(
+        out,
+        "Poisson arrivals at {:.0}% of capacity ({:.1} of {:.1} req/s); {} requests per algorithm; seed {}",
+        params.utilisation * 100.0,
+        params.rate(),
+        params.capacity(),
+        params.requests,
+        params.seed
+    )?;
+    if !keyed.is_empty() {
+        let names: Vec<&str> = keyed.iter().map(|a| a.name()).collect();
+        writeln!(
+            out,
+            "skipped (keyed: they route by key, not by load): {}",
+            names.join(", ")
+        )?;
+    }
+    let runs = algorithms
+        .iter()
+        .map(|a| slow_node::run(*a, &params, options))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    writeln!(
+        out,
+        "\n{:<22} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "algorithm", "p50 ms", "p99 ms", "p99.9 ms", "max queue", "slow load"
+    )?;
+    for run in &runs {
+        // The slow backend's arrival rate over its capacity.
+        let slow_load = run.share(0) * params.rate() / params.slow_capacity();
+        writeln!(
+            out,
+            "{:<22} {:>10.1} {:>10.1} {:>10.1} {:>10} {:>9.0}%",
+            run.algorithm.name(),
+            run.quantile_ms(0.5),
+            run.quantile_ms(0.99),
+            run.quantile_ms(0.999),
+            run.max_queue.iter().max().copied().unwrap_or(0),
+            slow_load * 100.0
+        )?;
+    }
+    writeln!(
+        out,
+        "(latency: arrival to completion; max queue: most requests at one backend, waiting or in \
+         service; slow load: backend-0's arrival rate over its capacity, over 100% = its queue \
+         grows for the whole run)"
+    )?;
+
+    writeln!(out, "\nshare of requests per backend, %")?;
+    write!(out, "{:<22}", "algorithm")?;
+    for b in 0..params.backends {
+        write!(out, " {:>6}", format!("b{b}"))?;
+    }
+    write!(out, "\n{:<22}", "(share of capacity)")?;
+    for b in 0..params.backends {
+        write!(out, " {:>6.1}", params.capacity_share(b) * 100.0)?;
+    }
+    writeln!(out)?;
+    for run in &runs {
+        write!(out, "{:<22}", run.algorithm.name())?;
+        for b in 0..params.backends {
+            write!(out, " {:>6.1}", run.share(b) * 100.0)?;
+        }
+        writeln!(out)?;
+    }
+    if let Some(path) = &args.svg {
+        chart::draw(path, &params, &runs).map_err(Failure::Usage)?;
+        writeln!(out, "\nwrote {}", path.display())?;
+    }
+    Ok(())
+}
+
+/// The seeds scenario: one table per algorithm and node list.
+fn seeds(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     let algorithms = if args.algorithm.is_empty() {
         Algorithm::ALL.to_vec()
     } else {

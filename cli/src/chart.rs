@@ -1,0 +1,175 @@
+//! `lb simulate --scenario slow-node --svg FILE`: the runs as a picture, drawn with plotters'
+//! SVG backend (no system fonts needed: text is left to the SVG viewer).
+//!
+//! Left: each algorithm's latency CDF on a logarithmic latency axis (the fraction of requests
+//! done within a latency); a line that flattens below 1 is the share of requests stuck behind
+//! the slow backend. Right: each backend's share of requests per algorithm, grouped by
+//! backend, against its share of capacity (the black line).
+
+use crate::slow_node::{Params, Run, backend_id};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::Path;
+
+/// Points per CDF line: enough for a smooth curve, few enough for a small file.
+const CDF_POINTS: usize = 160;
+
+/// Writes the chart of `runs` to `path`.
+pub(crate) fn draw(path: &Path, params: &Params, runs: &[Run]) -> Result<(), String> {
+    let root = SVGBackend::new(path, (1280, 560)).into_drawing_area();
+    let fail = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let title = format!(
+        "slow-node: {} backends, backend-0 {}x slower, Poisson arrivals at {:.0}% of capacity, {} requests, seed {}",
+        params.backends,
+        params.slowdown,
+        params.utilisation * 100.0,
+        params.requests,
+        params.seed
+    );
+    let root = root
+        .titled(&title, ("sans-serif", 20))
+        .map_err(|e| fail(&e))?;
+    let (left, right) = root.split_horizontally(700);
+    cdf(&left, runs).map_err(|e| fail(&e))?;
+    shares(&right, params, runs).map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
+}
+
+/// A distinct colour per algorithm (in the order runs are given).
+fn colour(i: usize) -> RGBColor {
+    const COLOURS: [RGBColor; 8] = [
+        RGBColor(228, 26, 28),
+        RGBColor(255, 127, 0),
+        RGBColor(166, 86, 40),
+        RGBColor(247, 129, 191),
+        RGBColor(55, 126, 184),
+        RGBColor(77, 175, 74),
+        RGBColor(152, 78, 163),
+        RGBColor(90, 90, 90),
+    ];
+    COLOURS[i % COLOURS.len()]
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+type DrawResult =
+    Result<(), DrawingAreaErrorKind<<SVGBackend<'static> as DrawingBackend>::ErrorType>>;
+
+fn cdf(area: &Area<'_>, runs: &[Run]) -> DrawResult {
+    let ms = |ns: u64| (ns as f64 / 1e6).max(1e-3);
+    // From the fastest run's 0.1% quantile (below it the lines only crawl along 0) to the
+    // slowest request.
+    let lo = runs
+        .iter()
+        .map(|r| r.quantile_ms(0.001).max(1e-3))
+        .fold(f64::INFINITY, f64::min);
+    let hi = runs
+        .iter()
+        .map(|r| ms(*r.latencies.last().expect("a run has requests")))
+        .fold(0.0, f64::max);
+    let (lo, hi) = (lo * 0.9, hi * 1.1);
+    let mut chart = ChartBuilder::on(area)
+        .caption("latency CDF (arrival to completion)", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)?;
+    chart
+        .configure_mesh()
+        .x_desc("latency, ms (log scale)")
+        .y_desc("fraction of requests done within")
+        .x_label_formatter(&|v| {
+            if *v >= 1000.0 {
+                format!("{v:e}")
+            } else {
+                format!("{v}")
+            }
+        })
+        .draw()?;
+    for (i, run) in runs.iter().enumerate() {
+        let n = run.latencies.len() as f64;
+        // Geometric steps from lo to hi; the fraction done within each.
+        let points: Vec<(f64, f64)> = (0..=CDF_POINTS)
+            .map(|k| {
+                let x = lo * (hi / lo).powf(k as f64 / CDF_POINTS as f64);
+                let within = run.latencies.partition_point(|ns| (*ns as f64 / 1e6) <= x);
+                (x, within as f64 / n)
+            })
+            .collect();
+        let style = colour(i).stroke_width(2);
+        // A run identical to an earlier one (weighted_* with equal weights routes exactly as
+        // its unweighted twin) is dashed, so both stay visible.
+        let twin = runs[..i].iter().any(|r| r.latencies == run.latencies);
+        let series = if twin {
+            chart.draw_series(DashedLineSeries::new(points, 6, 6, style))?
+        } else {
+            chart.draw_series(LineSeries::new(points, style))?
+        };
+        series
+            .label(run.algorithm.name())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+}
+
+fn shares(area: &Area<'_>, params: &Params, runs: &[Run]) -> DrawResult {
+    let n = params.backends;
+    let top = runs
+        .iter()
+        .flat_map(|r| (0..n).map(|b| r.share(b)))
+        .fold(0.0, f64::max)
+        * 100.0
+        * 1.8; // room for the legend above the bars
+    let mut chart = ChartBuilder::on(area)
+        .caption("share of requests per backend", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(-0.5..(n as f64 - 0.5), 0.0..top)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|v| {
+            let i = v.round();
+            if (v - i).abs() < 1e-6 && i >= 0.0 {
+                backend_id(i as usize).replace("backend-", "b")
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("backend (b0 is the slow one); black lines: share of capacity")
+        .y_desc("% of requests")
+        .draw()?;
+    // Grouped bars: algorithm i's bar sits at backend + offset i within 80% of the slot.
+    let width = 0.8 / runs.len() as f64;
+    for (i, run) in runs.iter().enumerate() {
+        let fill = colour(i).filled();
+        chart
+            .draw_series((0..n).map(|b| {
+                let x0 = b as f64 - 0.4 + width * i as f64;
+                Rectangle::new([(x0, 0.0), (x0 + width, run.share(b) * 100.0)], fill)
+            }))?
+            .label(run.algorithm.name())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], fill));
+    }
+    // Each backend's share of capacity: what a router that matched load to speed would send.
+    for b in 0..n {
+        let y = params.capacity_share(b) * 100.0;
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(b as f64 - 0.45, y), (b as f64 + 0.45, y)],
+            BLACK.stroke_width(2),
+        )))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+}
