@@ -12,8 +12,9 @@
 //! estimate replaces it at once (peak); a lower one is blended in with weight
 //! `1 - exp(-Δt/decay)`, Δt being the time since the last update. Readers decay it towards 0
 //! by the time since the last update, so a node that stopped answering slowly recovers.
-//! Stored as `f32` nanoseconds (7 significant digits) with a millisecond time stamp, in two
-//! 32-bit atomics: every target with atomics has those (thumbv7em has no 64-bit atomics).
+//! Stored as `f32` nanoseconds (7 significant digits) in a 32-bit atomic, stamped with the
+//! time in nanoseconds — in milliseconds, wrapping after 49.7 days, on targets without 64-bit
+//! atomics (thumbv7em), where two samples within one millisecond blend as if simultaneous.
 
 use crate::sync::{AtomicCounter, AtomicU32, AtomicUsize, Ordering};
 use core::time::Duration;
@@ -29,8 +30,8 @@ pub struct Load {
     failures: AtomicCounter,
     /// Peak-EWMA latency in nanoseconds, `f32` bits, or `NO_SAMPLE`.
     ewma: AtomicU32,
-    /// When `ewma` was last set: the caller's clock in milliseconds, wrapping.
-    stamp_ms: AtomicU32,
+    /// When `ewma` was last set, in ticks of the caller's clock (see [`ticks`]).
+    stamp: AtomicCounter,
 }
 
 impl Default for Load {
@@ -40,7 +41,7 @@ impl Default for Load {
             requests: AtomicCounter::new(0),
             failures: AtomicCounter::new(0),
             ewma: AtomicU32::new(NO_SAMPLE),
-            stamp_ms: AtomicU32::new(0),
+            stamp: AtomicCounter::new(0),
         }
     }
 }
@@ -68,16 +69,42 @@ impl Outcome {
     }
 }
 
-/// Milliseconds of a nanosecond clock reading, wrapping at 2^32 ms (49.7 days): differences
-/// of readings less than that apart are exact.
-fn millis(now_ns: u64) -> u32 {
-    (now_ns / 1_000_000) as u32
+/// Nanoseconds per tick of the stored time stamps: 1 where the stamp is 64 bits wide.
+const TICK_NS: u64 = if cfg!(target_has_atomic = "64") {
+    1
+} else {
+    1_000_000
+};
+
+/// A clock reading in stamp ticks (wrapping where the stamp is 32 bits wide).
+#[allow(
+    clippy::unnecessary_cast,
+    reason = "AtomicCounter is usize without 64-bit atomics"
+)]
+fn ticks(now_ns: u64) -> u64 {
+    ((now_ns / TICK_NS) as usize as u64) & (stamp_mask())
 }
 
-/// `exp(-elapsed / decay)`, the weight the old estimate keeps.
-fn keep(elapsed_ms: u32, decay: Duration) -> f32 {
-    let decay_ms = decay.as_millis().max(1) as f32;
-    libm::expf(-(elapsed_ms as f32) / decay_ms)
+/// The values a stamp can hold.
+const fn stamp_mask() -> u64 {
+    if cfg!(target_has_atomic = "64") {
+        u64::MAX
+    } else {
+        usize::MAX as u64
+    }
+}
+
+/// Ticks from `then` to `now`, modulo the stamp width; a stamp "in the future" (a racing
+/// update) counts as no time at all.
+fn elapsed(now: u64, then: u64) -> u64 {
+    let d = now.wrapping_sub(then) & stamp_mask();
+    if d > stamp_mask() / 2 { 0 } else { d }
+}
+
+/// `exp(-elapsed / decay)`, the weight the old estimate keeps after `elapsed` ticks.
+fn keep(elapsed: u64, decay: Duration) -> f32 {
+    let decay_ns = decay.as_nanos().max(1) as f32;
+    libm::expf(-((elapsed * TICK_NS) as f32) / decay_ns)
 }
 
 impl Load {
@@ -118,10 +145,8 @@ impl Load {
         if bits == NO_SAMPLE {
             return None;
         }
-        let elapsed = millis(now_ns).wrapping_sub(self.stamp_ms.load(Ordering::Relaxed));
-        // A stamp "in the future" (a racing update) wraps to a huge elapsed: treat it as now.
-        let elapsed = if elapsed > u32::MAX / 2 { 0 } else { elapsed };
-        Some(f32::from_bits(bits) * keep(elapsed, decay))
+        let since = elapsed(ticks(now_ns), self.stamp());
+        Some(f32::from_bits(bits) * keep(since, decay))
     }
 
     /// A request to this node starts (in-flight + 1).
@@ -148,7 +173,7 @@ impl Load {
             self.failures.fetch_add(1, Ordering::Relaxed);
         }
         let sample = outcome.latency().as_nanos() as f32;
-        let now = millis(now_ns);
+        let now = ticks(now_ns);
         // The estimate is one atomic word updated by compare-and-swap, so concurrent samples
         // are never lost; the stamp is written after it (a racing reader may decay by a
         // slightly wrong interval, which only nudges a heuristic).
@@ -158,12 +183,19 @@ impl Load {
                 if bits == NO_SAMPLE || f32::from_bits(bits) < sample {
                     return Some(sample.to_bits());
                 }
-                let elapsed = now.wrapping_sub(self.stamp_ms.load(Ordering::Relaxed));
-                let elapsed = if elapsed > u32::MAX / 2 { 0 } else { elapsed };
-                let w = keep(elapsed, decay);
+                let w = keep(elapsed(now, self.stamp()), decay);
                 Some((f32::from_bits(bits) * w + sample * (1.0 - w)).to_bits())
             });
-        self.stamp_ms.store(now, Ordering::Relaxed);
+        self.stamp.store(now as _, Ordering::Relaxed);
+    }
+
+    /// The stamp of the last update, in ticks.
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "AtomicCounter is usize without 64-bit atomics"
+    )]
+    fn stamp(&self) -> u64 {
+        self.stamp.load(Ordering::Relaxed) as u64
     }
 }
 
@@ -203,6 +235,21 @@ mod tests {
         // Readers decay it towards 0.
         let later = load.decayed_latency_ns(21_000 * MS, DECAY).unwrap();
         assert!((later / (expected * 1e6) - libm::expf(-1.0)).abs() < 1e-4);
+    }
+
+    /// Samples closer together than a millisecond still blend by their true distance (the
+    /// stamp is in nanoseconds where 64-bit atomics exist).
+    #[test]
+    #[cfg(target_has_atomic = "64")]
+    fn samples_within_a_millisecond_blend() {
+        let load = Load::default();
+        let decay = Duration::from_millis(1);
+        load.record(Outcome::Success(Duration::from_millis(100)), 0, decay);
+        load.record(Outcome::Success(Duration::from_millis(10)), MS / 2, decay);
+        let keep = libm::expf(-0.5);
+        let expected = 100.0 * keep + 10.0 * (1.0 - keep);
+        let got = load.latency().unwrap().as_secs_f32() * 1e3;
+        assert!((got - expected).abs() < 1e-3, "{got} vs {expected}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! keep all, and a lookup reaches the first) and the width of the hash space (32 or 64 bits).
 //! Equal points are always ordered by node id, so a continuum depends only on the set of nodes.
 
+use super::sample::Seen;
 use crate::MAX_RING_POINTS;
 use crate::node::Node;
 use alloc::vec::Vec;
@@ -36,13 +37,19 @@ pub(crate) struct Continuum {
     distinct: usize,
     /// Length of the full node list, for the walk's seen-set.
     node_count: usize,
+    /// Active nodes that own no point (a weight share that rounds to zero points, as
+    /// libmemcached's and Envoy's arithmetic allow), in id order: never picked, but listed
+    /// after the walk so that a retry order still reaches every active node.
+    unplaced: Vec<u32>,
 }
 
 impl Continuum {
     /// Sorts `entries` (point, owner) by point then owner id, drops repeated points when
-    /// `merge_equal` (keeping the smallest id), and indexes them. `width` is 32 or 64.
+    /// `merge_equal` (keeping the smallest id), and indexes them. `active` are the nodes the
+    /// points were made for; `width` is 32 or 64.
     pub(crate) fn build(
         nodes: &[Node],
+        active: &[u32],
         mut entries: Vec<(u64, u32)>,
         merge_equal: bool,
         width: u32,
@@ -60,6 +67,12 @@ impl Continuum {
             .iter()
             .filter(|o| !core::mem::replace(&mut present[**o as usize], true))
             .count();
+        let mut unplaced: Vec<u32> = active
+            .iter()
+            .copied()
+            .filter(|i| !present[*i as usize])
+            .collect();
+        unplaced.sort_unstable_by(|a, b| nodes[*a as usize].id.cmp(&nodes[*b as usize].id));
         // About one point per bucket, at most 2^21 buckets (8 MiB of index).
         let bits = points
             .len()
@@ -83,6 +96,7 @@ impl Continuum {
             shift,
             distinct,
             node_count: nodes.len(),
+            unplaced,
         }
     }
 
@@ -102,21 +116,24 @@ impl Continuum {
         self.owners[self.successor(h)]
     }
 
-    /// Up to `limit` distinct owners clockwise from the first point `>= h`.
+    /// Up to `limit` distinct owners clockwise from the first point `>= h`, then the active
+    /// nodes that own no point, in id order.
     pub(crate) fn walk(&self, h: u64, limit: usize, out: &mut Vec<u32>) {
         let start = self.successor(h);
-        let limit = limit.min(self.distinct);
-        let mut seen = alloc::vec![false; self.node_count];
+        let placed = limit.min(self.distinct);
+        let mut seen = Seen::new(self.node_count, placed);
         let len = self.points.len();
         for step in 0..len {
-            if out.len() >= limit {
+            if out.len() >= placed {
                 break;
             }
             let owner = self.owners[(start + step) % len];
-            if !core::mem::replace(&mut seen[owner as usize], true) {
+            if seen.insert(owner) {
                 out.push(owner);
             }
         }
+        let more = limit - out.len();
+        out.extend(self.unplaced.iter().take(more));
     }
 
     /// Whether the continuum has no point at all (every node got zero points).
@@ -159,7 +176,7 @@ mod tests {
                 u64::MAX
             };
             let entries: Vec<(u64, u32)> = (0..500).map(|i| (g.next() & mask, i % 3)).collect();
-            let c = Continuum::build(&nodes(), entries, false, width);
+            let c = Continuum::build(&nodes(), &[0, 1, 2], entries, false, width);
             for h in (0..3000)
                 .map(|_| g.next() & mask)
                 .chain([0, mask, c.points[0]])
@@ -177,9 +194,9 @@ mod tests {
             alloc::vec![(7, 0), (7, 1), (7, 2)],
             alloc::vec![(7, 2), (7, 0), (7, 1)],
         ] {
-            let kept = Continuum::build(&nodes(), entries.clone(), false, 32);
+            let kept = Continuum::build(&nodes(), &[0, 1, 2], entries.clone(), false, 32);
             assert_eq!(kept.entries().collect::<Vec<_>>(), [(7, 1), (7, 2), (7, 0)]);
-            let merged = Continuum::build(&nodes(), entries, true, 32);
+            let merged = Continuum::build(&nodes(), &[0, 1, 2], entries, true, 32);
             assert_eq!(merged.entries().collect::<Vec<_>>(), [(7, 1)]);
             assert_eq!(merged.distinct, 1);
         }
@@ -188,7 +205,7 @@ mod tests {
     #[test]
     fn walk_lists_distinct_owners_clockwise_and_wraps() {
         let entries = alloc::vec![(10, 0), (20, 0), (30, 1), (40, 2)];
-        let c = Continuum::build(&nodes(), entries, false, 32);
+        let c = Continuum::build(&nodes(), &[0, 1, 2], entries, false, 32);
         let mut out = Vec::new();
         c.walk(15, 3, &mut out);
         assert_eq!(out, [0, 1, 2]);

@@ -147,7 +147,7 @@ impl Ketama {
             }
         }
         Ketama {
-            continuum: Continuum::build(nodes, entries, false, 32),
+            continuum: Continuum::build(nodes, active, entries, false, 32),
         }
     }
 

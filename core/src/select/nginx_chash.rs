@@ -91,7 +91,7 @@ impl NginxChash {
             }
         }
         NginxChash {
-            continuum: Continuum::build(nodes, entries, true, 32),
+            continuum: Continuum::build(nodes, active, entries, true, 32),
         }
     }
 }

@@ -107,7 +107,7 @@ impl RingHash {
             }
         }
         RingHash {
-            continuum: Continuum::build(nodes, entries, false, 64),
+            continuum: Continuum::build(nodes, active, entries, false, 64),
         }
     }
 
