@@ -97,8 +97,8 @@ impl FfiBalancer {
         after: impl FnOnce(&Balancer, usize) -> usize,
     ) -> Result<(), lb_result> {
         // A writer that panicked published nothing half-done (the core publishes whole
-        // snapshots, and the bound is restored below or recomputed by the next change), so a
-        // poisoned lock is safe to keep using.
+        // snapshots); at worst it left the bound raised for ids it did not add, an over-estimate
+        // that only costs buffer space. So a poisoned lock is safe to keep using.
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let before = self.id_size_bound.load(Ordering::Relaxed);
         if adding > before {
