@@ -35,6 +35,14 @@
 #include <stdint.h>
 
 /**
+ * Most answers one batch call gives: `lb_balancer_pick_many` takes at most this many keys and
+ * `lb_balancer_pick_n` at most this count (2^24, the most nodes a balancer holds; the same
+ * limit as `liblb.MAX_BATCH` in Python and `MAX_BATCH` in Node). Larger batches fail with
+ * `LB_RESULT_BATCH_TOO_LARGE` before anything is picked or allocated: split them.
+ */
+#define LB_MAX_BATCH (1 << 24)
+
+/**
  * liblb's major version (the `N` of `liblb.so.N`).
  */
 #define LB_VERSION_MAJOR 0
@@ -142,6 +150,11 @@ enum lb_result
      * The core reported an error this version of the C ABI has no code for (a bug in liblb).
      */
     LB_RESULT_OTHER_ERROR = 104,
+    /**
+     * A batch asked for more than `LB_MAX_BATCH` answers (`lb_balancer_pick_many` keys,
+     * `lb_balancer_pick_n` count): nothing was picked; split the batch.
+     */
+    LB_RESULT_BATCH_TOO_LARGE = 105,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -367,10 +380,11 @@ lb_result lb_balancer_pick(const struct lb_balancer *balancer,
  * and the random algorithms have drawn, exactly as on success. `picks_out`, `ids_buf` and
  * `*ids_size_out` must not overlap each other or the keys.
  *
- * Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH` (also when the ids' total
- * size would not fit in a `size_t`), `LB_RESULT_NO_NODES`, `LB_RESULT_BUFFER_TOO_SMALL`. On
- * error `picks_out` is untouched, and except after `LB_RESULT_BUFFER_TOO_SMALL` the balancer
- * is unchanged. Thread-safe.
+ * Errors: `LB_RESULT_BATCH_TOO_LARGE` (more than `LB_MAX_BATCH` keys; checked first),
+ * `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH` (also when the ids' total size would
+ * not fit in a `size_t`), `LB_RESULT_NO_NODES`, `LB_RESULT_BUFFER_TOO_SMALL`. On error
+ * `picks_out` is untouched, and except after `LB_RESULT_BUFFER_TOO_SMALL` the balancer is
+ * unchanged. Thread-safe.
  */
 lb_result lb_balancer_pick_many(const struct lb_balancer *balancer,
                                 const struct lb_key *keys,
@@ -387,7 +401,8 @@ lb_result lb_balancer_pick_many(const struct lb_balancer *balancer,
  * whatever `count` (0 included), before anything is picked or reserved: keyed algorithms with
  * `LB_RESULT_KEY_REQUIRED`, a balancer without a node of weight > 0 with `LB_RESULT_NO_NODES`.
  *
- * Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH` (`count` entries larger than
+ * Errors: `LB_RESULT_BATCH_TOO_LARGE` (`count` above `LB_MAX_BATCH`; checked first),
+ * `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH` (`count` entries larger than
  * `PTRDIFF_MAX` bytes, or ids whose total size would not fit in a `size_t`),
  * `LB_RESULT_NO_NODES`, `LB_RESULT_KEY_REQUIRED`, `LB_RESULT_BUFFER_TOO_SMALL`
  * (`*ids_size_out` = size needed; `picks_out` untouched, but the `count` picks happened: round
@@ -457,13 +472,19 @@ lb_result lb_balancer_nodes(const struct lb_balancer *balancer,
                             size_t *ids_size_out);
 
 /**
- * A buffer size (id bytes + NUL) that fits every id this balancer has ever held, in
- * `*size_out` (0 if it never had a node; it may also count ids of changes that failed). Use it
- * to size `id_buf` for `lb_balancer_pick` (and `n` times it for batches of `n`, checking that
- * product for overflow) so `LB_RESULT_BUFFER_TOO_SMALL` cannot happen, which matters because a
- * pick that fails that way still happened (round robin moved on, the random algorithms drew).
- * The bound only grows; an id added by another thread after
- * this call may be longer, so keep handling `LB_RESULT_BUFFER_TOO_SMALL`.
+ * A buffer size (id bytes + NUL) that fits every id of the current membership, in
+ * `*size_out`: the longest id's length + 1, or 0 for an empty balancer. Use it to size
+ * `id_buf` for `lb_balancer_pick` (and `n` times it for batches of `n`, checking that product
+ * for overflow) so `LB_RESULT_BUFFER_TOO_SMALL` cannot happen, which matters because a pick
+ * that fails that way still happened (round robin moved on, the random algorithms drew).
+ *
+ * The rule: a change that adds a longer id raises the bound before the change is published
+ * (whoever sees the new id and then asks gets a bound that fits it); a change that removes the
+ * longest ids lowers it only after it is published (a bound read before a pick starts fits
+ * every id that pick can return); a change that fails leaves it as it was (while the failing
+ * call runs, it may briefly cover the rejected ids). So a buffer sized from a fresh bound only
+ * comes up short when another thread adds a longer id at the same time: keep handling
+ * `LB_RESULT_BUFFER_TOO_SMALL`, and read the bound again rather than caching it.
  * Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
  */
 lb_result lb_balancer_id_size_bound(const struct lb_balancer *balancer,

@@ -6,7 +6,10 @@
 //   code; after a throw the balancer is unchanged. (LB_RESULT_BUFFER_TOO_SMALL, which lb.h
 //   reports after the pick happened, never reaches you: buffers are sized with
 //   lb_balancer_id_size_bound and grown and retried in the rare race, so that call counts
-//   twice.) An id buffer size that overflows size_t throws std::length_error.
+//   twice.) An id buffer size that overflows size_t throws std::length_error. Batches above
+//   LB_MAX_BATCH throw LB_RESULT_BATCH_TOO_LARGE before anything is allocated.
+// - Single picks copy the id through a stack buffer when the bound allows (ids up to 255
+//   bytes), so they allocate nothing but the answer's own string, which is sized to the id.
 // - Keys and ids are std::string_view (any bytes for keys; UTF-8 for ids); answers are
 //   std::string copies, never views into balancer memory, so they stay valid whatever other
 //   threads do.
@@ -17,6 +20,7 @@
 #ifndef LB_HPP
 #define LB_HPP
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -75,6 +79,12 @@ inline size_t id_capacity(size_t bound, size_t n) {
     if (n > std::numeric_limits<size_t>::max() / bound)
         throw std::length_error("lb: id buffer size overflows size_t");
     return bound * n;
+}
+
+/// Throws LB_RESULT_BATCH_TOO_LARGE for more than LB_MAX_BATCH answers, before the answer
+/// arrays are allocated (the C call would refuse them anyway).
+inline void check_batch(size_t n) {
+    if (n > static_cast<size_t>(LB_MAX_BATCH)) throw error(LB_RESULT_BATCH_TOO_LARGE);
 }
 }  // namespace detail
 
@@ -181,19 +191,29 @@ public:
 
     /// Picks a node (no key for the unkeyed algorithms; keyed ones throw LB_KEY_REQUIRED).
     picked pick(std::optional<std::string_view> key = std::nullopt) const {
-        std::string id(id_capacity(1), '\0');
+        char small[256];
+        std::string large;  // only when an id may not fit `small`
+        char *buf = small;
+        size_t cap = sizeof small;
+        size_t bound = id_bound();
+        if (bound > cap) {
+            large.resize(bound);
+            buf = large.data();
+            cap = large.size();
+        }
         uint64_t tag = 0;
         size_t size = 0;
-        lb_result r = lb_balancer_pick(get(), detail::key_ptr(key), detail::key_len(key), &tag,
-                                       id.data(), id.size(), &size);
+        lb_result r =
+            lb_balancer_pick(get(), detail::key_ptr(key), detail::key_len(key), &tag, buf, cap, &size);
         while (r == LB_RESULT_BUFFER_TOO_SMALL) {  // only if a longer id was added meanwhile
-            id.resize(size);
-            r = lb_balancer_pick(get(), detail::key_ptr(key), detail::key_len(key), &tag,
-                                 id.data(), id.size(), &size);
+            large.resize(size);
+            buf = large.data();
+            cap = large.size();
+            r = lb_balancer_pick(get(), detail::key_ptr(key), detail::key_len(key), &tag, buf, cap,
+                                 &size);
         }
         detail::check(r);
-        id.resize(size - 1);
-        return {std::move(id), tag};
+        return {std::string(buf, size - 1), tag};
     }
 
     /// The chosen node's tag only: the fastest pick (copies nothing).
@@ -206,6 +226,7 @@ public:
 
     /// One answer per key, all from the same membership snapshot.
     std::vector<picked> pick_many(const std::vector<std::string_view> &keys) const {
+        detail::check_batch(keys.size());
         std::vector<lb_key> c(keys.size());
         for (size_t i = 0; i < keys.size(); i++) c[i] = lb_key{keys[i].data(), keys[i].size()};
         std::vector<lb_pick> out(keys.size());
@@ -216,6 +237,7 @@ public:
 
     /// `count` unkeyed picks from the same membership snapshot.
     std::vector<picked> pick_n(size_t count) const {
+        detail::check_batch(count);
         std::vector<lb_pick> out(count);
         return collect(out, [&](char *buf, size_t cap, size_t *size) {
             return lb_balancer_pick_n(get(), count, out.data(), buf, cap, size);
@@ -223,7 +245,11 @@ public:
     }
 
     /// Up to `limit` distinct nodes in retry order; the first is what pick() would answer.
+    /// `limit` may be anything (SIZE_MAX: every node): the answer arrays are sized for at most
+    /// as many nodes as the balancer had when the call began (a node added by another thread
+    /// meanwhile may then be left out).
     std::vector<picked> attempts(std::optional<std::string_view> key, size_t limit) const {
+        limit = std::min(limit, size());
         std::vector<lb_pick> out(limit);
         size_t count = 0;
         std::vector<picked> answers = collect(out, [&](char *buf, size_t cap, size_t *size) {
@@ -284,14 +310,18 @@ private:
         return c;
     }
 
-    /// Id buffer bytes that fit `n` answers (so BUFFER_TOO_SMALL, which would cost a pick,
-    /// only happens when another thread adds a longer id at the same moment). Throws
-    /// std::length_error if that size overflows size_t.
-    size_t id_capacity(size_t n) const {
+    /// The longest current id + 1 (lb_balancer_id_size_bound): an id buffer of this size
+    /// per answer makes BUFFER_TOO_SMALL, which would cost a pick, happen only when another
+    /// thread adds a longer id at the same moment.
+    size_t id_bound() const {
         size_t bound = 0;
         detail::check(lb_balancer_id_size_bound(get(), &bound));
-        return detail::id_capacity(bound, n);
+        return bound;
     }
+
+    /// Id buffer bytes that fit `n` answers. Throws std::length_error if that size overflows
+    /// size_t.
+    size_t id_capacity(size_t n) const { return detail::id_capacity(id_bound(), n); }
 
     /// Runs a batch call with an id buffer sized from the bound (growing it if a longer id
     /// appeared meanwhile) and converts the answers.

@@ -41,6 +41,8 @@ export type ErrorCode =
   | 'LB_UNKNOWN_OPTION'
   | 'LB_UNKNOWN_HASH'
   | 'LB_INVALID_OPTION_VALUE'
+  /** A `RangeError`: a batch of more than `MAX_BATCH` keys or `MAX_BATCH_KEY_BYTES` key bytes. */
+  | 'LB_BATCH_TOO_LARGE'
 
 /**
  * The hot methods of `Balancer`, implemented as direct Node-API callbacks (node/src/fast.rs);
@@ -53,7 +55,11 @@ export interface Balancer {
    * weight > 0, `LB_KEY_REQUIRED` for a keyed algorithm without a key.
    */
   pick(key?: Key | null): string
-  /** Picks once per key, all from the same membership, in one call. */
+  /**
+   * Picks once per key, all from the same membership, in one call. At most `MAX_BATCH` keys
+   * (`MAX_BATCH_KEY_BYTES` bytes of them): more throw a `RangeError` with code
+   * `LB_BATCH_TOO_LARGE`.
+   */
   pickMany(keys: Array<Key>): string[]
   /**
    * Up to `limit` distinct node ids in retry order (default: every node with weight > 0). The
@@ -110,6 +116,19 @@ export declare class Balancer {
 
 /** The algorithm names `new Balancer` accepts. */
 export declare function algorithms(): Algorithm[]
+
+/**
+ * Most answers one call gives: `pickMany` takes at most this many keys (2^24, the most nodes a
+ * balancer holds; the same limit in every language). Longer arrays throw a `RangeError` with
+ * code `LB_BATCH_TOO_LARGE` before any key is read.
+ */
+export declare const MAX_BATCH: number
+
+/**
+ * Most key bytes one `pickMany` call copies (256 MiB); beyond it a `RangeError` with code
+ * `LB_BATCH_TOO_LARGE`.
+ */
+export declare const MAX_BATCH_KEY_BYTES: number
 
 /** A node as listed by `Balancer.nodes()`. */
 export interface NodeInfo {

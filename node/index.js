@@ -837,4 +837,6 @@ module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __n
 module.exports = nativeBinding
 module.exports.Balancer = nativeBinding.Balancer
 module.exports.algorithms = nativeBinding.algorithms
+module.exports.MAX_BATCH = nativeBinding.MAX_BATCH
+module.exports.MAX_BATCH_KEY_BYTES = nativeBinding.MAX_BATCH_KEY_BYTES
 module.exports.noop = nativeBinding.noop

@@ -5,5 +5,5 @@ import { createRequire } from 'node:module'
 const require = createRequire(import.meta.url)
 const binding = require('./index.js')
 
-export const { Balancer, algorithms, noop } = binding
+export const { Balancer, MAX_BATCH, MAX_BATCH_KEY_BYTES, algorithms, noop } = binding
 export default binding

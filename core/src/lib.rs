@@ -64,9 +64,10 @@ pub const MAX_VNODES: u32 = 1 << 16;
 /// Largest number of points a ring holds (or one per active node, when there are more nodes);
 /// heavier rings are scaled down proportionally, each node keeping at least one point.
 pub const MAX_RING_POINTS: u64 = 1 << 22;
-/// Most answers one batch call (`pick_many`, `pick_n`) returns: 2^28 (1 GiB of `u32` node
-/// indices). Larger requests fail with [`Error::BatchTooLarge`] before any pick, instead of
-/// growing until the allocator aborts the process; split bigger batches into several calls.
-pub const MAX_BATCH: usize = 1 << 28;
+/// Most answers one batch call (`pick_many`, `pick_n`) returns: 2^24, as many as a balancer
+/// holds nodes (64 MiB of `u32` node indices). Larger requests fail with
+/// [`Error::BatchTooLarge`] before any pick, instead of growing until the allocator aborts the
+/// process; split bigger batches into several calls. The C, Python and Node limits are this one.
+pub const MAX_BATCH: usize = 1 << 24;
 /// Largest number of nodes in one balancer (indices are stored as `u32`).
 pub const MAX_NODES: usize = 1 << 24;

@@ -14,8 +14,9 @@ use crate::ptr::{
 };
 use core::ffi::{c_char, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
-use liblb_core::{Algorithm, Balancer, Node};
+use liblb_core::{Algorithm, Balancer, MAX_NODES, Node};
 use std::ffi::CString;
+use std::sync::Mutex;
 
 /// A load balancer: an algorithm, its options and a set of nodes. Create with
 /// `lb_balancer_new`, free with `lb_balancer_free`.
@@ -32,16 +33,33 @@ impl Castable for lb_balancer {
     type Rust = FfiBalancer;
 }
 
-/// What an `lb_balancer` handle points to: the core balancer plus one C-only number.
+/// What an `lb_balancer` handle points to: the core balancer plus the C-only id size bound.
 pub(crate) struct FfiBalancer {
     core: Balancer,
-    /// The buffer size (id bytes + NUL) that fits every id this balancer has ever held, so C can
-    /// size id buffers up front (`lb_balancer_id_size_bound`). Raised before a change is
-    /// published (even one that then fails validation: a harmless over-estimate) and never
-    /// lowered, so any id a pick can return fits once the change that added it has been seen.
-    /// `Relaxed` is enough: it is a monotonic hint, and a reader that saw the new node already
-    /// synchronised with the writer through the core's snapshot publication.
+    /// The buffer size (id bytes + NUL) of the longest id of the current membership, so C can
+    /// size id buffers up front (`lb_balancer_id_size_bound`). The rule, kept by [`Self::change`]:
+    ///
+    /// - a change that adds longer ids raises it *before* it is published, so whoever can see a
+    ///   new id (a pick, `lb_balancer_nodes`) and then reads the bound gets one that fits it;
+    /// - a change that removes the longest ids lowers it only *after* it is published, so a
+    ///   bound read before a pick starts fits every id that pick can return, whichever
+    ///   membership it sees (a pick that loaded the old membership was sized from the old,
+    ///   larger bound);
+    /// - a change that fails leaves it as it was when the call returns (while the failing call
+    ///   runs, the bound may cover its rejected ids: they are raised for before the core has
+    ///   validated them, and dropped again under the same lock).
+    ///
+    /// So between changes it is exactly the longest current id + 1 (0 when empty): one rejected
+    /// or departed huge id does not make every later caller allocate for it.
+    ///
+    /// Ordering: stores are `Release` and the reader's load `Acquire`, so a reader that sees a
+    /// lowered bound also sees (at least) the membership that lowered it; a raise is ordered
+    /// before the core's publication, which readers acquire.
     id_size_bound: AtomicUsize,
+    /// Serialises this handle's membership changes with their bound updates (the core has its
+    /// own writer lock, but a bound computed for one change must not overwrite another's).
+    /// Picks never take it.
+    writer: Mutex<()>,
 }
 
 // Every function taking a `const lb_balancer *` is documented as callable from any number of
@@ -54,25 +72,46 @@ const _: () = {
     assert_send_sync::<liblb_core::Options>();
 };
 
+/// Buffer size for the longest of these ids (length + NUL), 0 for none.
+fn size_bound<'a>(ids: impl Iterator<Item = &'a str>) -> usize {
+    ids.map(|id| id.len() + 1).max().unwrap_or(0)
+}
+
 impl FfiBalancer {
     fn new(core: Balancer) -> FfiBalancer {
-        let bound = core
-            .nodes()
-            .iter()
-            .map(|n| n.id.len() + 1)
-            .max()
-            .unwrap_or(0);
+        let bound = size_bound(core.nodes().iter().map(|n| &*n.id));
         FfiBalancer {
             core,
             id_size_bound: AtomicUsize::new(bound),
+            writer: Mutex::new(()),
         }
     }
 
-    /// Raises the bound for ids about to be added (before the change is published).
-    fn note_ids<'a>(&self, ids: impl Iterator<Item = &'a str>) {
-        if let Some(size) = ids.map(|id| id.len() + 1).max() {
-            self.id_size_bound.fetch_max(size, Ordering::Relaxed);
+    /// Runs one membership change and keeps the id size bound's rule (see the field): raises it
+    /// to `adding` (the [`size_bound`] of the ids the change brings) before the change, and
+    /// afterwards sets it to `after(core, raised bound)` on success (the exact bound of the new
+    /// membership), or back to the previous value on failure.
+    fn change(
+        &self,
+        adding: usize,
+        edit: impl FnOnce(&Balancer) -> liblb_core::Result<()>,
+        after: impl FnOnce(&Balancer, usize) -> usize,
+    ) -> Result<(), lb_result> {
+        // A writer that panicked published nothing half-done (the core publishes whole
+        // snapshots); at worst it left the bound raised for ids it did not add, an over-estimate
+        // that only costs buffer space. So a poisoned lock is safe to keep using.
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let before = self.id_size_bound.load(Ordering::Relaxed);
+        if adding > before {
+            self.id_size_bound.store(adding, Ordering::Release);
         }
+        let result = edit(&self.core);
+        let bound = match result {
+            Ok(()) => after(&self.core, before.max(adding)),
+            Err(_) => before,
+        };
+        self.id_size_bound.store(bound, Ordering::Release);
+        Ok(result?)
     }
 }
 
@@ -228,8 +267,11 @@ fn add_impl(
 ) -> Result<(), lb_result> {
     // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
     let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
-    balancer.note_ids([id].into_iter());
-    Ok(balancer.add(Node::with_tag(id, weight, tag))?)
+    balancer.change(
+        size_bound([id].into_iter()),
+        |core| core.add(Node::with_tag(id, weight, tag)),
+        |_, raised| raised,
+    )
 }
 
 /// Removes the node with this id (`id_len` bytes of UTF-8).
@@ -253,7 +295,18 @@ fn remove_impl(
 ) -> Result<(), lb_result> {
     // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
     let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
-    Ok(balancer.remove(id)?)
+    balancer.change(
+        0,
+        |core| core.remove(id),
+        // Only removing a longest id can lower the bound: then measure what is left.
+        |core, bound| {
+            if id.len() + 1 < bound {
+                bound
+            } else {
+                size_bound(core.nodes().iter().map(|n| &*n.id))
+            }
+        },
+    )
 }
 
 /// Changes a node's weight; 0 drains it (never picked while any node has weight > 0).
@@ -278,7 +331,7 @@ fn set_weight_impl(
 ) -> Result<(), lb_result> {
     // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
     let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
-    Ok(balancer.set_weight(id, weight)?)
+    balancer.change(0, |core| core.set_weight(id, weight), |_, bound| bound)
 }
 
 /// Replaces the whole membership with `nodes_len` nodes (ids copied), atomically: concurrent
@@ -305,8 +358,9 @@ fn update_impl(
 ) -> Result<(), lb_result> {
     // SAFETY: lb.h requires a NULL or live handle, and `nodes` valid for `nodes_len`.
     let (balancer, nodes) = unsafe { (try_ref(balancer)?, nodes_from_c(nodes, nodes_len)?) };
-    balancer.note_ids(nodes.iter().map(|n| &*n.id));
-    Ok(balancer.update(nodes)?)
+    // On success the membership is exactly `nodes`: its longest id is the new bound.
+    let exact = size_bound(nodes.iter().map(|n| &*n.id));
+    balancer.change(exact, |core| core.update(nodes), |_, _| exact)
 }
 
 /// Copies C node descriptions into core nodes, checking every pointer and every id's UTF-8.
@@ -316,6 +370,10 @@ fn update_impl(
 unsafe fn nodes_from_c(nodes: *const lb_node, len: usize) -> Result<Vec<Node>, lb_result> {
     // SAFETY: forwarded contract.
     let nodes = unsafe { try_slice(nodes, len) }?;
+    // Refused before copying anything: the copy would only be thrown away.
+    if nodes.len() > MAX_NODES {
+        return Err(liblb_core::Error::TooManyNodes(nodes.len()).into());
+    }
     let node = |n: &lb_node| {
         // SAFETY: forwarded contract for each node's id.
         let id = unsafe { try_str(n.id, n.id_len) }?;
@@ -422,10 +480,11 @@ fn pick_impl(
 /// and the random algorithms have drawn, exactly as on success. `picks_out`, `ids_buf` and
 /// `*ids_size_out` must not overlap each other or the keys.
 ///
-/// Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH` (also when the ids' total
-/// size would not fit in a `size_t`), `LB_RESULT_NO_NODES`, `LB_RESULT_BUFFER_TOO_SMALL`. On
-/// error `picks_out` is untouched, and except after `LB_RESULT_BUFFER_TOO_SMALL` the balancer
-/// is unchanged. Thread-safe.
+/// Errors: `LB_RESULT_BATCH_TOO_LARGE` (more than `LB_MAX_BATCH` keys; checked first),
+/// `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH` (also when the ids' total size would
+/// not fit in a `size_t`), `LB_RESULT_NO_NODES`, `LB_RESULT_BUFFER_TOO_SMALL`. On error
+/// `picks_out` is untouched, and except after `LB_RESULT_BUFFER_TOO_SMALL` the balancer is
+/// unchanged. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_balancer_pick_many(
     balancer: *const lb_balancer,
@@ -456,22 +515,42 @@ fn pick_many_impl(
     ids_buf_len: usize,
     ids_size_out: *mut usize,
 ) -> Result<(), lb_result> {
+    // First, before any array is looked at: a batch beyond the limit is refused whatever else.
+    check_batch(keys_len)?;
     // SAFETY: lb.h requires a NULL or live handle, `keys` valid for `keys_len` entries whose
     // `key`s are valid for their lengths, `picks_out` writable for `keys_len` entries,
     // `ids_buf` for `ids_buf_len` bytes, and `ids_size_out` NULL or writable.
     let (balancer, keys, picks_out, ids) = unsafe {
         (
             try_ref(balancer)?,
-            try_slice(keys, keys_len)?
-                .iter()
-                .map(|k| try_bytes(k.key, k.key_len))
-                .collect::<Result<Vec<&[u8]>, lb_result>>()?,
+            try_slice(keys, keys_len)?,
             try_out_slice(picks_out, keys_len)?,
             ids_out(ids_buf, ids_buf_len, ids_size_out)?,
         )
     };
-    let picks = balancer.pick_many(keys.iter().copied())?;
+    // Every key is checked before anything is picked (a bad one fails the call with the
+    // balancer unchanged); the picking pass then reads them again instead of collecting them
+    // into a vector as large as the batch.
+    for k in keys {
+        // SAFETY: as above, each `key` is valid for its `key_len` bytes.
+        unsafe { try_bytes(k.key, k.key_len) }?;
+    }
+    let key_bytes = keys.iter().map(|k| {
+        // SAFETY: as above; every key passed this check in the loop before, and lb.h forbids
+        // changing the keys during the call, so the fallback never happens.
+        unsafe { try_bytes(k.key, k.key_len) }.unwrap_or_default()
+    });
+    let picks = balancer.pick_many(key_bytes)?;
     write_picks(&picks, picks_out, ids)
+}
+
+/// `LB_RESULT_BATCH_TOO_LARGE` for a batch of more than `LB_MAX_BATCH` answers, checked before
+/// the core sees the count (the core reserves and fills one entry per answer).
+fn check_batch(count: usize) -> Result<(), lb_result> {
+    if count > crate::LB_MAX_BATCH {
+        return Err(lb_result::BatchTooLarge);
+    }
+    Ok(())
 }
 
 /// `count` unkeyed picks from the same membership snapshot into `picks_out` (room for `count`
@@ -480,7 +559,8 @@ fn pick_many_impl(
 /// whatever `count` (0 included), before anything is picked or reserved: keyed algorithms with
 /// `LB_RESULT_KEY_REQUIRED`, a balancer without a node of weight > 0 with `LB_RESULT_NO_NODES`.
 ///
-/// Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH` (`count` entries larger than
+/// Errors: `LB_RESULT_BATCH_TOO_LARGE` (`count` above `LB_MAX_BATCH`; checked first),
+/// `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH` (`count` entries larger than
 /// `PTRDIFF_MAX` bytes, or ids whose total size would not fit in a `size_t`),
 /// `LB_RESULT_NO_NODES`, `LB_RESULT_KEY_REQUIRED`, `LB_RESULT_BUFFER_TOO_SMALL`
 /// (`*ids_size_out` = size needed; `picks_out` untouched, but the `count` picks happened: round
@@ -514,6 +594,8 @@ fn pick_n_impl(
     ids_buf_len: usize,
     ids_size_out: *mut usize,
 ) -> Result<(), lb_result> {
+    // First, before any array is looked at: a batch beyond the limit is refused whatever else.
+    check_batch(count)?;
     // SAFETY: lb.h requires a NULL or live handle, `picks_out` writable for `count` entries,
     // `ids_buf` for `ids_buf_len` bytes, and `ids_size_out` NULL or writable.
     let (balancer, picks_out, ids) = unsafe {
@@ -777,13 +859,19 @@ fn nodes_impl(
     Ok(())
 }
 
-/// A buffer size (id bytes + NUL) that fits every id this balancer has ever held, in
-/// `*size_out` (0 if it never had a node; it may also count ids of changes that failed). Use it
-/// to size `id_buf` for `lb_balancer_pick` (and `n` times it for batches of `n`, checking that
-/// product for overflow) so `LB_RESULT_BUFFER_TOO_SMALL` cannot happen, which matters because a
-/// pick that fails that way still happened (round robin moved on, the random algorithms drew).
-/// The bound only grows; an id added by another thread after
-/// this call may be longer, so keep handling `LB_RESULT_BUFFER_TOO_SMALL`.
+/// A buffer size (id bytes + NUL) that fits every id of the current membership, in
+/// `*size_out`: the longest id's length + 1, or 0 for an empty balancer. Use it to size
+/// `id_buf` for `lb_balancer_pick` (and `n` times it for batches of `n`, checking that product
+/// for overflow) so `LB_RESULT_BUFFER_TOO_SMALL` cannot happen, which matters because a pick
+/// that fails that way still happened (round robin moved on, the random algorithms drew).
+///
+/// The rule: a change that adds a longer id raises the bound before the change is published
+/// (whoever sees the new id and then asks gets a bound that fits it); a change that removes the
+/// longest ids lowers it only after it is published (a bound read before a pick starts fits
+/// every id that pick can return); a change that fails leaves it as it was (while the failing
+/// call runs, it may briefly cover the rejected ids). So a buffer sized from a fresh bound only
+/// comes up short when another thread adds a longer id at the same time: keep handling
+/// `LB_RESULT_BUFFER_TOO_SMALL`, and read the bound again rather than caching it.
 /// Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_balancer_id_size_bound(
@@ -796,7 +884,8 @@ pub extern "C" fn lb_balancer_id_size_bound(
 fn id_size_bound_impl(balancer: *const lb_balancer, size_out: *mut usize) -> Result<(), lb_result> {
     // SAFETY: lb.h requires a NULL or live handle and a NULL or writable `size_out`.
     let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(size_out)?) };
-    out.write(balancer.id_size_bound.load(Ordering::Relaxed));
+    // Acquire: pairs with the Release stores of `FfiBalancer::change` (see the field's rule).
+    out.write(balancer.id_size_bound.load(Ordering::Acquire));
     Ok(())
 }
 

@@ -42,6 +42,14 @@ pub use result::{lb_result, lb_result_name, lb_result_str};
 use core::ffi::{CStr, c_char};
 use panic::ffi_panic_boundary;
 
+/// Most answers one batch call gives: `lb_balancer_pick_many` takes at most this many keys and
+/// `lb_balancer_pick_n` at most this count (2^24, the most nodes a balancer holds; the same
+/// limit as `liblb.MAX_BATCH` in Python and `MAX_BATCH` in Node). Larger batches fail with
+/// `LB_RESULT_BATCH_TOO_LARGE` before anything is picked or allocated: split them.
+pub const LB_MAX_BATCH: usize = 1 << 24;
+// Written out for cbindgen; it is the core's limit.
+const _: () = assert!(LB_MAX_BATCH == liblb_core::MAX_BATCH);
+
 /// liblb's major version (the `N` of `liblb.so.N`).
 pub const LB_VERSION_MAJOR: u32 = 0;
 /// liblb's minor version.

@@ -60,10 +60,13 @@ pub enum lb_result {
     Panic = 103,
     /// The core reported an error this version of the C ABI has no code for (a bug in liblb).
     OtherError = 104,
+    /// A batch asked for more than `LB_MAX_BATCH` answers (`lb_balancer_pick_many` keys,
+    /// `lb_balancer_pick_n` count): nothing was picked; split the batch.
+    BatchTooLarge = 105,
 }
 
 /// Every code, for `lb_result_str` and the tests.
-pub(crate) const ALL_RESULTS: [lb_result; 19] = [
+pub(crate) const ALL_RESULTS: [lb_result; 20] = [
     lb_result::Ok,
     lb_result::NoNodes,
     lb_result::EmptyId,
@@ -83,6 +86,7 @@ pub(crate) const ALL_RESULTS: [lb_result; 19] = [
     lb_result::InvalidLength,
     lb_result::Panic,
     lb_result::OtherError,
+    lb_result::BatchTooLarge,
 ];
 
 impl From<Error> for lb_result {
@@ -101,6 +105,7 @@ impl From<Error> for lb_result {
             Error::UnknownOption(_) => lb_result::UnknownOption,
             Error::UnknownHash(_) => lb_result::UnknownHash,
             Error::InvalidOptionValue { .. } => lb_result::InvalidOptionValue,
+            Error::BatchTooLarge(_) => lb_result::BatchTooLarge,
             // `Error` is non_exhaustive; a variant added to the core later lands here until
             // it gets its own code (the unit tests check each known code round-trips).
             _ => lb_result::OtherError,
@@ -137,6 +142,7 @@ impl lb_result {
             lb_result::InvalidLength => c"LB_INVALID_LENGTH",
             lb_result::Panic => c"LB_PANIC",
             lb_result::OtherError => c"LB_OTHER_ERROR",
+            lb_result::BatchTooLarge => c"LB_BATCH_TOO_LARGE",
         }
     }
 
@@ -164,6 +170,9 @@ impl lb_result {
             lb_result::InvalidLength => c"a length is larger than any buffer can be",
             lb_result::Panic => c"liblb panicked (a bug in liblb); the call was abandoned part way",
             lb_result::OtherError => c"an error this version of the C ABI has no code for",
+            lb_result::BatchTooLarge => {
+                c"batch too large: one call answers at most LB_MAX_BATCH (16777216) picks"
+            }
         }
     }
 }

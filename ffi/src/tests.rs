@@ -499,22 +499,40 @@ fn membership_changes_and_their_errors_leave_the_balancer_unchanged_on_failure()
     assert_eq!(pick_id(&b, None), Err(lb_result::NoNodes));
 }
 
+fn bound(b: &Handle) -> usize {
+    let mut size = usize::MAX;
+    assert_eq!(lb_balancer_id_size_bound(b.0, &mut size), lb_result::Ok);
+    size
+}
+
 #[test]
-fn the_id_size_bound_fits_every_id_ever_held() {
-    let bound = |b: &Handle| {
-        let mut size = usize::MAX;
-        assert_eq!(lb_balancer_id_size_bound(b.0, &mut size), lb_result::Ok);
-        size
-    };
+fn the_id_size_bound_is_the_longest_current_id() {
     let b = new("random", null(), &[]).unwrap();
     assert_eq!(bound(&b), 0);
     assert_eq!(lb_balancer_add(b.0, s("abc").0, 3, 1, 0), lb_result::Ok);
     assert_eq!(bound(&b), 4);
-    let longer = [node("x", 1, 0), node("longer-id", 1, 1)];
-    assert_eq!(lb_balancer_update(b.0, longer.as_ptr(), 2), lb_result::Ok);
+    let longer = [node("x", 1, 0), node("longer-id", 1, 1), node("mid", 1, 2)];
+    assert_eq!(lb_balancer_update(b.0, longer.as_ptr(), 3), lb_result::Ok);
+    assert_eq!(bound(&b), 10);
+    assert_eq!(
+        lb_balancer_set_weight(b.0, s("longer-id").0, 9, 5),
+        lb_result::Ok
+    );
+    assert_eq!(bound(&b), 10);
+    // Removing a shorter id keeps it; removing the longest lowers it to the next longest.
+    assert_eq!(lb_balancer_remove(b.0, s("x").0, 1), lb_result::Ok);
     assert_eq!(bound(&b), 10);
     assert_eq!(lb_balancer_remove(b.0, s("longer-id").0, 9), lb_result::Ok);
-    assert_eq!(bound(&b), 10, "the bound never shrinks");
+    assert_eq!(
+        bound(&b),
+        4,
+        "the bound follows the longest id that is left"
+    );
+    let short = [node("z", 1, 0)];
+    assert_eq!(lb_balancer_update(b.0, short.as_ptr(), 1), lb_result::Ok);
+    assert_eq!(bound(&b), 2, "update sets the bound of the new membership");
+    assert_eq!(lb_balancer_update(b.0, null(), 0), lb_result::Ok);
+    assert_eq!(bound(&b), 0);
     assert_eq!(bound(&abc("round_robin")), 2);
     assert_eq!(
         lb_balancer_id_size_bound(null(), &mut 0),
@@ -524,6 +542,76 @@ fn the_id_size_bound_fits_every_id_ever_held() {
         lb_balancer_id_size_bound(b.0, null_mut()),
         lb_result::NullParameter
     );
+}
+
+#[test]
+fn a_rejected_long_id_leaves_the_id_size_bound_alone() {
+    // Issue 9, finding 5: the bound was raised before validation and never lowered, so one
+    // rejected huge id made lb.hpp allocate that size for every later pick.
+    let b = abc("round_robin");
+    let long = "L".repeat(if cfg!(miri) { 300 } else { 1 << 20 });
+    let with_nul = format!("{long}\0");
+    let (id, len) = s(&with_nul);
+    assert_eq!(
+        lb_balancer_add(b.0, id, len, 1, 0),
+        lb_result::IdContainsNul
+    );
+    assert_eq!(bound(&b), 2);
+    // A valid long id in an update that fails on another node.
+    let bad_update = [node(&long, 1, 0), node("", 1, 1)];
+    assert_eq!(
+        lb_balancer_update(b.0, bad_update.as_ptr(), 2),
+        lb_result::EmptyId
+    );
+    assert_eq!(bound(&b), 2);
+    let duplicate = [node(&long, 1, 0), node(&long, 1, 1)];
+    assert_eq!(
+        lb_balancer_update(b.0, duplicate.as_ptr(), 2),
+        lb_result::DuplicateNode
+    );
+    assert_eq!(bound(&b), 2);
+    // Accepted, then gone again: the bound goes up and back down.
+    let (id, len) = s(&long);
+    assert_eq!(lb_balancer_add(b.0, id, len, 1, 0), lb_result::Ok);
+    assert_eq!(bound(&b), long.len() + 1);
+    assert_eq!(
+        lb_balancer_add(b.0, id, len, 1, 0),
+        lb_result::DuplicateNode
+    );
+    assert_eq!(bound(&b), long.len() + 1);
+    assert_eq!(lb_balancer_remove(b.0, id, len), lb_result::Ok);
+    assert_eq!(bound(&b), 2);
+    assert_eq!(list(&b).len(), 3);
+}
+
+#[test]
+fn the_id_size_bound_always_fits_the_membership_while_writers_race() {
+    // Writers add and remove long ids from several threads; after every change the bound must
+    // still fit every id listed afterwards (a writer's bound update must never overwrite a
+    // later change's), and once all have finished it is exact.
+    let b = abc("round_robin");
+    let handle = b.0 as usize;
+    let rounds = if cfg!(miri) { 3 } else { 200 };
+    std::thread::scope(|scope| {
+        for t in 0..2usize {
+            scope.spawn(move || {
+                let b = handle as *const lb_balancer;
+                let id = format!("{}{t}", "w".repeat(100 * (t + 1)));
+                let (p, len) = s(&id);
+                for _ in 0..rounds {
+                    assert_eq!(lb_balancer_add(b, p, len, 1, 0), lb_result::Ok);
+                    let mut size = 0;
+                    assert_eq!(lb_balancer_id_size_bound(b, &mut size), lb_result::Ok);
+                    assert!(
+                        size > len,
+                        "the bound must fit an id this thread just added"
+                    );
+                    assert_eq!(lb_balancer_remove(b, p, len), lb_result::Ok);
+                }
+            });
+        }
+    });
+    assert_eq!(bound(&b), 2);
 }
 
 #[test]
@@ -866,17 +954,20 @@ fn empty_batches_and_huge_counts_fail_like_a_single_pick() {
         lb_balancer_pick_many(empty.0, null(), 0, null_mut(), null_mut(), 0, null_mut()),
         lb_result::NoNodes
     );
-    // The largest count whose `picks_out` size passes the length check: the pick fails first,
-    // so nothing is reserved and nothing is written (the array really has 2 entries).
+    // The largest batch: the pick fails first, so nothing is reserved and nothing is written
+    // (the array really has 2 entries).
+    assert_eq!(pick_n(&empty, LB_MAX_BATCH, &mut picks), lb_result::NoNodes);
     let largest = isize::MAX as usize / core::mem::size_of::<lb_pick>();
-    assert_eq!(pick_n(&empty, largest, &mut picks), lb_result::NoNodes);
     assert_eq!(
         pick_n(&empty, largest + 1, &mut picks),
-        lb_result::InvalidLength
+        lb_result::BatchTooLarge
     );
     let ring = small_ring();
     assert_eq!(pick_n(&ring, 0, &mut picks), lb_result::KeyRequired);
-    assert_eq!(pick_n(&ring, largest, &mut picks), lb_result::KeyRequired);
+    assert_eq!(
+        pick_n(&ring, LB_MAX_BATCH, &mut picks),
+        lb_result::KeyRequired
+    );
     assert!(picks.iter().all(|p| p.tag == 7 && p.id.is_null()));
     // Keyed batches with no keys are fine (no key is missing); empty balancers are not.
     assert_eq!(
@@ -1062,4 +1153,42 @@ fn buffer_too_small_still_counts_the_picks() {
     assert_eq!((r, size), (lb_result::BufferTooSmall, 4));
     assert!(picks.iter().all(|p| p.tag == 7));
     assert_eq!(pick_id(&b, None).unwrap().0, "b");
+}
+
+#[test]
+fn batches_beyond_lb_max_batch_are_refused_before_anything_is_picked() {
+    // Issue 9: a count must never reach an allocation. Above LB_MAX_BATCH the call fails with
+    // its own code before the core sees it (the arrays really have 2 entries: nothing may be
+    // written), and round robin has not moved.
+    let b = abc("round_robin");
+    let mut picks = [lb_pick {
+        tag: 7,
+        id: null(),
+        id_len: 0,
+    }; 2];
+    for count in [LB_MAX_BATCH + 1, 1 << 40] {
+        assert_eq!(
+            lb_balancer_pick_n(b.0, count, picks.as_mut_ptr(), null_mut(), 0, null_mut()),
+            lb_result::BatchTooLarge
+        );
+    }
+    let keys = [lb_key {
+        key: null(),
+        key_len: 0,
+    }; 2];
+    assert_eq!(
+        lb_balancer_pick_many(
+            b.0,
+            keys.as_ptr(),
+            LB_MAX_BATCH + 1,
+            picks.as_mut_ptr(),
+            null_mut(),
+            0,
+            null_mut()
+        ),
+        lb_result::BatchTooLarge
+    );
+    assert!(picks.iter().all(|p| p.tag == 7 && p.id.is_null()));
+    assert_eq!(pick_id(&b, None).unwrap().0, "a", "nothing was picked");
+    assert_eq!(cstr(lb_result_name(105)), "LB_BATCH_TOO_LARGE");
 }

@@ -706,7 +706,12 @@ impl Harness {
                 r
             }
         };
-        assert_eq!(r, lb_result::InvalidLength, "call {}", which % 16);
+        // Batches are first checked against LB_MAX_BATCH (issue 9), before any array.
+        let expected = match which % 16 {
+            10 | 12 => lb_result::BatchTooLarge,
+            _ => lb_result::InvalidLength,
+        };
+        assert_eq!(r, expected, "call {}", which % 16);
         assert_eq!((tag, size, count, found), (0xAAAA, 0xBBBB, 0xCCCC, false));
         assert!(picks.iter().all(|p| p.tag == 0x5555));
         assert!(nodes.iter().all(|n| n.tag == 0x7777));
@@ -813,11 +818,33 @@ impl Harness {
                 ids,
                 ..
             } => {
+                let count = (isize::MAX as usize / core::mem::size_of::<lb_pick>()) >> (shift % 40);
+                let handle = self.handle;
+                if count > LB_MAX_BATCH {
+                    // Refused before anything else (issue 9), whatever the balancer and the
+                    // id buffer: nothing picked, nothing written.
+                    let mut picks = [lb_pick {
+                        tag: 0x5555,
+                        id: null(),
+                        id_len: 0,
+                    }; 2];
+                    let (_storage, buf, cap) = ids.map_or((Vec::new(), null_mut(), 0), buffer);
+                    let mut size = 0xBBBB_usize;
+                    let r = lb_balancer_pick_n(
+                        handle,
+                        count,
+                        picks.as_mut_ptr(),
+                        buf,
+                        cap,
+                        Buf::size_out(*ids, &mut size),
+                    );
+                    assert_eq!(r, lb_result::BatchTooLarge);
+                    assert!(picks.iter().all(|p| p.tag == 0x5555) && size == 0xBBBB);
+                    return;
+                }
                 let Some(errors) = self.pick_error(false) else {
                     return; // it would really pick `count` times
                 };
-                let count = (isize::MAX as usize / core::mem::size_of::<lb_pick>()) >> (shift % 40);
-                let handle = self.handle;
                 self.batch(
                     2,
                     *ids,

@@ -170,6 +170,11 @@ pub enum BatchKeys {
 /// uses them.
 pub fn keys(env: &Env, value: &Unknown<'_>, helpers: &Helpers, keyed: bool) -> Result<BatchKeys> {
     let count = js::array(env, value, "keys")?.len();
+    // Before any key is read: the length is the caller's, and reading 2^32 - 1 elements (a
+    // prototype can answer every index) would hang the event loop before failing.
+    if count > js::MAX_BATCH {
+        return Err(js::too_many_keys(env, count));
+    }
     if count >= SMALL_BATCH {
         let (mut count_arg, mut join, mut max) =
             (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
@@ -186,6 +191,10 @@ pub fn keys(env: &Env, value: &Unknown<'_>, helpers: &Helpers, keyed: bool) -> R
             ValueType::Boolean => return Ok(BatchKeys::Count(count as usize)),
             ValueType::String => {
                 let joined = js::utf8(env, &packed)?;
+                // The joined string holds the keys' bytes plus `count - 1` separators.
+                if joined.len().saturating_sub(count as usize - 1) > js::MAX_BATCH_KEY_BYTES {
+                    return Err(js::too_many_key_bytes(env));
+                }
                 if let Some(keys) = Keys::from_joined(&joined, count as usize) {
                     return Ok(BatchKeys::Keys(keys));
                 }

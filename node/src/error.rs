@@ -5,6 +5,10 @@
 //!   the core's `Display` text, which names the offending value.
 //! - A JavaScript value of the wrong type becomes a `TypeError` with code
 //!   `ERR_INVALID_ARG_TYPE`, as Node's own APIs throw.
+//! - A number of the right type but out of range (negative, fractional, NaN, infinite, too
+//!   large) becomes a `RangeError` with code `ERR_OUT_OF_RANGE`, as Node's own APIs throw; a
+//!   batch beyond `MAX_BATCH` answers or `MAX_BATCH_KEY_BYTES` key bytes a `RangeError` with
+//!   code `LB_BATCH_TOO_LARGE` (the C ABI's name for the same limit).
 //! - A failure inside napi itself keeps napi's status as its code.
 //!
 //! napi-rs throws a returned `Err` as a plain `Error` whose `code` is the error's status string,
@@ -68,6 +72,23 @@ pub fn to_napi(error: Error) -> napi::Error {
         Code::Lb(code) => {
             napi::Error::new(Status::GenericFailure, format!("{code}: {}", error.reason))
         }
+    }
+}
+
+/// Code of the `RangeError`s thrown for numbers out of range (Node's own code).
+pub const RANGE_ERROR_CODE: &str = "ERR_OUT_OF_RANGE";
+
+/// Code of the `RangeError` thrown for a batch too large to answer in one call.
+pub const BATCH_TOO_LARGE_CODE: &str = "LB_BATCH_TOO_LARGE";
+
+/// Throws a `RangeError` with `code` and returns the error that makes napi-rs keep it as the
+/// pending exception.
+#[cold]
+pub fn range_error(env: &Env, code: &'static str, message: String) -> Error {
+    match env.throw_range_error(&message, Some(code)) {
+        Ok(()) => Error::new(Code::Napi(Status::PendingException), message),
+        // The environment could not throw (it is shutting down): fall back to a plain Error.
+        Err(_) => Error::new(Code::Lb(code), message),
     }
 }
 

@@ -5,8 +5,10 @@
 //! read without allocating on the hot path: a string key is copied into a stack buffer, a
 //! `Buffer`/`Uint8Array` key is borrowed in place (unless a `SharedArrayBuffer` backs it).
 
-use crate::error::{OrThrow, Result, type_error};
-use liblb_core::{Node, OptionValue, Options};
+use crate::error::{
+    BATCH_TOO_LARGE_CODE, OrThrow, RANGE_ERROR_CODE, Result, range_error, type_error,
+};
+use liblb_core::{MAX_NODES, Node, OptionValue, Options};
 use napi::bindgen_prelude::{Array, BigInt, FromNapiValue, Object, ToNapiValue};
 use napi::{Env, JsValue, Unknown, ValueType, sys};
 use std::mem::MaybeUninit;
@@ -96,7 +98,53 @@ pub fn id_if_valid(env: &Env, value: &Unknown<'_>, what: &str) -> Result<Option<
     }
 }
 
-/// A non-negative integer number no larger than `max`, or a `TypeError` naming `what`.
+/// Most answers one batch call gives: 2^24, the most nodes a balancer holds (the same limit as
+/// Python's `liblb.MAX_BATCH` and C's `LB_MAX_BATCH`). A longer `keys` array is refused with a
+/// `RangeError` (code `LB_BATCH_TOO_LARGE`) before any key is read.
+pub const MAX_BATCH: u32 = 1 << 24;
+// Written out for the generated typings; it is the core's limit.
+const _: () = assert!(MAX_BATCH as usize == liblb_core::MAX_BATCH);
+
+/// Most key bytes one `pickMany` copies (256 MiB, 16 bytes per key of a full batch): every key
+/// is copied before the batch is picked, and an array repeating one huge string or buffer must
+/// not turn into an unbounded copy. Beyond it: `RangeError`, code `LB_BATCH_TOO_LARGE`.
+pub const MAX_BATCH_KEY_BYTES: usize = 1 << 28;
+
+/// The `RangeError` for a `keys` array longer than [`MAX_BATCH`].
+pub fn too_many_keys(env: &Env, count: u32) -> crate::error::Error {
+    range_error(
+        env,
+        BATCH_TOO_LARGE_CODE,
+        format!(
+            "keys has {count} elements; one call answers at most {MAX_BATCH} (MAX_BATCH): split the batch"
+        ),
+    )
+}
+
+/// The `RangeError` for keys of more than [`MAX_BATCH_KEY_BYTES`] bytes in all.
+pub fn too_many_key_bytes(env: &Env) -> crate::error::Error {
+    range_error(
+        env,
+        BATCH_TOO_LARGE_CODE,
+        format!(
+            "keys hold more than {MAX_BATCH_KEY_BYTES} bytes (MAX_BATCH_KEY_BYTES): split the batch or pick such keys one by one"
+        ),
+    )
+}
+
+/// A number as JavaScript prints it (`NaN`, `Infinity`, `-Infinity`, `1.5`, `-1`).
+fn js_number(n: f64) -> String {
+    match n {
+        n if n.is_nan() => "NaN".to_string(),
+        f64::INFINITY => "Infinity".to_string(),
+        f64::NEG_INFINITY => "-Infinity".to_string(),
+        n => n.to_string(),
+    }
+}
+
+/// A non-negative integer number no larger than `max`: a `TypeError` naming `what` for a value
+/// that is not a number, a `RangeError` for one out of range (negative, fractional, NaN,
+/// infinite; `-0` is 0).
 fn integer(env: &Env, value: &Unknown<'_>, what: &str, max: f64) -> Result<f64> {
     let number = if value.get_type().or_throw()? == ValueType::Number {
         // SAFETY: the value was just checked to be a number.
@@ -105,10 +153,15 @@ fn integer(env: &Env, value: &Unknown<'_>, what: &str, max: f64) -> Result<f64> 
         None
     };
     match number {
+        // `-0.0 >= 0.0` holds, and `as` turns it into 0; NaN fails every comparison.
         Some(n) if n >= 0.0 && n <= max && n.fract() == 0.0 => Ok(n),
-        Some(n) => Err(type_error(
+        Some(n) => Err(range_error(
             env,
-            format!("{what} must be an integer between 0 and {max}, got {n}"),
+            RANGE_ERROR_CODE,
+            format!(
+                "{what} must be an integer between 0 and {max}, got {}",
+                js_number(n)
+            ),
         )),
         None => Err(type_error(
             env,
@@ -185,6 +238,11 @@ pub fn array<'e>(env: &Env, value: &Unknown<'e>, what: &str) -> Result<Array<'e>
 /// A node list: an array of ids or `{ id, weight }` objects.
 pub fn nodes(env: &Env, value: &Unknown<'_>) -> Result<Vec<Node>> {
     let array = array(env, value, "nodes")?;
+    // The length is the caller's (`a.length = 2 ** 32 - 1` costs nothing, and a prototype can
+    // answer every index): refuse what no balancer can hold before reading an element.
+    if array.len() as usize > MAX_NODES {
+        return Err(liblb_core::Error::TooManyNodes(array.len() as usize)).or_throw();
+    }
     (0..array.len())
         .map(|i| {
             let item = array.get::<Unknown>(i).or_throw()?;
@@ -281,8 +339,9 @@ fn big_u64(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u64> {
                 (true, _) => "a negative bigint".to_string(),
                 (false, _) => "a bigint of 2n ** 64n or more".to_string(),
             };
-            Err(type_error(
+            Err(range_error(
                 env,
+                RANGE_ERROR_CODE,
                 format!("{what} must be a bigint between 0n and 2n ** 64n - 1n, got {got}"),
             ))
         }
@@ -466,11 +525,15 @@ pub struct Keys {
 }
 
 impl Keys {
-    /// The keys of a JavaScript array.
+    /// The keys of a JavaScript array, read with its length as it is now (a getter may have
+    /// changed it since the caller's bulk attempt: the answers are for the keys as read), which
+    /// is checked against [`MAX_BATCH`] again for that reason.
     pub fn from_array(env: &Env, value: &Unknown<'_>) -> Result<Keys> {
         let array = array(env, value, "keys")?;
-        // The length is the caller's (`a.length = 2 ** 32 - 1` costs nothing in JavaScript):
-        // reserve for a bounded number of keys up front and let the vectors grow with real ones.
+        if array.len() > MAX_BATCH {
+            return Err(too_many_keys(env, array.len()));
+        }
+        // Reserve for a bounded number of keys up front and let the vectors grow with real ones.
         let reserve = (array.len() as usize).min(PRESIZE_KEYS);
         let mut keys = Keys {
             bytes: Vec::with_capacity(reserve * 16),
@@ -484,6 +547,12 @@ impl Keys {
                 None => return Err(type_error(env, format!("keys[{i}] is missing"))),
             };
             let bytes = key_bytes(env, &item, &mut buf, Some(i), false)?.unwrap_or_default();
+            if bytes.len() > MAX_BATCH_KEY_BYTES - keys.bytes.len()
+                || keys.bytes.try_reserve(bytes.len()).is_err()
+                || keys.ends.try_reserve(1).is_err()
+            {
+                return Err(too_many_key_bytes(env));
+            }
             keys.bytes.extend_from_slice(bytes);
             keys.ends.push(keys.bytes.len());
         }
@@ -491,7 +560,7 @@ impl Keys {
     }
 
     /// `count` keys joined by NUL bytes; `None` if the pieces do not number `count` (a key
-    /// contained a NUL itself).
+    /// contained a NUL itself). The caller checks the total size.
     pub fn from_joined(joined: &[u8], count: usize) -> Option<Keys> {
         let mut keys = Keys {
             bytes: Vec::with_capacity(joined.len()),

@@ -180,6 +180,17 @@ impl Balancer {
     }
 }
 
+/// Most answers one call gives: `pickMany` takes at most this many keys (2^24, the most nodes a
+/// balancer holds; the same limit in every language). Longer arrays throw a `RangeError` with
+/// code `LB_BATCH_TOO_LARGE` before any key is read.
+#[napi]
+pub const MAX_BATCH: u32 = js::MAX_BATCH;
+
+/// Most key bytes one `pickMany` call copies (256 MiB); beyond it a `RangeError` with code
+/// `LB_BATCH_TOO_LARGE`.
+#[napi]
+pub const MAX_BATCH_KEY_BYTES: u32 = js::MAX_BATCH_KEY_BYTES as u32;
+
 /// Does nothing: the cost of one call into this addon, the floor `bench.js` measures picks
 /// against.
 #[napi(catch_unwind)]

@@ -2,7 +2,7 @@
 import { describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { createRequire } from 'node:module'
-import lb, { Balancer, algorithms, noop } from 'liblb'
+import lb, { Balancer, MAX_BATCH, MAX_BATCH_KEY_BYTES, algorithms, noop } from 'liblb'
 
 const require = createRequire(import.meta.url)
 
@@ -12,6 +12,8 @@ describe('ESM entry', () => {
     assert.equal(Balancer, cjs.Balancer)
     assert.equal(algorithms, cjs.algorithms)
     assert.equal(noop, cjs.noop)
+    assert.equal(MAX_BATCH, cjs.MAX_BATCH)
+    assert.equal(MAX_BATCH_KEY_BYTES, cjs.MAX_BATCH_KEY_BYTES)
     assert.equal(lb.Balancer, cjs.Balancer)
   })
 

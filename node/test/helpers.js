@@ -27,4 +27,19 @@ function throwsType(fn, mention) {
   })
 }
 
-module.exports = { throwsCode, throwsType }
+/**
+ * Asserts that `fn` throws a `RangeError` with this `code` (default `ERR_OUT_OF_RANGE`, Node's
+ * own code for a number out of range) whose message mentions `mention`.
+ */
+function throwsRange(fn, mention, code = 'ERR_OUT_OF_RANGE') {
+  assert.throws(fn, (err) => {
+    assert.ok(err instanceof RangeError, `expected a RangeError, got ${err && err.constructor.name}: ${err && err.message}`)
+    assert.equal(err.code, code)
+    if (mention !== undefined) {
+      assert.ok(err.message.includes(mention), `message ${JSON.stringify(err.message)} lacks ${mention}`)
+    }
+    return true
+  })
+}
+
+module.exports = { throwsCode, throwsRange, throwsType }

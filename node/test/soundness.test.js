@@ -79,7 +79,8 @@ describe('caller-controlled lengths (finding 2)', () => {
           console.log(algorithm, err.constructor.name, err.code, err.message)
         }
       }`)
-    const message = 'TypeError ERR_INVALID_ARG_TYPE keys[1] must be a string, Buffer or Uint8Array, got undefined'
+    // Refused by its length alone (issue 9: more than MAX_BATCH keys), before any key is read.
+    const message = 'RangeError LB_BATCH_TOO_LARGE keys has 4294967295 elements; one call answers at most 16777216 (MAX_BATCH): split the batch'
     assert.equal(out, `ring ${message}\nround_robin ${message}\n`)
   })
 })
@@ -173,13 +174,17 @@ describe('pickMany against misbehaving key arrays (finding 3)', () => {
     assert.deepEqual(ring.pickMany(KEYS), expected)
   })
 
-  it('12 keys longer together than V8 strings can be are picked like 11', () => {
-    // V8 caps strings at 2^29 - 24 UTF-16 units: joining these 12 keys cannot be one string.
+  it('12 keys too long together to join are picked one by one, up to MAX_BATCH_KEY_BYTES', () => {
+    // Joined, these 12 keys would pass 2^28 UTF-16 units (the bulk path's cap, below V8's string
+    // limit), so the batch is read per element; together they hold exactly MAX_BATCH_KEY_BYTES
+    // bytes (issue 9), the most one batch copies. One byte more is refused.
     const source = new Balancer('source_hash', RING)
-    const long = 'x'.repeat(Math.ceil(2 ** 29 / 12))
-    const keys = Array.from({ length: 12 }, (_, i) => long + i)
+    const each = 22369620
+    const last = 2 ** 28 - 11 * each
+    const keys = Array.from({ length: 12 }, (_, i) => String(i).padEnd(i < 11 ? each : last, 'x'))
     assert.deepEqual(source.pickMany(keys), perKey(source, keys))
-    assert.deepEqual(source.pickMany(keys.slice(0, 11)), perKey(source, keys.slice(0, 11)))
+    keys[11] += 'x'
+    assert.throws(() => source.pickMany(keys), { name: 'RangeError', code: 'LB_BATCH_TOO_LARGE' })
   })
 
   it('still gives the per-element TypeError for a key of the wrong type', () => {

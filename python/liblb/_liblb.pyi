@@ -29,6 +29,8 @@ __all__ = [
     "HASHES",
     "DEFAULT_VNODES",
     "MAX_VNODES",
+    "MAX_BATCH",
+    "MAX_BATCH_KEY_BYTES",
     "__version__",
     "_noop",
     "_noop_many",
@@ -40,6 +42,8 @@ ALGORITHMS: Final[tuple[str, ...]]
 HASHES: Final[tuple[str, ...]]
 DEFAULT_VNODES: Final[int]
 MAX_VNODES: Final[int]
+MAX_BATCH: Final[int]
+MAX_BATCH_KEY_BYTES: Final[int]
 __version__: Final[str]
 
 @final
@@ -75,9 +79,9 @@ class Balancer:
     def pick(self, key: _Key | None = None) -> str:
         """The id of the chosen node. Keyed algorithms need ``key``; the others ignore it."""
     def pick_many(self, keys: Iterable[_Key]) -> list[str]:
-        """One pick per key, all from the same membership."""
+        """One pick per key, all from the same membership (at most MAX_BATCH keys)."""
     def pick_n(self, count: int) -> list[str]:
-        """``count`` unkeyed picks from the same membership."""
+        """``count`` unkeyed picks from the same membership (``count`` <= MAX_BATCH)."""
     def attempts(self, key: _Key | None = None, limit: int | None = None) -> list[str]:
         """Up to ``limit`` distinct node ids in retry order (None: every pickable node)."""
     def add(self, id: str, weight: int = 1) -> None:
@@ -106,7 +110,7 @@ class InvalidNodeIdError(Error):
     """A node id is empty (LB_EMPTY_ID) or contains a NUL character (LB_ID_CONTAINS_NUL)."""
 
 class InvalidUtf8Error(Error):
-    """A node id or key str cannot be encoded as UTF-8 (LB_INVALID_UTF8)."""
+    """A node id str cannot be encoded as UTF-8: it holds a lone surrogate (LB_INVALID_UTF8). Keys never raise it: their lone surrogates hash as U+FFFD."""
 
 class DuplicateNodeError(Error):
     """A node id appears twice (LB_DUPLICATE_NODE)."""

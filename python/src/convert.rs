@@ -4,12 +4,34 @@
 //! the core rejects go through the core (so they raise the same specific `liblb.Error` as in
 //! every other language); integers outside what the core's types can hold raise `ValueError`
 //! (weights, limits) or `InvalidOptionValueError` (options), naming the value.
+//!
+//! Sizes the caller states are never trusted: a `__len__` is not even called, every buffer grows
+//! with what is actually read, and the batch limits ([`MAX_BATCH`], [`MAX_BATCH_KEY_BYTES`])
+//! turn a batch that could not fit in memory into `MemoryError` instead of an allocation abort.
+//!
+//! Strings: a key (or an algorithm or hash name) is encoded as UTF-8 the way JavaScript's
+//! `TextEncoder` does, each lone surrogate becoming U+FFFD, so a key hashes the same in Python
+//! and Node; a node id must be valid Unicode (an id has to round-trip exactly).
 
 use crate::error::{CoreError, OrRaise};
-use liblb_core::{Algorithm, Error, Node, OptionValue, Options};
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use liblb_core::{Algorithm, Error, MAX_NODES, Node, OptionValue, Options};
+use pyo3::exceptions::{PyMemoryError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyMemoryView, PyString, PyTuple};
+use std::borrow::Cow;
+
+/// Most answers one batch call (`pick_many`, `pick_n`) gives: 2^24, the most nodes a balancer
+/// holds. A Python list of that many answers takes 128 MiB of pointers; larger batches raise
+/// `MemoryError` before anything is picked (split them). The same limit holds in every binding.
+pub(crate) const MAX_BATCH: usize = liblb_core::MAX_BATCH;
+
+/// Most key bytes one `pick_many` copies (256 MiB, 16 bytes per key of a full batch): the keys
+/// are copied so the batch can be picked with the GIL released, and a list repeating one huge
+/// string must not turn into an unbounded copy. Beyond it: `MemoryError`.
+pub(crate) const MAX_BATCH_KEY_BYTES: usize = 1 << 28;
+
+/// Keys reserved for before any is read (only for a real list or tuple, whose length is known).
+const PRESIZE_KEYS: usize = 4096;
 
 /// What `TypeError` messages say a key may be.
 const KEY_TYPES: &str = "str or a bytes-like object (bytes, bytearray, memoryview)";
@@ -23,10 +45,47 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 }
 
 /// A str's UTF-8, borrowed from the str object (CPython caches it; for ASCII it is the str's
-/// own data); a str that has none (a lone surrogate) is the core's `InvalidUtf8`.
+/// own data); a str that has none (a lone surrogate) is the core's `InvalidUtf8`. For node ids.
 #[inline]
 fn utf8<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
     s.to_str().map_err(|_| CoreError(Error::InvalidUtf8).into())
+}
+
+/// A str's UTF-8 as JavaScript's `TextEncoder` (WHATWG "UTF-8 encode") produces it: borrowed
+/// when the str is valid Unicode (the fast path), else each lone surrogate becomes U+FFFD
+/// (EF BF BD), one per surrogate code unit, and a high surrogate followed by a low one is the
+/// character they pair into — the str read as UTF-16 and decoded with replacement, exactly what
+/// a JavaScript string holding the same code units encodes to. For keys and names.
+#[inline]
+pub(crate) fn utf8_lossy<'a>(s: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, str>> {
+    match s.to_str() {
+        Ok(text) => Ok(Cow::Borrowed(text)),
+        Err(_) => replace_surrogates(s).map(Cow::Owned),
+    }
+}
+
+/// The slow path of [`utf8_lossy`]: the str's UTF-16 code units (`surrogatepass` keeps lone
+/// surrogates as themselves), decoded with replacement.
+#[cold]
+fn replace_surrogates(s: &Bound<'_, PyString>) -> PyResult<String> {
+    let units = s.call_method1(
+        pyo3::intern!(s.py(), "encode"),
+        ("utf-16-le", "surrogatepass"),
+    )?;
+    let units = units.cast::<PyBytes>()?.as_bytes();
+    let units = units
+        .chunks_exact(2)
+        .map(|pair| u16::from_le_bytes([pair[0], pair[1]]));
+    Ok(char::decode_utf16(units)
+        .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+        .collect())
+}
+
+/// The `MemoryError` for a batch beyond [`MAX_BATCH`] answers.
+fn too_many(what: String) -> PyErr {
+    PyMemoryError::new_err(format!(
+        "{what}, but one call answers at most {MAX_BATCH} (liblb.MAX_BATCH): split the batch"
+    ))
 }
 
 /// Calls `f` with the bytes of a key: a str (its UTF-8) or a bytes-like object.
@@ -36,7 +95,7 @@ fn utf8<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
 #[inline]
 pub(crate) fn with_key<R>(key: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
     if let Ok(s) = key.cast::<PyString>() {
-        Ok(f(utf8(s)?.as_bytes()))
+        Ok(f(utf8_lossy(s)?.as_bytes()))
     } else if let Ok(b) = key.cast::<PyBytes>() {
         Ok(f(b.as_bytes()))
     } else if let Ok(b) = key.cast::<PyByteArray>() {
@@ -78,14 +137,25 @@ impl KeyBatch {
                 type_name(keys)
             ))
         })?;
-        let hint = keys.len().unwrap_or(0);
+        // Only an exact list or tuple states its length truthfully (a subclass's `__len__` is
+        // the caller's code, and could claim anything): anything else starts small and grows.
+        let known =
+            if keys.is_exact_instance_of::<PyList>() || keys.is_exact_instance_of::<PyTuple>() {
+                keys.len()?
+            } else {
+                0
+            };
+        let reserve = known.min(PRESIZE_KEYS);
         let mut batch = KeyBatch {
-            bytes: Vec::with_capacity(hint.saturating_mul(16)),
-            ends: Vec::with_capacity(hint),
+            bytes: Vec::with_capacity(reserve * 16),
+            ends: Vec::with_capacity(reserve),
         };
         for key in iter {
             let key = key?;
-            with_key(&key, |k| batch.bytes.extend_from_slice(k)).map_err(|e| {
+            if batch.ends.len() == MAX_BATCH {
+                return Err(too_many(format!("keys holds more than {MAX_BATCH} keys")));
+            }
+            with_key(&key, |k| batch.push(k)).map_err(|e| {
                 if e.is_instance_of::<PyTypeError>(key.py()) {
                     PyTypeError::new_err(format!(
                         "keys[{}] must be {KEY_TYPES}, got {}",
@@ -95,10 +165,26 @@ impl KeyBatch {
                 } else {
                     e
                 }
-            })?;
-            batch.ends.push(batch.bytes.len());
+            })??;
         }
         Ok(batch)
+    }
+
+    /// Appends one key, within [`MAX_BATCH_KEY_BYTES`]; an allocation that fails is a
+    /// `MemoryError`, not an abort.
+    fn push(&mut self, key: &[u8]) -> PyResult<()> {
+        if key.len() > MAX_BATCH_KEY_BYTES - self.bytes.len() {
+            return Err(PyMemoryError::new_err(format!(
+                "keys: more than {MAX_BATCH_KEY_BYTES} bytes in one batch \
+                 (liblb.MAX_BATCH_KEY_BYTES); split the batch or pick such keys one by one"
+            )));
+        }
+        let no_memory = |_| PyMemoryError::new_err("keys: out of memory copying the batch");
+        self.bytes.try_reserve(key.len()).map_err(no_memory)?;
+        self.ends.try_reserve(1).map_err(no_memory)?;
+        self.bytes.extend_from_slice(key);
+        self.ends.push(self.bytes.len());
+        Ok(())
     }
 
     /// Number of keys.
@@ -118,7 +204,7 @@ pub(crate) fn algorithm(name: &Bound<'_, PyAny>) -> PyResult<Algorithm> {
     let s = name.cast::<PyString>().map_err(|_| {
         PyTypeError::new_err(format!("algorithm must be str, got {}", type_name(name)))
     })?;
-    utf8(s)?.parse().or_raise()
+    utf8_lossy(s)?.parse().or_raise()
 }
 
 /// A node id: a str. Returns the core's `InvalidUtf8` error for a str with a lone surrogate.
@@ -153,11 +239,12 @@ pub(crate) fn weight_arg(value: &Bound<'_, PyAny>) -> PyResult<u32> {
     weight(value, None)
 }
 
-/// A count or retry limit: a non-negative int. An int beyond `usize` means "as many as there
-/// are" for a limit; for a count it would never fit in memory, and the core says so by failing
-/// to allocate, so it is refused here instead.
+/// A retry limit (`saturate`: an int beyond `usize` means "as many as there are") or a batch
+/// count (anything above [`MAX_BATCH`], up to any int, is `MemoryError`: it cannot fit in
+/// memory, and must never reach an allocation): a non-negative int.
 pub(crate) fn count(name: &str, value: &Bound<'_, PyAny>, saturate: bool) -> PyResult<usize> {
     match value.extract::<usize>() {
+        Ok(n) if !saturate && n > MAX_BATCH => Err(too_many(format!("{name} is {n}"))),
         Ok(n) => Ok(n),
         Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => {
             if value.lt(0)? {
@@ -168,10 +255,7 @@ pub(crate) fn count(name: &str, value: &Bound<'_, PyAny>, saturate: bool) -> PyR
             } else if saturate {
                 Ok(usize::MAX)
             } else {
-                Err(PyOverflowError::new_err(format!(
-                    "{name} is too large: {}",
-                    value.repr()?
-                )))
+                Err(too_many(format!("{name} is {}", value.repr()?)))
             }
         }
         Err(_) => Err(PyTypeError::new_err(format!(
@@ -221,7 +305,7 @@ pub(crate) fn nodes(nodes: &Bound<'_, PyAny>) -> PyResult<Vec<Node>> {
     if let Ok(map) = nodes.cast::<PyDict>() {
         // A snapshot of the items: reading a weight can run Python code (`__index__`), which
         // could change the dict under a live iterator.
-        return map.items().iter().map(|item| node(&item)).collect();
+        return bounded_nodes(map.items().iter().map(|item| node(&item)));
     }
     if nodes.is_instance_of::<PyString>() || nodes.is_instance_of::<PyBytes>() {
         return Err(PyTypeError::new_err(format!(
@@ -235,7 +319,20 @@ pub(crate) fn nodes(nodes: &Bound<'_, PyAny>) -> PyResult<Vec<Node>> {
             type_name(nodes)
         ))
     })?;
-    iter.map(|item| node(&item?)).collect()
+    bounded_nodes(iter.map(|item| node(&item?)))
+}
+
+/// Collects nodes, but stops reading after one more than a balancer can hold (the core's
+/// `TooManyNodes`): an endless iterable must not grow the list until memory runs out.
+fn bounded_nodes(items: impl Iterator<Item = PyResult<Node>>) -> PyResult<Vec<Node>> {
+    let mut nodes = Vec::new();
+    for item in items {
+        if nodes.len() == MAX_NODES {
+            return Err(CoreError(Error::TooManyNodes(MAX_NODES + 1)).into());
+        }
+        nodes.push(item?);
+    }
+    Ok(nodes)
 }
 
 /// What `vnodes` accepts, for values beyond `u64` (smaller ones get the core's own message).
@@ -277,7 +374,7 @@ pub(crate) fn options(
             PyTypeError::new_err(format!("hash must be str, got {}", type_name(value)))
         })?;
         options
-            .set("hash", OptionValue::Str(utf8(name)?))
+            .set("hash", OptionValue::Str(&utf8_lossy(name)?))
             .or_raise()?;
     }
     Ok(options)

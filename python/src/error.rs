@@ -37,7 +37,7 @@ create_exception!(
     liblb,
     InvalidUtf8Error,
     Error,
-    "A node id or key str cannot be encoded as UTF-8, e.g. a lone surrogate (LB_INVALID_UTF8)."
+    "A node id str cannot be encoded as UTF-8: it holds a lone surrogate (LB_INVALID_UTF8). Keys never raise it: their lone surrogates hash as U+FFFD."
 );
 create_exception!(
     liblb,

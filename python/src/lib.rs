@@ -111,7 +111,7 @@ impl PyBalancer {
         Ok(PyString::new(py, picked.id()))
     }
 
-    /// One pick per key, all from the same membership.
+    /// One pick per key, all from the same membership (at most `MAX_BATCH` keys).
     fn pick_many<'py>(
         &self,
         py: Python<'py>,
@@ -126,7 +126,7 @@ impl PyBalancer {
         id_list(py, &picks.or_raise()?)
     }
 
-    /// `count` unkeyed picks from the same membership.
+    /// `count` unkeyed picks from the same membership (`count` <= `MAX_BATCH`).
     fn pick_n<'py>(
         &self,
         py: Python<'py>,
@@ -275,6 +275,8 @@ fn _liblb(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("HASHES", PyTuple::new(py, HashKind::NAMES)?)?;
     m.add("DEFAULT_VNODES", DEFAULT_VNODES)?;
     m.add("MAX_VNODES", MAX_VNODES)?;
+    m.add("MAX_BATCH", convert::MAX_BATCH)?;
+    m.add("MAX_BATCH_KEY_BYTES", convert::MAX_BATCH_KEY_BYTES)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(bench::_noop, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_noop_many, m)?)?;

@@ -356,7 +356,12 @@ static void test_picks(void) {
     CHECK_RESULT(lb_balancer_pick_n(sh, 2, five, NULL, 0, NULL), LB_RESULT_KEY_REQUIRED);
     CHECK_RESULT(lb_balancer_pick_n(rr, 2, NULL, NULL, 0, NULL), LB_RESULT_NULL_PARAMETER);
     CHECK_RESULT(lb_balancer_pick_n(rr, 2, five, buf, 2, &size), LB_RESULT_BUFFER_TOO_SMALL);
-    CHECK_RESULT(lb_balancer_pick_n(rr, SIZE_MAX, five, NULL, 0, NULL), LB_RESULT_INVALID_LENGTH);
+    /* More than LB_MAX_BATCH answers: refused first, nothing picked or written. */
+    CHECK_RESULT(lb_balancer_pick_n(rr, SIZE_MAX, five, NULL, 0, NULL), LB_RESULT_BATCH_TOO_LARGE);
+    CHECK_RESULT(lb_balancer_pick_n(rr, (size_t)LB_MAX_BATCH + 1, five, NULL, 0, NULL),
+                 LB_RESULT_BATCH_TOO_LARGE);
+    CHECK_RESULT(lb_balancer_pick_many(rr, NULL, (size_t)LB_MAX_BATCH + 1, NULL, NULL, 0, NULL),
+                 LB_RESULT_BATCH_TOO_LARGE);
 
     /* attempts: distinct nodes, the first one is the pick, fewer than limit when few nodes. */
     lb_pick tries[5];
@@ -392,7 +397,8 @@ static void test_picks(void) {
     lb_balancer_free(rr);
 }
 
-/* The id size bound fits every id ever held and never shrinks. */
+/* The id size bound is the longest current id + 1: it follows ids in and out, and a rejected
+ * id leaves it alone. */
 static void test_id_size_bound(void) {
     lb_node init[] = {node("short", 1, 0)};
     lb_balancer *b = make("round_robin", NULL, init, 1);
@@ -404,7 +410,13 @@ static void test_id_size_bound(void) {
     CHECK(bound == 17);
     CHECK_OK(lb_balancer_remove(b, S("a-much-longer-id")));
     CHECK_OK(lb_balancer_id_size_bound(b, &bound));
-    CHECK(bound == 17);
+    CHECK(bound == 6);
+    CHECK_RESULT(lb_balancer_add(b, "an-even-longer-id\0", 18, 1, 0), LB_RESULT_ID_CONTAINS_NUL);
+    CHECK_OK(lb_balancer_id_size_bound(b, &bound));
+    CHECK(bound == 6);
+    CHECK_RESULT(lb_balancer_add(b, S("short"), 1, 0), LB_RESULT_DUPLICATE_NODE);
+    CHECK_OK(lb_balancer_id_size_bound(b, &bound));
+    CHECK(bound == 6);
     CHECK_RESULT(lb_balancer_id_size_bound(NULL, &bound), LB_RESULT_NULL_PARAMETER);
     CHECK_RESULT(lb_balancer_id_size_bound(b, NULL), LB_RESULT_NULL_PARAMETER);
     lb_balancer_free(b);
@@ -438,15 +450,11 @@ static void test_batches_fail_like_a_pick(void) {
     /* A keyed batch of no keys lacks no key: it succeeds and writes nothing. */
     CHECK_OK(lb_balancer_pick_many(ring, NULL, 0, NULL, NULL, 0, NULL));
 
-    /* A huge count with a picks_out array that really has room for it: address space reserved
-     * with MAP_NORESERVE, never touched (valgrind cannot map as much: try smaller sizes). */
-    lb_pick *picks = MAP_FAILED;
-    size_t count = 0;
-    for (int shift = 36; shift >= 20 && picks == MAP_FAILED; shift--) {
-        count = (size_t)1 << shift;
-        picks = mmap(NULL, count * sizeof(lb_pick), PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    }
+    /* The largest count (LB_MAX_BATCH) with a picks_out array that really has room for it:
+     * address space reserved with MAP_NORESERVE, never touched (the pick fails first). */
+    size_t count = LB_MAX_BATCH;
+    lb_pick *picks = mmap(NULL, count * sizeof(lb_pick), PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     CHECK(picks != MAP_FAILED);
     if (picks != MAP_FAILED) {
         char ids[8];
@@ -458,10 +466,13 @@ static void test_batches_fail_like_a_pick(void) {
         CHECK(size == SENTINEL_SIZE);
         munmap(picks, count * sizeof(lb_pick));
     }
-    /* Past PTRDIFF_MAX bytes no array can be that big. */
+    /* Beyond LB_MAX_BATCH, and past PTRDIFF_MAX bytes, the count is refused before anything
+     * else (no array can be that big, and no batch is answered that large). */
     lb_pick one[1];
     CHECK_RESULT(lb_balancer_pick_n(empty, SIZE_MAX / sizeof(lb_pick), one, NULL, 0, NULL),
-                 LB_RESULT_INVALID_LENGTH);
+                 LB_RESULT_BATCH_TOO_LARGE);
+    CHECK_RESULT(lb_balancer_pick_n(ring, (size_t)LB_MAX_BATCH + 1, one, NULL, 0, NULL),
+                 LB_RESULT_BATCH_TOO_LARGE);
     lb_balancer_free(ring);
     lb_balancer_free(empty);
 }

@@ -126,6 +126,47 @@ int main() {
     }
     CHECK(overflowed);
 
+    // Issue 9, finding 5: a rejected 64 MiB id used to raise lb_balancer_id_size_bound for
+    // good, so every later pick allocated 64 MiB (and kept it as the answer's capacity) and a
+    // 100000-key pick_many asked for 6.4 TB and threw bad_alloc.
+    {
+        lb::balancer victim("round_robin", {{"a", 1, 1}, {"b", 1, 2}});
+        std::string huge(64u << 20, 'h');
+        huge.back() = '\0';
+        EXPECT_ERROR(LB_RESULT_ID_CONTAINS_NUL, victim.add(huge));
+        size_t bound = 0;
+        CHECK(lb_balancer_id_size_bound(victim.get(), &bound) == LB_RESULT_OK && bound == 2);
+        auto p = victim.pick();
+        CHECK(p.id == "a" && p.id.capacity() < 4096);
+        std::vector<std::string_view> many_keys(100000, "k");
+        try {
+            auto answers = victim.pick_many(many_keys);
+            CHECK(answers.size() == many_keys.size() && answers[0].id == "b");
+        } catch (const std::exception &e) {
+            std::fprintf(stderr, "pick_many after a rejected id threw: %s\n", e.what());
+            failures++;
+        }
+        // An accepted long id raises the bound; once it leaves, the bound is small again.
+        huge.back() = 'h';
+        victim.add(huge, 1, 3);
+        CHECK(lb_balancer_id_size_bound(victim.get(), &bound) == LB_RESULT_OK &&
+              bound == huge.size() + 1);
+        victim.remove(huge);
+        CHECK(lb_balancer_id_size_bound(victim.get(), &bound) == LB_RESULT_OK && bound == 2);
+        CHECK(victim.pick().id.capacity() < 4096);
+    }
+
+    // Counts that cannot be answered fail with a code before anything is allocated; an absurd
+    // attempts limit means "every node".
+    {
+        lb::balancer counts("round_robin", {{"a", 1, 1}, {"b", 1, 2}});
+        EXPECT_ERROR(LB_RESULT_BATCH_TOO_LARGE, counts.pick_n(SIZE_MAX));
+        EXPECT_ERROR(LB_RESULT_BATCH_TOO_LARGE, counts.pick_n(LB_MAX_BATCH + 1));
+        CHECK(counts.pick().id == "a");  // nothing was picked by the refused batches
+        auto all = counts.attempts(std::nullopt, SIZE_MAX);
+        CHECK(all.size() == 2 && all[0].id == "b" && all[1].id == "a");
+    }
+
     // Moves transfer ownership (the moved-from object frees nothing).
     lb::balancer moved = std::move(rr);
     CHECK(moved.size() == 1);
