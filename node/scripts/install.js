@@ -130,4 +130,5 @@ function main() {
   if (!check.ok) fail(`built ${dest}, but index.js still cannot load it: ${check.why}`)
 }
 
-main()
+if (require.main === module) main()
+module.exports = { napiPlatform }
