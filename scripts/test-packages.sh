@@ -50,7 +50,7 @@ for tool in cargo node npm python3 tar; do
 done
 
 version="$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' Cargo.toml)"
-export LIBLB_EXPECT_VERSION="$version"
+export LIBLB_EXPECT_VERSION="$version" LIBLB_REPO="$repo"
 typescript="$(node -p "require('./node/package.json').devDependencies.typescript")"
 
 scratch="$(mktemp -d)"

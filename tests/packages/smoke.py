@@ -7,6 +7,7 @@ import liblb
 
 # Imported from the venv, never from the repository's python/ folder.
 assert "site-packages" in liblb.__file__, liblb.__file__
+assert not liblb.__file__.startswith(os.environ["LIBLB_REPO"] + "/"), liblb.__file__
 assert liblb.__version__ == os.environ["LIBLB_EXPECT_VERSION"], liblb.__version__
 
 ring = liblb.Balancer("ring", ["NodeA", "NodeB", "NodeC"], vnodes=3)
