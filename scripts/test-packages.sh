@@ -12,6 +12,7 @@
 #      project runs `npm install --install-links <clone>/node` (copies the folder; builds from
 #      the vendored rust/), another `npm install <clone>/node` (links it; builds from the
 #      clone's workspace), each with the same three smoke tests;
+#      and `cargo install --path <clone>/cli` gives an `lb` command that answers the same;
 #   6. the C tarball, extracted: smoke.c built with pkg-config against liblb.so (found through
 #      the rpath) and against liblb.a, run; lb.hpp compiles as C++17.
 #
@@ -95,7 +96,7 @@ node_smoke() {
         "$@" node smoke.cjs
         "$@" node smoke.mjs
         "$@" node "$scratch/tools/node_modules/typescript/bin/tsc" --strict --target es2022 \
-            --module nodenext --moduleResolution nodenext --outDir out smoke.ts
+            --module nodenext --moduleResolution nodenext --skipDefaultLibCheck --outDir out smoke.ts
         "$@" node out/smoke.js
     )
 }
@@ -161,6 +162,16 @@ new_npm_project "$scratch/npm-link"
 [[ -L "$scratch/npm-link/node_modules/liblb" ]] || fail "npm install <folder> did not link it"
 compgen -G "$clone_node/liblb.*.node" >/dev/null || fail "npm install did not build the addon in the clone"
 node_smoke "$scratch/npm-link"
+passed
+
+step "lb command: cargo install --locked --path <clone>/cli"
+cargo install --quiet --locked --path "$scratch/clone/cli" --root "$scratch/cargo-root"
+lb="$scratch/cargo-root/bin/lb"
+ring="$("$lb" pick --algorithm ring --node NodeA --node NodeB --node NodeC --vnodes 3 Key1 Key2 Key3 | tr '\t\n' ': ')"
+[[ "$ring" == "Key1:NodeB Key2:NodeA Key3:NodeC " ]] || fail "lb pick (ring, seed 001) printed: $ring"
+wrr="$("$lb" pick --algorithm weighted_round_robin --node a=5 --node b --node c --count 7 | tr -d '\n')"
+[[ "$wrr" == aabacaa ]] || fail "lb pick (smooth WRR) printed: $wrr"
+echo "lb: ring $ring; wrr $wrr"
 passed
 
 # --- 6 ---------------------------------------------------------------------------------------
