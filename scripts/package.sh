@@ -62,11 +62,17 @@ addon="liblb.$(node -p "require('./node/scripts/install.js').napiPlatform('$host
 [[ -f "node/$addon" ]] || fail "node/$addon was not built"
 # The release profile keeps debug info for profiling; the published addon does not need it.
 strip --strip-debug "node/$addon"
+# prebuilt.json vouches for this addon (name + SHA-256): only then does the installed package's
+# install step use it instead of building (node/scripts/install.js). It exists only while npm
+# packs, so a checkout copied by `npm install --install-links` never vouches for a stale addon.
+trap 'rm -f "$repo/node/prebuilt.json"' EXIT
+printf '{\n  "%s": "%s"\n}\n' "$addon" "$(sha256sum "node/$addon" | cut -d' ' -f1)" >node/prebuilt.json
 tgz="$(cd node && npm pack --silent --pack-destination "$dist")"
+rm -f node/prebuilt.json
 [[ "$tgz" == "liblb-$version.tgz" ]] || fail "npm pack wrote '$tgz', expected liblb-$version.tgz"
 listing="$(tar -tzf "$dist/$tgz")"
 for want in package/package.json package/index.js package/index.mjs package/index.d.ts \
-    "package/$addon" package/scripts/install.js package/rust/Cargo.toml package/rust/Cargo.lock \
+    "package/$addon" package/prebuilt.json package/scripts/install.js package/rust/Cargo.toml package/rust/Cargo.lock \
     package/rust/core/src/lib.rs package/rust/node/src/lib.rs; do
     grep -qx "$want" <<<"$listing" || fail "$tgz lacks $want"
 done
@@ -112,7 +118,7 @@ done
 # --- C tarball -------------------------------------------------------------------------------
 step "C: scripts/install.sh --relocatable into $c_name/, strip debug info, tar"
 stage="$(mktemp -d)"
-trap 'rm -rf "$stage"' EXIT
+trap 'rm -rf "$stage" "$repo/node/prebuilt.json"' EXIT
 scripts/install.sh --relocatable "$stage/$c_name"
 strip --strip-debug "$stage/$c_name/lib/liblb.so.$version" "$stage/$c_name/lib/liblb.a"
 cat >"$stage/$c_name/README.md" <<README

@@ -9,9 +9,9 @@
 #   4. an empty npm project installs the npm tarball with no Rust on PATH: CommonJS, ESM and
 #      TypeScript (tsc --strict) smoke tests;
 #   5. a fresh `git clone` of HEAD (no target/, node_modules/ or .venv in reach): an empty npm
-#      project runs `npm install --install-links <clone>/node` (copies the folder; builds from
-#      the vendored rust/), another `npm install <clone>/node` (links it; builds from the
-#      clone's workspace), each with the same three smoke tests;
+#      project runs `npm install <clone>/node` (links it; builds from the clone's workspace),
+#      another `npm install --install-links <clone>/node` (copies the folder; builds from the
+#      vendored rust/), each with the same three smoke tests;
 #      and `cargo install --path <clone>/cli` gives an `lb` command that answers the same;
 #   6. the C tarball, extracted: smoke.c built with pkg-config against liblb.so (found through
 #      the rpath) and against liblb.a, run; lb.hpp compiles as C++17.
@@ -145,23 +145,26 @@ git clone --quiet --no-checkout "$repo" "$scratch/clone"
 git -C "$scratch/clone" checkout --quiet --detach "$head"
 clone_node="$scratch/clone/node"
 
-# First --install-links, while the clone's node/ holds no built addon for it to copy: the copy
-# must build itself from the rust/ that npm's `prepare` step vendored into it.
-step "Node from source: empty project, npm install --install-links <clone>/node"
-new_npm_project "$scratch/npm-copy"
-(cd "$scratch/npm-copy" && npm install --install-links "$clone_node")
-[[ ! -L "$scratch/npm-copy/node_modules/liblb" ]] || fail "--install-links made a link"
-[[ -f "$scratch/npm-copy/node_modules/liblb/rust/Cargo.toml" ]] || fail "the copy has no vendored rust/"
-if compgen -G "$clone_node/liblb.*.node" >/dev/null; then fail "--install-links built in the clone, not in the copy"; fi
-node_smoke "$scratch/npm-copy"
-passed
-
 step "Node from source: empty project, npm install <clone>/node"
 new_npm_project "$scratch/npm-link"
-(cd "$scratch/npm-link" && npm install "$clone_node")
+(cd "$scratch/npm-link" && npm install --foreground-scripts "$clone_node") 2>&1 | tee "$scratch/npm-link.log"
 [[ -L "$scratch/npm-link/node_modules/liblb" ]] || fail "npm install <folder> did not link it"
+grep -q "^liblb: built liblb\." "$scratch/npm-link.log" || fail "npm install <folder> did not build the addon"
 compgen -G "$clone_node/liblb.*.node" >/dev/null || fail "npm install did not build the addon in the clone"
 node_smoke "$scratch/npm-link"
+passed
+
+# Now the clone's node/ holds an addon, which --install-links copies along: without
+# prebuilt.json (only scripts/package.sh writes one) it is not trusted, and the copy builds
+# itself from the rust/ that npm's `prepare` step vendored into it.
+step "Node from source: empty project, npm install --install-links <clone>/node"
+new_npm_project "$scratch/npm-copy"
+(cd "$scratch/npm-copy" && npm install --foreground-scripts --install-links "$clone_node") 2>&1 | tee "$scratch/npm-copy.log"
+[[ ! -L "$scratch/npm-copy/node_modules/liblb" ]] || fail "--install-links made a link"
+[[ -f "$scratch/npm-copy/node_modules/liblb/rust/Cargo.toml" ]] || fail "the copy has no vendored rust/"
+grep -q "^liblb: cargo build .*/npm-copy/node_modules/liblb/rust/Cargo.toml" "$scratch/npm-copy.log" ||
+    fail "--install-links did not build from the copy's vendored rust/"
+node_smoke "$scratch/npm-copy"
 passed
 
 step "lb command: cargo install --locked --path <clone>/cli"

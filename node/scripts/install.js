@@ -3,18 +3,22 @@
 // dependencies, so it runs wherever the package lands: a linked folder (`npm install
 // <clone>/node`), a copied folder (`--install-links`), or the published tarball.
 //
-//   1. If the addon next to index.js already loads (the tarball made by scripts/package.sh ships
-//      one for linux-x64-gnu), there is nothing to do: no Rust needed.
+//   1. In a packed copy (the tarball, or a folder copied by `--install-links`) whose
+//      prebuilt.json names an addon that is present, unchanged (same SHA-256) and loads, there
+//      is nothing to do: no Rust needed. scripts/package.sh writes prebuilt.json for the addon
+//      it builds; nothing else does, so an addon merely left in a checkout is never trusted.
 //   2. Otherwise build it from source with cargo and copy it to `liblb.<platform>.node`, the
 //      name the generated loader (index.js) looks for. The sources are either the enclosing
-//      repository's workspace (this folder is <repo>/node) or the self-contained workspace
-//      vendored into rust/ by scripts/vendor.js when the package was packed.
+//      repository's workspace (this folder is <repo>/node: always built, cargo skips what is
+//      fresh) or the self-contained workspace vendored into rust/ by scripts/vendor.js when the
+//      package was packed.
 //
 // Environment: CARGO_TARGET_DIR (where cargo builds; default: the workspace's target/),
 // LIBLB_BUILD_FROM_SOURCE=1 (skip step 1 and always build).
 'use strict'
 
 const { spawnSync } = require('node:child_process')
+const crypto = require('node:crypto')
 const fs = require('node:fs')
 const path = require('node:path')
 
@@ -37,6 +41,20 @@ function addonLoads() {
   return { ok: probe.status === 0, why: (probe.stderr || '').trim().split('\n').slice(0, 3).join(' ') }
 }
 
+// Is an addon listed in prebuilt.json ({"liblb.<platform>.node": "<sha256>"}) here, unchanged?
+function prebuiltPresent() {
+  let listed
+  try {
+    listed = JSON.parse(fs.readFileSync(path.join(pkgDir, 'prebuilt.json'), 'utf8'))
+  } catch {
+    return false
+  }
+  return Object.entries(listed).some(([file, sha256]) => {
+    const addon = path.join(pkgDir, path.basename(file))
+    return fs.existsSync(addon) && crypto.createHash('sha256').update(fs.readFileSync(addon)).digest('hex') === sha256
+  })
+}
+
 // The workspace to build: the repository around this folder, else the vendored copy.
 function findWorkspace() {
   const repoManifest = path.join(pkgDir, '..', 'Cargo.toml')
@@ -49,7 +67,7 @@ function findWorkspace() {
   }
   const vendored = path.join(pkgDir, 'rust', 'Cargo.toml')
   if (fs.existsSync(vendored)) return { manifest: vendored, vendored: true }
-  fail(`no Rust sources to build from: neither ${repoManifest} (a liblb checkout) nor ${vendored} (a packed liblb)`)
+  return null
 }
 
 // napi-rs's platform name for a Rust target triple (the suffix in `liblb.<platform>.node`),
@@ -84,13 +102,20 @@ function run(cmd, args, opts = {}) {
 }
 
 function main() {
-  if (process.env.LIBLB_BUILD_FROM_SOURCE !== '1') {
-    const probe = addonLoads()
-    if (probe.ok) return
-    say(`no prebuilt addon loads here (${probe.why || 'none found'}); building from source with cargo`)
+  const workspace = findWorkspace()
+  if ((!workspace || workspace.vendored) && process.env.LIBLB_BUILD_FROM_SOURCE !== '1') {
+    if (prebuiltPresent()) {
+      const probe = addonLoads()
+      if (probe.ok) return
+      say(`the prebuilt addon does not load here (${probe.why}); building from source with cargo`)
+    } else {
+      say('no prebuilt addon for this package; building from source with cargo')
+    }
   }
-
-  const { manifest, vendored } = findWorkspace()
+  if (!workspace) {
+    fail(`no Rust sources to build from: neither ${path.join(pkgDir, '..', 'Cargo.toml')} (a liblb checkout) nor ${path.join(pkgDir, 'rust', 'Cargo.toml')} (a packed liblb)`)
+  }
+  const { manifest, vendored } = workspace
   const rustc = run(process.env.RUSTC || 'rustc', ['-vV'])
   const host = /^host: (\S+)$/m.exec(rustc.stdout || '')
   if (rustc.status !== 0 || !host) fail(`\`rustc -vV\` failed: ${rustc.stderr}`)
