@@ -68,7 +68,8 @@ strip --strip-debug "node/$addon"
 trap 'rm -f "$repo/node/prebuilt.json"' EXIT
 printf '{\n  "%s": "%s"\n}\n' "$addon" "$(sha256sum "node/$addon" | cut -d' ' -f1)" >node/prebuilt.json
 tgz="$(cd node && npm pack --silent --pack-destination "$dist")"
-rm -f node/prebuilt.json
+# node/rust/ (written by the prepare step) is in the tarball now; the checkout does not need it.
+rm -rf node/prebuilt.json node/rust
 [[ "$tgz" == "liblb-$version.tgz" ]] || fail "npm pack wrote '$tgz', expected liblb-$version.tgz"
 listing="$(tar -tzf "$dist/$tgz")"
 for want in package/package.json package/index.js package/index.mjs package/index.d.ts \
