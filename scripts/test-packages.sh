@@ -167,8 +167,11 @@ grep -q "^liblb: cargo build .*/npm-copy/node_modules/liblb/rust/Cargo.toml" "$s
 node_smoke "$scratch/npm-copy"
 passed
 
-step "lb command: cargo install --locked --path <clone>/cli"
-cargo install --quiet --locked --path "$scratch/clone/cli" --root "$scratch/cargo-root"
+# --debug: the dev profile reuses the dependencies (clap) that the Rust tests already built in
+# the shared target dir, where a release build would compile them again (about a minute on two
+# cores); the README's `cargo install --path cli` differs only in the profile.
+step "lb command: cargo install --debug --locked --path <clone>/cli"
+cargo install --quiet --debug --locked --path "$scratch/clone/cli" --root "$scratch/cargo-root"
 lb="$scratch/cargo-root/bin/lb"
 ring="$("$lb" pick --algorithm ring --node NodeA --node NodeB --node NodeC --vnodes 3 Key1 Key2 Key3 | tr '\t\n' ': ')"
 [[ "$ring" == "Key1:NodeB Key2:NodeA Key3:NodeC " ]] || fail "lb pick (ring, seed 001) printed: $ring"
