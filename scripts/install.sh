@@ -65,6 +65,7 @@ private="$(echo "$native_libs" | tr ' ' '\n' | tac | awk 'NF && !seen[$0]++' | t
 pc_prefix="$prefix"
 # pkg-config (and pkgconf) expand ${pcfiledir} to the folder holding the .pc file.
 if [[ "$relocatable" == 1 ]]; then
+    # shellcheck disable=SC2016 # a literal ${pcfiledir}: pkg-config expands it, not the shell
     pc_prefix='${pcfiledir}/../..'
 fi
 cat > "$prefix/lib/pkgconfig/liblb.pc" <<PC
