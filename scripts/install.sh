@@ -4,20 +4,29 @@
 #   PREFIX/lib/liblb.a, PREFIX/include/lb.h, PREFIX/include/lb.hpp,
 #   PREFIX/lib/pkgconfig/liblb.pc
 #
-# Usage: scripts/install.sh [--debug] PREFIX
-#   --debug  install the dev-profile build (what scripts/test-c.sh tests) instead of release.
+# Usage: scripts/install.sh [--debug] [--relocatable] PREFIX
+#   --debug        install the dev-profile build (what scripts/test-c.sh tests) instead of release.
+#   --relocatable  write `prefix=${pcfiledir}/../..` in liblb.pc instead of PREFIX, so the tree
+#                  works wherever it is moved (scripts/package.sh's C tarball).
 # Then: cc app.c $(PKG_CONFIG_PATH=PREFIX/lib/pkgconfig pkg-config --cflags --libs liblb)
-#       (static: pkg-config --static --cflags --libs liblb, linking PREFIX/lib/liblb.a)
+#   static: cc app.c $(pkg-config --cflags liblb) "$(pkg-config --variable=libdir liblb)/liblb.a" \
+#               $(pkg-config --variable=native_libs liblb)
+#   (`-llb` would pick liblb.so over liblb.a; native_libs = the system libraries liblb.a needs.)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 profile=release
-if [[ "${1:-}" == "--debug" ]]; then
-    profile=debug
+relocatable=0
+while [[ "${1:-}" == --* ]]; do
+    case "$1" in
+        --debug) profile=debug ;;
+        --relocatable) relocatable=1 ;;
+        *) echo "$0: unknown option $1" >&2; exit 2 ;;
+    esac
     shift
-fi
+done
 if [[ $# -ne 1 ]]; then
-    echo "usage: $0 [--debug] PREFIX" >&2
+    echo "usage: $0 [--debug] [--relocatable] PREFIX" >&2
     exit 2
 fi
 mkdir -p "$1"
@@ -53,17 +62,24 @@ install -m 0644 "$target_dir/$profile/liblb.a" "$prefix/lib/liblb.a"
 install -m 0644 include/lb.h include/lb.hpp "$prefix/include/"
 # Deduplicate the library list, keeping the last occurrence of each (link order matters).
 private="$(echo "$native_libs" | tr ' ' '\n' | tac | awk 'NF && !seen[$0]++' | tac | tr '\n' ' ')"
+pc_prefix="$prefix"
+# pkg-config (and pkgconf) expand ${pcfiledir} to the folder holding the .pc file.
+if [[ "$relocatable" == 1 ]]; then
+    # shellcheck disable=SC2016 # a literal ${pcfiledir}: pkg-config expands it, not the shell
+    pc_prefix='${pcfiledir}/../..'
+fi
 cat > "$prefix/lib/pkgconfig/liblb.pc" <<PC
-prefix=$prefix
+prefix=$pc_prefix
 exec_prefix=\${prefix}
 libdir=\${exec_prefix}/lib
 includedir=\${prefix}/include
+native_libs=${private% }
 
 Name: liblb
 Description: Load balancing: pick a backend (C API of liblb; lb.h, C++ lb.hpp)
 Version: $version
 Libs: -L\${libdir} -llb
-Libs.private: ${private% }
+Libs.private: \${native_libs}
 Cflags: -I\${includedir}
 PC
 echo "installed liblb $version ($profile) to $prefix"

@@ -69,8 +69,12 @@ step "Python: pip install ./python into .venv, pytest (API, errors, vectors, pro
 ./scripts/test-python.sh
 ok
 
-step "Node: npm ci, napi build, generated files fresh, node --test, npm install from a scratch folder"
+step "Node: npm ci, napi build, generated files fresh, node --test"
 ./scripts/test-node.sh
+ok
+
+step "Packages: scripts/package.sh (npm tarball, wheel, sdist, C tarball), each installed in a scratch folder (no Rust on PATH for the built ones); npm install of a fresh clone's node/, linked and copied"
+./scripts/test-packages.sh
 ok
 
 total=$passed

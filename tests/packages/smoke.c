@@ -1,0 +1,63 @@
+/* Smoke test of the extracted C tarball, built with pkg-config (tests/packages/README.md).
+ * Usage: smoke EXPECTED_VERSION */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <lb.h>
+
+static int fails = 0;
+
+static void check(const char *what, const char *got, const char *want) {
+    if (strcmp(got, want) != 0) {
+        fprintf(stderr, "%s: got '%s', want '%s'\n", what, got, want);
+        fails++;
+    }
+}
+
+static lb_balancer *make(const char *algorithm, const lb_node *nodes, size_t n, uint64_t vnodes) {
+    lb_options *options = NULL;
+    lb_balancer *b = NULL;
+    if (lb_options_new(&options) != LB_RESULT_OK) return NULL;
+    if (vnodes && lb_options_set_int(options, "vnodes", 6, vnodes) != LB_RESULT_OK) return NULL;
+    lb_result r = lb_balancer_new(algorithm, strlen(algorithm), options, nodes, n, &b);
+    lb_options_free(options);
+    if (r != LB_RESULT_OK) fprintf(stderr, "lb_balancer_new(%s): %s\n", algorithm, lb_result_str(r));
+    return b;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) return 2;
+    check("lb_version()", lb_version(), argv[1]);
+
+    const lb_node seed[] = {{"NodeA", 5, 1, 0}, {"NodeB", 5, 1, 1}, {"NodeC", 5, 1, 2}};
+    lb_balancer *ring = make("ring", seed, 3, 3);
+    if (!ring) return 1;
+    char got[64] = "", id[16];
+    const char *keys[] = {"Key1", "Key2", "Key3"};
+    for (int i = 0; i < 3; i++) {
+        size_t len = 0;
+        if (lb_balancer_pick(ring, keys[i], 4, NULL, id, sizeof id, &len) != LB_RESULT_OK) return 1;
+        strncat(got, id, len);
+        if (i < 2) strcat(got, " ");
+    }
+    check("ring (seed 001)", got, "NodeB NodeA NodeC");
+    check("unknown node", lb_result_name(lb_balancer_remove(ring, "nope", 4)), "LB_UNKNOWN_NODE");
+    lb_balancer_free(ring);
+
+    const lb_node weighted[] = {{"a", 1, 5, 'a'}, {"b", 1, 1, 'b'}, {"c", 1, 1, 'c'}};
+    lb_balancer *wrr = make("weighted_round_robin", weighted, 3, 0);
+    if (!wrr) return 1;
+    char seq[8] = "";
+    for (int i = 0; i < 7; i++) {
+        uint64_t tag = 0;
+        if (lb_balancer_pick(wrr, NULL, 0, &tag, NULL, 0, NULL) != LB_RESULT_OK) return 1;
+        seq[i] = (char)tag;
+    }
+    check("smooth WRR (nginx)", seq, "aabacaa");
+    lb_balancer_free(wrr);
+
+    if (fails) return 1;
+    printf("c: liblb %s: ring %s, wrr %s\n", lb_version(), got, seq);
+    return 0;
+}
