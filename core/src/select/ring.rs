@@ -338,8 +338,10 @@ mod tests {
     }
 
     proptest::proptest! {
+        // No failure-persistence file: Miri's isolation forbids the file system.
         #![proptest_config(proptest::prelude::ProptestConfig {
             cases: if cfg!(miri) { 1 } else { 48 },
+            failure_persistence: None,
             ..Default::default()
         })]
 
