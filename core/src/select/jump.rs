@@ -28,8 +28,7 @@
 //! Cost: no table beyond the node list; a pick is one hash and about `ln n` LCG steps, each a
 //! floating-point division.
 
-use super::Ctx;
-use super::{Select, sample};
+use super::{HashPlacement, sample};
 use crate::HashKind;
 use crate::rng::SplitMix64;
 use crate::{Node, Options};
@@ -78,35 +77,30 @@ impl Jump {
     }
 }
 
-impl Select for Jump {
+impl HashPlacement for Jump {
     fn build(_nodes: &[Node], active: Vec<u32>, options: &Options) -> Jump {
         Jump::new(active, options.hash.unwrap_or(HashKind::Xxh3))
     }
 
-    const HASHED: bool = true;
-
-    fn by_hash(&self, hash: u64) -> Option<u32> {
-        Some(self.pick_hash(hash))
-    }
-
-    fn attempts_by_hash(&self, hash: u64, limit: usize, out: &mut Vec<u32>) -> bool {
-        self.attempts_hash(hash, limit, out);
-        true
+    #[inline]
+    fn key_hash(&self, key: &[u8]) -> u64 {
+        self.hash.hash(key)
     }
 
     #[inline]
-    fn pick(&self, key: &[u8], _ctx: &Ctx<'_>) -> u32 {
-        self.pick_hash(self.hash.hash(key))
+    fn place(&self, hash: u64) -> u32 {
+        self.pick_hash(hash)
     }
 
-    fn attempts(&self, key: &[u8], _ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
-        self.attempts_hash(self.hash.hash(key), limit, out);
+    fn place_attempts(&self, hash: u64, limit: usize, out: &mut Vec<u32>) {
+        self.attempts_hash(hash, limit, out);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::select::{Ctx, Select};
     use crate::state::State;
 
     /// go-jump's `jump_test.go` `TestHash` table ("Generated from the reference C++ code"):

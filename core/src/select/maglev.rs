@@ -34,8 +34,7 @@
 //! each of up to M rounds, O(M·n), as Envoy's does. A pick is one hash, a multiplicative
 //! remainder and one table read.
 
-use super::Ctx;
-use super::Select;
+use super::HashPlacement;
 use crate::Options;
 use crate::node::Node;
 use alloc::vec;
@@ -232,29 +231,23 @@ pub(crate) fn key_hash(key: &[u8]) -> u64 {
     xxh64(key, 0)
 }
 
-impl Select for Maglev {
+impl HashPlacement for Maglev {
     fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> Maglev {
         Maglev::new(nodes, &active, options.table_size)
     }
 
-    const HASHED: bool = true;
-
-    fn by_hash(&self, hash: u64) -> Option<u32> {
-        Some(self.pick_hash(hash))
-    }
-
-    fn attempts_by_hash(&self, hash: u64, limit: usize, out: &mut Vec<u32>) -> bool {
-        self.attempts_hash(hash, limit, out);
-        true
+    #[inline]
+    fn key_hash(&self, key: &[u8]) -> u64 {
+        key_hash(key)
     }
 
     #[inline]
-    fn pick(&self, key: &[u8], _ctx: &Ctx<'_>) -> u32 {
-        self.pick_hash(key_hash(key))
+    fn place(&self, hash: u64) -> u32 {
+        self.pick_hash(hash)
     }
 
-    fn attempts(&self, key: &[u8], _ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
-        self.attempts_hash(key_hash(key), limit, out);
+    fn place_attempts(&self, hash: u64, limit: usize, out: &mut Vec<u32>) {
+        self.attempts_hash(hash, limit, out);
     }
 }
 

@@ -89,6 +89,49 @@ pub(crate) trait Select: Sized {
     }
 }
 
+/// An algorithm whose key reduces to one 64-bit hash (ring_hash, maglev, rendezvous, jump):
+/// it implements the hash-level placement once, and `Select` — the key forms, `by_hash` and
+/// `HASHED` — follows from it.
+pub(crate) trait HashPlacement: Sized {
+    /// As [`Select::build`].
+    fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> Self;
+
+    /// The key's 64-bit hash, exactly as the upstream system computes it.
+    fn key_hash(&self, key: &[u8]) -> u64;
+
+    /// The node for a hash.
+    fn place(&self, hash: u64) -> u32;
+
+    /// Up to `limit` distinct nodes in retry order for a hash, starting with `place(hash)`.
+    fn place_attempts(&self, hash: u64, limit: usize, out: &mut Vec<u32>);
+}
+
+impl<T: HashPlacement> Select for T {
+    const HASHED: bool = true;
+
+    fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> T {
+        <T as HashPlacement>::build(nodes, active, options)
+    }
+
+    #[inline]
+    fn pick(&self, key: &[u8], _ctx: &Ctx<'_>) -> u32 {
+        self.place(self.key_hash(key))
+    }
+
+    fn attempts(&self, key: &[u8], _ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
+        self.place_attempts(self.key_hash(key), limit, out);
+    }
+
+    fn by_hash(&self, hash: u64) -> Option<u32> {
+        Some(self.place(hash))
+    }
+
+    fn attempts_by_hash(&self, hash: u64, limit: usize, out: &mut Vec<u32>) -> bool {
+        self.place_attempts(hash, limit, out);
+        true
+    }
+}
+
 /// The registration list: from each line come the [`crate::Algorithm`] variant, its name, whether
 /// it needs a key, the options it reads, and the [`Selector`] variant that builds and dispatches
 /// to its module. Adding an algorithm is one module plus one line here (pydantic-core's

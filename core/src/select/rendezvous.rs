@@ -31,8 +31,7 @@
 //! picks would need a precomputed structure over the scores (e.g. a skeleton tree of
 //! virtual groups, Wang & Ravishankar 2009), which Envoy's exact scores do not allow.
 
-use super::Ctx;
-use super::Select;
+use super::HashPlacement;
 use crate::Options;
 use crate::node::Node;
 use alloc::vec;
@@ -338,29 +337,23 @@ pub(crate) fn key_hash(key: &[u8]) -> u64 {
     xxh64(key, 0)
 }
 
-impl Select for Rendezvous {
+impl HashPlacement for Rendezvous {
     fn build(nodes: &[Node], active: Vec<u32>, _options: &Options) -> Rendezvous {
         Rendezvous::new(nodes, &active)
     }
 
-    const HASHED: bool = true;
-
-    fn by_hash(&self, hash: u64) -> Option<u32> {
-        Some(self.pick_hash(hash))
-    }
-
-    fn attempts_by_hash(&self, hash: u64, limit: usize, out: &mut Vec<u32>) -> bool {
-        self.attempts_hash(hash, limit, out);
-        true
+    #[inline]
+    fn key_hash(&self, key: &[u8]) -> u64 {
+        key_hash(key)
     }
 
     #[inline]
-    fn pick(&self, key: &[u8], _ctx: &Ctx<'_>) -> u32 {
-        self.pick_hash(key_hash(key))
+    fn place(&self, hash: u64) -> u32 {
+        self.pick_hash(hash)
     }
 
-    fn attempts(&self, key: &[u8], _ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
-        self.attempts_hash(key_hash(key), limit, out);
+    fn place_attempts(&self, hash: u64, limit: usize, out: &mut Vec<u32>) {
+        self.attempts_hash(hash, limit, out);
     }
 }
 

@@ -33,8 +33,7 @@
 //! Cost: build `ring_size` xxHash64s and a sort; memory 12 bytes per point plus a bucket
 //! index; pick one hash and a bucket-index lookup.
 
-use super::Ctx;
-use super::Select;
+use super::HashPlacement;
 use super::continuum::Continuum;
 use crate::Options;
 use crate::node::Node;
@@ -129,29 +128,23 @@ pub(crate) fn key_hash(key: &[u8]) -> u64 {
     xxh64(key, 0)
 }
 
-impl Select for RingHash {
+impl HashPlacement for RingHash {
     fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> RingHash {
         RingHash::new(nodes, &active, options.min_ring_size, options.max_ring_size)
     }
 
-    const HASHED: bool = true;
-
-    fn by_hash(&self, hash: u64) -> Option<u32> {
-        Some(self.pick_hash(hash))
-    }
-
-    fn attempts_by_hash(&self, hash: u64, limit: usize, out: &mut Vec<u32>) -> bool {
-        self.attempts_hash(hash, limit, out);
-        true
+    #[inline]
+    fn key_hash(&self, key: &[u8]) -> u64 {
+        key_hash(key)
     }
 
     #[inline]
-    fn pick(&self, key: &[u8], _ctx: &Ctx<'_>) -> u32 {
-        self.pick_hash(key_hash(key))
+    fn place(&self, hash: u64) -> u32 {
+        self.pick_hash(hash)
     }
 
-    fn attempts(&self, key: &[u8], _ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
-        self.attempts_hash(key_hash(key), limit, out);
+    fn place_attempts(&self, hash: u64, limit: usize, out: &mut Vec<u32>) {
+        self.attempts_hash(hash, limit, out);
     }
 }
 
