@@ -139,9 +139,8 @@ fn to_outcome(ok: bool, latency: std::time::Duration) -> Outcome {
 
 /// A load balancer: an algorithm, its options and a membership.
 ///
-/// Algorithms: `random`, `weighted_random`, `round_robin`, `weighted_round_robin` (nginx's smooth
-/// WRR), `source_hash` and `ring` (SHA-256 consistent hashing). `source_hash` and `ring` need a
-/// key; the others ignore it. Errors thrown by liblb carry a stable `code` (`LB_NO_NODES`,
+/// Algorithms: `algorithms()` (docs/algorithms.md); `keyedAlgorithms()` need a key, the others
+/// ignore it. Errors thrown by liblb carry a stable `code` (`LB_NO_NODES`,
 /// `LB_DUPLICATE_NODE`, ...); arguments of the wrong type throw a `TypeError`.
 #[napi]
 pub struct Balancer {
@@ -151,8 +150,9 @@ pub struct Balancer {
 #[napi]
 impl Balancer {
     /// Creates a balancer over `nodes` (ids, or `{ id, weight }` objects; weight defaults to 1).
-    /// `options`: `seed` (number or bigint) makes random picks reproducible, `vnodes` sets the ring's
-    /// points per unit of weight (default 160), `hash` picks the key hash (`sha256` or `xxh3`).
+    /// `options`: any of `optionNames()`, each passed to the core by name: `seed` (number or
+    /// bigint) makes random picks reproducible, `vnodes` sets the ring's points per unit of weight
+    /// (default 160), `hash` picks the key hash (`sha256` or `xxh3`), and so on.
     /// An empty node list is allowed: picks fail with `LB_NO_NODES` until a node is added.
     #[napi(
         constructor,

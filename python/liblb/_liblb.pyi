@@ -202,7 +202,7 @@ class UnknownAlgorithmError(Error):
     """The algorithm name is not one of ALGORITHMS (LB_UNKNOWN_ALGORITHM)."""
 
 class InvalidOptionError(Error):
-    """Base class of the errors about balancer options (seed, vnodes, hash)."""
+    """Base class of the errors about balancer options (liblb.OPTIONS)."""
 
 class UnknownOptionError(InvalidOptionError):
     """The option name is not known to the core (LB_UNKNOWN_OPTION)."""

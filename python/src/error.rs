@@ -55,7 +55,7 @@ create_exception!(
     liblb,
     KeyRequiredError,
     Error,
-    "A keyed algorithm (source_hash, ring) was asked to pick without a key (LB_KEY_REQUIRED)."
+    "A keyed algorithm (liblb.KEYED_ALGORITHMS) was asked to pick without a key (LB_KEY_REQUIRED)."
 );
 create_exception!(
     liblb,
@@ -85,7 +85,7 @@ create_exception!(
     liblb,
     InvalidOptionError,
     Error,
-    "Base class of the errors about balancer options (seed, vnodes, hash)."
+    "Base class of the errors about balancer options (liblb.OPTIONS)."
 );
 create_exception!(
     liblb,
