@@ -302,6 +302,43 @@ impl PyBalancer {
         if let Some(hash) = options.hash {
             let _ = write!(out, ", hash={}", PyString::new(py, hash.name()).repr()?);
         }
+        // The other options, by their names in `Options::NAMES`, where they differ from the
+        // default.
+        let default = Options::default();
+        let ms = |d: Duration| d.as_millis();
+        let rest = [
+            (
+                "choice_count",
+                u128::from(options.choice_count),
+                u128::from(default.choice_count),
+            ),
+            ("decay_ms", ms(options.decay), ms(default.decay)),
+            (
+                "initial_latency_ms",
+                ms(options.initial_latency),
+                ms(default.initial_latency),
+            ),
+            (
+                "table_size",
+                u128::from(options.table_size),
+                u128::from(default.table_size),
+            ),
+            (
+                "min_ring_size",
+                u128::from(options.min_ring_size),
+                u128::from(default.min_ring_size),
+            ),
+            (
+                "max_ring_size",
+                u128::from(options.max_ring_size),
+                u128::from(default.max_ring_size),
+            ),
+        ];
+        for (name, value, default) in rest {
+            if value != default {
+                let _ = write!(out, ", {name}={value}");
+            }
+        }
         out.push(')');
         Ok(out)
     }

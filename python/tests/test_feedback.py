@@ -242,3 +242,18 @@ def test_leases_from_many_threads() -> None:
     assert all(s["in_flight"] == 0 for s in stats)
     finished = sum(1 for i in range(rounds) if i % 3 != 0) * workers
     assert sum(s["requests"] for s in stats) == finished
+
+
+def test_repr_evaluates_back_with_every_option() -> None:
+    values = {
+        "seed": 1, "vnodes": 10, "hash": "xxh3", "choice_count": 3, "decay_ms": 500,
+        "initial_latency_ms": 5, "table_size": 251, "min_ring_size": 64, "max_ring_size": 128,
+    }
+    assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
+    b = liblb.Balancer("maglev", NODES, **values)  # type: ignore[arg-type]
+    text = repr(b)
+    for name, value in values.items():
+        assert f"{name}={value!r}" in text, text
+    again = eval(text, {"Balancer": liblb.Balancer})
+    assert repr(again) == text
+    assert [again.pick(str(i)) for i in range(50)] == [b.pick(str(i)) for i in range(50)]
