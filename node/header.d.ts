@@ -9,6 +9,15 @@ export type Algorithm =
   | 'weighted_round_robin'
   | 'source_hash'
   | 'ring'
+  | 'least_request'
+  | 'least_connections'
+  | 'peak_ewma'
+  | 'ketama'
+  | 'nginx_chash'
+  | 'ring_hash'
+  | 'maglev'
+  | 'rendezvous'
+  | 'jump'
 
 /** A key: a string (hashed as its UTF-8 bytes) or bytes (a `Uint8Array`; a `Buffer` is one). */
 export type Key = string | Uint8Array
@@ -16,14 +25,30 @@ export type Key = string | Uint8Array
 /** A node: its id (weight 1), or `{ id, weight }`. Weight 0 drains the node. */
 export type NodeInit = string | { id: string; weight?: number | null }
 
-/** Options of `new Balancer`. Unknown names throw `LB_UNKNOWN_OPTION`. */
+/**
+ * Options of `new Balancer`, named as in the core (`optionNames()`); each is passed to the core
+ * as given (integers as a number, bigint or decimal string). Options an algorithm does not read
+ * are accepted and ignored. Unknown names throw `LB_UNKNOWN_OPTION`.
+ */
 export interface BalancerOptions {
-  /** Makes random and weighted_random sequences reproducible (the same in every language). */
-  seed?: number | bigint | null
+  /** Makes the random algorithms' sequences reproducible (the same in every language). */
+  seed?: number | bigint | string | null
   /** Ring points per unit of weight, 1..=65536 (default 160). */
-  vnodes?: number | null
+  vnodes?: number | bigint | string | null
   /** Key/point hash: 'sha256' (ring default) or 'xxh3' (source_hash default). */
   hash?: 'sha256' | 'xxh3' | null
+  /** Candidates `least_request` draws per pick: 2..=16 (default 2). */
+  choice_count?: number | bigint | string | null
+  /** How fast latency estimates forget, in milliseconds (default 10000). */
+  decay_ms?: number | bigint | string | null
+  /** The latency `peak_ewma` assumes for a node with no sample yet, in ms (default 30). */
+  initial_latency_ms?: number | bigint | string | null
+  /** `maglev`'s lookup table size: a prime up to 5000011 (default 65537). */
+  table_size?: number | bigint | string | null
+  /** `ring_hash`'s smallest ring (default 1024). */
+  min_ring_size?: number | bigint | string | null
+  /** `ring_hash`'s largest ring (default and at most 8388608). */
+  max_ring_size?: number | bigint | string | null
 }
 
 /** Every error thrown by liblb itself has one of these codes. */
@@ -41,6 +66,9 @@ export type ErrorCode =
   | 'LB_UNKNOWN_OPTION'
   | 'LB_UNKNOWN_HASH'
   | 'LB_INVALID_OPTION_VALUE'
+  | 'LB_HASH_UNSUPPORTED'
+  /** A lease finished (or cancelled) twice. */
+  | 'LB_LEASE_FINISHED'
   /** A `RangeError`: a batch of more than `MAX_BATCH` keys or `MAX_BATCH_KEY_BYTES` key bytes. */
   | 'LB_BATCH_TOO_LARGE'
 
@@ -66,5 +94,11 @@ export interface Balancer {
    * first is what `pick(key)` would return; try the next one when a request fails.
    */
   attempts(key?: Key | null, limit?: number | null): string[]
+  /**
+   * Acquires a lease (`acquire(key)`), awaits `fn(nodeId)`, then finishes the lease: a success
+   * if `fn` returned or resolved, a failure if it threw or rejected (the error is rethrown),
+   * its latency measured by the balancer's clock. Resolves with `fn`'s result.
+   */
+  run<T>(key: Key | null | undefined, fn: (node: string) => T | PromiseLike<T>): Promise<T>
 }
 

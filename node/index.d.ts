@@ -9,6 +9,15 @@ export type Algorithm =
   | 'weighted_round_robin'
   | 'source_hash'
   | 'ring'
+  | 'least_request'
+  | 'least_connections'
+  | 'peak_ewma'
+  | 'ketama'
+  | 'nginx_chash'
+  | 'ring_hash'
+  | 'maglev'
+  | 'rendezvous'
+  | 'jump'
 
 /** A key: a string (hashed as its UTF-8 bytes) or bytes (a `Uint8Array`; a `Buffer` is one). */
 export type Key = string | Uint8Array
@@ -16,14 +25,30 @@ export type Key = string | Uint8Array
 /** A node: its id (weight 1), or `{ id, weight }`. Weight 0 drains the node. */
 export type NodeInit = string | { id: string; weight?: number | null }
 
-/** Options of `new Balancer`. Unknown names throw `LB_UNKNOWN_OPTION`. */
+/**
+ * Options of `new Balancer`, named as in the core (`optionNames()`); each is passed to the core
+ * as given (integers as a number, bigint or decimal string). Options an algorithm does not read
+ * are accepted and ignored. Unknown names throw `LB_UNKNOWN_OPTION`.
+ */
 export interface BalancerOptions {
-  /** Makes random and weighted_random sequences reproducible (the same in every language). */
-  seed?: number | bigint | null
+  /** Makes the random algorithms' sequences reproducible (the same in every language). */
+  seed?: number | bigint | string | null
   /** Ring points per unit of weight, 1..=65536 (default 160). */
-  vnodes?: number | null
+  vnodes?: number | bigint | string | null
   /** Key/point hash: 'sha256' (ring default) or 'xxh3' (source_hash default). */
   hash?: 'sha256' | 'xxh3' | null
+  /** Candidates `least_request` draws per pick: 2..=16 (default 2). */
+  choice_count?: number | bigint | string | null
+  /** How fast latency estimates forget, in milliseconds (default 10000). */
+  decay_ms?: number | bigint | string | null
+  /** The latency `peak_ewma` assumes for a node with no sample yet, in ms (default 30). */
+  initial_latency_ms?: number | bigint | string | null
+  /** `maglev`'s lookup table size: a prime up to 5000011 (default 65537). */
+  table_size?: number | bigint | string | null
+  /** `ring_hash`'s smallest ring (default 1024). */
+  min_ring_size?: number | bigint | string | null
+  /** `ring_hash`'s largest ring (default and at most 8388608). */
+  max_ring_size?: number | bigint | string | null
 }
 
 /** Every error thrown by liblb itself has one of these codes. */
@@ -41,6 +66,9 @@ export type ErrorCode =
   | 'LB_UNKNOWN_OPTION'
   | 'LB_UNKNOWN_HASH'
   | 'LB_INVALID_OPTION_VALUE'
+  | 'LB_HASH_UNSUPPORTED'
+  /** A lease finished (or cancelled) twice. */
+  | 'LB_LEASE_FINISHED'
   /** A `RangeError`: a batch of more than `MAX_BATCH` keys or `MAX_BATCH_KEY_BYTES` key bytes. */
   | 'LB_BATCH_TOO_LARGE'
 
@@ -66,6 +94,12 @@ export interface Balancer {
    * first is what `pick(key)` would return; try the next one when a request fails.
    */
   attempts(key?: Key | null, limit?: number | null): string[]
+  /**
+   * Acquires a lease (`acquire(key)`), awaits `fn(nodeId)`, then finishes the lease: a success
+   * if `fn` returned or resolved, a failure if it threw or rejected (the error is rethrown),
+   * its latency measured by the balancer's clock. Resolves with `fn`'s result.
+   */
+  run<T>(key: Key | null | undefined, fn: (node: string) => T | PromiseLike<T>): Promise<T>
 }
 
 
@@ -80,16 +114,16 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 /**
  * A load balancer: an algorithm, its options and a membership.
  *
- * Algorithms: `random`, `weighted_random`, `round_robin`, `weighted_round_robin` (nginx's smooth
- * WRR), `source_hash` and `ring` (SHA-256 consistent hashing). `source_hash` and `ring` need a
- * key; the others ignore it. Errors thrown by liblb carry a stable `code` (`LB_NO_NODES`,
+ * Algorithms: `algorithms()` (docs/algorithms.md); `keyedAlgorithms()` need a key, the others
+ * ignore it. Errors thrown by liblb carry a stable `code` (`LB_NO_NODES`,
  * `LB_DUPLICATE_NODE`, ...); arguments of the wrong type throw a `TypeError`.
  */
 export declare class Balancer {
   /**
    * Creates a balancer over `nodes` (ids, or `{ id, weight }` objects; weight defaults to 1).
-   * `options`: `seed` (number or bigint) makes random picks reproducible, `vnodes` sets the ring's
-   * points per unit of weight (default 160), `hash` picks the key hash (`sha256` or `xxh3`).
+   * `options`: any of `optionNames()`, each passed to the core by name: `seed` (number or
+   * bigint) makes random picks reproducible, `vnodes` sets the ring's points per unit of weight
+   * (default 160), `hash` picks the key hash (`sha256` or `xxh3`), and so on.
    * An empty node list is allowed: picks fail with `LB_NO_NODES` until a node is added.
    */
   constructor(algorithm: Algorithm, nodes?: Array<NodeInit> | null, options?: BalancerOptions | null)
@@ -110,12 +144,62 @@ export declare class Balancer {
   has(id: string): boolean
   /** Number of nodes, drained ones included. */
   get size(): number
+  /**
+   * Picks a node and starts a request on it (its in-flight count + 1) until the returned
+   * `Lease` is finished. Keyed algorithms need `key`. See also `run(key, fn)`.
+   */
+  acquire(key?: Key | null): Lease
+  /**
+   * Records the outcome of a request routed after `pick` (in-flight is not touched):
+   * `{ ok, latencyMs }`, both required. Throws `LB_UNKNOWN_NODE` for an unknown id.
+   */
+  report(id: string, outcome: { ok: boolean; latencyMs: number }): void
+  /** Each node's load, in insertion order (`latency` in milliseconds, or null). */
+  stats(): Array<NodeStats>
+  /**
+   * The node for a caller's 64-bit key hash (a bigint, a safe-integer number or a decimal
+   * string), as `pick` places a key with that hash. Only the algorithms of
+   * `hashAlgorithms()`; others throw `LB_HASH_UNSUPPORTED`.
+   */
+  pickHash(hash: bigint | number | string): string
+  /** `attempts` for a caller's 64-bit key hash (see `pickHash`). */
+  attemptsHash(hash: bigint | number | string, limit?: number | null): string[]
   /** The algorithm's name. */
   get algorithm(): Algorithm
 }
 
+/**
+ * A request in progress on one node, from `Balancer.acquire()` until it ends: `finish()` it
+ * once. A lease garbage-collected unfinished is cancelled (in-flight released, nothing counted).
+ */
+export declare class Lease {
+  /** The node's id. */
+  get id(): string
+  /** The node's weight when the lease was acquired. */
+  get weight(): number
+  /** Whether the lease has ended (finished or cancelled). */
+  get done(): boolean
+  /**
+   * Ends the request: `ok` (default true) is its outcome, `latencyMs` its duration in
+   * milliseconds; without `latencyMs` it is measured since `acquire` by the balancer's
+   * monotonic clock. Throws `LB_LEASE_FINISHED` if the lease already ended.
+   */
+  finish(outcome?: { ok?: boolean | null; latencyMs?: number | null } | null): void
+  /**
+   * Ends the request without an outcome (in-flight released, nothing counted). Throws
+   * `LB_LEASE_FINISHED` if the lease already ended.
+   */
+  cancel(): void
+}
+
 /** The algorithm names `new Balancer` accepts. */
 export declare function algorithms(): Algorithm[]
+
+/** The algorithms `pickHash` / `attemptsHash` work with, from the core's registration list. */
+export declare function hashAlgorithms(): Algorithm[]
+
+/** The keyed algorithms (they need a key to pick), from the core's registration list. */
+export declare function keyedAlgorithms(): Algorithm[]
 
 /**
  * Most answers one call gives: `pickMany` takes at most this many keys (2^24, the most nodes a
@@ -138,8 +222,27 @@ export interface NodeInfo {
   weight: number
 }
 
+/** A node's load as listed by `Balancer.stats()`. */
+export interface NodeStats {
+  /** The node's id. */
+  id: string
+  /** Its weight (0 = drained). */
+  weight: number
+  /** Requests started (leases acquired) and not yet ended. */
+  inFlight: number
+  /** Requests ended with an outcome (finished leases and reports). */
+  requests: number
+  /** Of those, failures. */
+  failures: number
+  /** The peak-EWMA latency estimate in milliseconds, or null before any sample. */
+  latency: number | null
+}
+
 /**
  * Does nothing: the cost of one call into this addon, the floor `bench.js` measures picks
  * against.
  */
 export declare function noop(): void
+
+/** The option names `new Balancer` accepts (the core's list; keys of `BalancerOptions`). */
+export declare function optionNames(): Array<keyof BalancerOptions>

@@ -836,7 +836,11 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.Balancer = nativeBinding.Balancer
+module.exports.Lease = nativeBinding.Lease
 module.exports.algorithms = nativeBinding.algorithms
+module.exports.hashAlgorithms = nativeBinding.hashAlgorithms
+module.exports.keyedAlgorithms = nativeBinding.keyedAlgorithms
 module.exports.MAX_BATCH = nativeBinding.MAX_BATCH
 module.exports.MAX_BATCH_KEY_BYTES = nativeBinding.MAX_BATCH_KEY_BYTES
 module.exports.noop = nativeBinding.noop
+module.exports.optionNames = nativeBinding.optionNames

@@ -5,5 +5,15 @@ import { createRequire } from 'node:module'
 const require = createRequire(import.meta.url)
 const binding = require('./index.js')
 
-export const { Balancer, MAX_BATCH, MAX_BATCH_KEY_BYTES, algorithms, noop } = binding
+export const {
+  Balancer,
+  Lease,
+  MAX_BATCH,
+  MAX_BATCH_KEY_BYTES,
+  algorithms,
+  hashAlgorithms,
+  keyedAlgorithms,
+  noop,
+  optionNames,
+} = binding
 export default binding

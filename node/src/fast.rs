@@ -35,7 +35,7 @@
 use crate::Balancer;
 use crate::batch::Helpers;
 use crate::error::{Code, Error, OrThrow, Result, type_error};
-use napi::bindgen_prelude::{CallbackInfo, JsError, Object, ToNapiValue, panic_to_error};
+use napi::bindgen_prelude::{CallbackInfo, Function, JsError, Object, ToNapiValue, panic_to_error};
 use napi::{Env, Unknown, sys};
 use napi_derive::napi;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -77,11 +77,44 @@ napi::ctor::declarative::ctor! {
     }
 }
 
+/// `Balancer.prototype.run(key, fn)`: acquire a lease, await `fn(nodeId)`, finish the lease
+/// with `ok` = "fn did not throw or reject" and the latency the balancer's clock measured, and
+/// settle with fn's result or rethrow its error. It is JavaScript because it awaits a promise;
+/// every step is one call into the core through `acquire` and `Lease.finish`.
+const RUN: &str = r"(function (exports) {
+  Object.defineProperty(exports.Balancer.prototype, 'run', {
+    value: async function run(key, fn) {
+      if (typeof fn !== 'function') {
+        const error = new TypeError(`fn must be a function, got ${fn === null ? 'null' : typeof fn}`)
+        error.code = 'ERR_INVALID_ARG_TYPE'
+        throw error
+      }
+      const lease = this.acquire(key)
+      let result
+      try {
+        result = await fn(lease.id)
+      } catch (error) {
+        lease.finish({ ok: false })
+        throw error
+      }
+      lease.finish({ ok: true })
+      return result
+    },
+    writable: true,
+    enumerable: true,
+    configurable: true,
+  })
+})";
+
 /// Compiles this environment's batch helpers for `pickMany` and stores them as the addon's
 /// instance data (napi-rs leaves that slot to addon authors). Runs once per environment (main
 /// thread and each worker) when the module loads.
+///
+/// It also defines `Balancer.prototype.run` (see [`RUN`]).
 #[napi(module_exports)]
-pub fn install_batch_helpers(_exports: Object, env: Env) -> napi::Result<()> {
+pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
+    let install: Function<Object, ()> = env.run_script(RUN)?;
+    install.call(exports)?;
     let helpers = Helpers::install(&env)?;
     // SAFETY: a valid env from napi-rs. No finalizer: the helpers are freed by their own
     // environment cleanup hook (see `Helpers::install`), after the last call in this environment.

@@ -14,6 +14,7 @@ use napi::{Env, JsValue, Unknown, ValueType, sys};
 use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
 
 /// `typeof`-style name of a value, for error messages.
 fn describe(value: &Unknown<'_>) -> &'static str {
@@ -346,6 +347,113 @@ fn big_u64(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u64> {
             ))
         }
     }
+}
+
+/// A caller's 64-bit key hash (`pickHash`): a bigint, a safe-integer number or decimal text,
+/// 0 to 2^64 - 1.
+pub fn hash64(env: &Env, value: &Unknown<'_>) -> Result<u64> {
+    match value.get_type().or_throw()? {
+        ValueType::BigInt => big_u64(env, value, "hash"),
+        ValueType::Number => Ok(integer(env, value, "hash", 9_007_199_254_740_991.0)? as u64),
+        ValueType::String => {
+            let text = string(env, value, "hash")?;
+            // Plain decimal digits only: `u64::from_str` would also take a leading `+`.
+            match text.parse::<u64>() {
+                Ok(n) if text.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+                _ => Err(range_error(
+                    env,
+                    RANGE_ERROR_CODE,
+                    format!(
+                        "hash must be decimal digits of an integer between 0 and 2^64 - 1, got {text:?}"
+                    ),
+                )),
+            }
+        }
+        _ => Err(type_error(
+            env,
+            format!(
+                "hash must be a bigint, number or decimal string, got {}",
+                describe(value)
+            ),
+        )),
+    }
+}
+
+/// A request's end as `{ ok, latencyMs }` (`Lease.finish`, `Balancer.report`): `ok` a boolean
+/// (default true), `latencyMs` a finite number of milliseconds >= 0 (fractions allowed), or
+/// absent (`None`: the caller measures it). `required` makes `latencyMs` mandatory.
+pub fn outcome(
+    env: &Env,
+    value: Option<Unknown<'_>>,
+    what: &str,
+    required: bool,
+) -> Result<(bool, Option<Duration>)> {
+    let Some(value) = present(value)? else {
+        if required {
+            return Err(type_error(
+                env,
+                format!("{what} must be an object {{ ok, latencyMs }}, got undefined"),
+            ));
+        }
+        return Ok((true, None));
+    };
+    if value.get_type().or_throw()? != ValueType::Object || value.is_array().or_throw()? {
+        return Err(type_error(
+            env,
+            format!(
+                "{what} must be an object {{ ok, latencyMs }}, got {}",
+                describe(&value)
+            ),
+        ));
+    }
+    // SAFETY: the value was just checked to be an object.
+    let object = unsafe { value.cast::<Object>() }.or_throw()?;
+    let ok = match present(object.get::<Unknown>("ok").or_throw()?)? {
+        None => true,
+        Some(ok) if ok.get_type().or_throw()? == ValueType::Boolean => {
+            // SAFETY: the value was just checked to be a boolean.
+            unsafe { ok.cast::<bool>() }.or_throw()?
+        }
+        Some(ok) => {
+            return Err(type_error(
+                env,
+                format!("{what}.ok must be a boolean, got {}", describe(&ok)),
+            ));
+        }
+    };
+    let latency = match present(object.get::<Unknown>("latencyMs").or_throw()?)? {
+        None if required => {
+            return Err(type_error(
+                env,
+                format!("{what}.latencyMs must be a number, got undefined"),
+            ));
+        }
+        None => None,
+        Some(ms) if ms.get_type().or_throw()? == ValueType::Number => {
+            // SAFETY: the value was just checked to be a number.
+            let n = unsafe { ms.cast::<f64>() }.or_throw()?;
+            match Duration::try_from_secs_f64(n / 1000.0) {
+                Ok(latency) if n >= 0.0 => Some(latency),
+                _ => {
+                    return Err(range_error(
+                        env,
+                        RANGE_ERROR_CODE,
+                        format!(
+                            "{what}.latencyMs must be a finite number >= 0, got {}",
+                            js_number(n)
+                        ),
+                    ));
+                }
+            }
+        }
+        Some(ms) => {
+            return Err(type_error(
+                env,
+                format!("{what}.latencyMs must be a number, got {}", describe(&ms)),
+            ));
+        }
+    };
+    Ok((ok, latency))
 }
 
 /// Scratch space for one key: short string keys never touch the heap. The stack part is left

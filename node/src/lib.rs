@@ -21,7 +21,8 @@ mod js;
 
 use error::{OrThrow, Result};
 use js::{Id, Ids, KeyBuf};
-use liblb_core::Algorithm;
+use liblb_core::{Algorithm, Outcome};
+use napi::bindgen_prelude::{Either, Null};
 use napi::{Env, Unknown};
 use napi_derive::napi;
 
@@ -34,11 +35,112 @@ pub struct NodeInfo {
     pub weight: u32,
 }
 
+/// A node's load as listed by `Balancer.stats()`.
+#[napi(object)]
+pub struct NodeStats {
+    /// The node's id.
+    pub id: String,
+    /// Its weight (0 = drained).
+    pub weight: u32,
+    /// Requests started (leases acquired) and not yet ended.
+    pub in_flight: u32,
+    /// Requests ended with an outcome (finished leases and reports).
+    pub requests: f64,
+    /// Of those, failures.
+    pub failures: f64,
+    /// The peak-EWMA latency estimate in milliseconds, or null before any sample.
+    pub latency: Either<f64, Null>,
+}
+
+/// A request in progress on one node, from `Balancer.acquire()` until it ends: `finish()` it
+/// once. A lease garbage-collected unfinished is cancelled (in-flight released, nothing counted).
+#[napi]
+pub struct Lease {
+    /// `None` once ended.
+    inner: Option<liblb_core::Lease>,
+    id: String,
+    weight: u32,
+}
+
+/// Code of the error thrown when a lease is finished twice (the binding's own: the core's
+/// `Lease::finish` consumes the lease; Python's `LeaseFinishedError` has the same code).
+pub const LEASE_FINISHED: &str = "LB_LEASE_FINISHED";
+
+#[napi]
+impl Lease {
+    /// The node's id.
+    #[napi(getter, catch_unwind)]
+    pub fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    /// The node's weight when the lease was acquired.
+    #[napi(getter, catch_unwind)]
+    pub fn weight(&self) -> u32 {
+        self.weight
+    }
+
+    /// Whether the lease has ended (finished or cancelled).
+    #[napi(getter, catch_unwind)]
+    pub fn done(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    /// Ends the request: `ok` (default true) is its outcome, `latencyMs` its duration in
+    /// milliseconds; without `latencyMs` it is measured since `acquire` by the balancer's
+    /// monotonic clock. Throws `LB_LEASE_FINISHED` if the lease already ended.
+    #[napi(
+        catch_unwind,
+        ts_args_type = "outcome?: { ok?: boolean | null; latencyMs?: number | null } | null"
+    )]
+    pub fn finish(&mut self, env: Env, outcome: Option<Unknown>) -> Result<()> {
+        let (ok, latency) = js::outcome(&env, outcome, "outcome", false)?;
+        let lease = self.open()?;
+        match latency {
+            Some(latency) => lease.finish(to_outcome(ok, latency)),
+            None if ok => lease.success(),
+            None => lease.failure(),
+        }
+        Ok(())
+    }
+
+    /// Ends the request without an outcome (in-flight released, nothing counted). Throws
+    /// `LB_LEASE_FINISHED` if the lease already ended.
+    #[napi(catch_unwind)]
+    pub fn cancel(&mut self) -> Result<()> {
+        drop(self.open()?);
+        Ok(())
+    }
+}
+
+impl Lease {
+    /// Takes the lease out, or the `LB_LEASE_FINISHED` error.
+    fn open(&mut self) -> Result<liblb_core::Lease> {
+        self.inner.take().ok_or_else(|| {
+            error::Error::new(
+                error::Code::Lb(LEASE_FINISHED),
+                format!(
+                    "the lease on node {:?} has already ended (finished or cancelled)",
+                    self.id
+                ),
+            )
+        })
+    }
+}
+
+/// A request's outcome from `ok` and its latency.
+fn to_outcome(ok: bool, latency: std::time::Duration) -> Outcome {
+    if ok {
+        Outcome::Success(latency)
+    } else {
+        Outcome::Failure(latency)
+    }
+}
+
 /// A load balancer: an algorithm, its options and a membership.
 ///
-/// Algorithms: `random`, `weighted_random`, `round_robin`, `weighted_round_robin` (nginx's smooth
-/// WRR), `source_hash` and `ring` (SHA-256 consistent hashing). `source_hash` and `ring` need a
-/// key; the others ignore it. Errors thrown by liblb carry a stable `code` (`LB_NO_NODES`,
+/// Algorithms: `algorithms()` (docs/algorithms.md); `keyedAlgorithms()` need a key, the others
+/// ignore it. Errors thrown by liblb carry a stable `code` (`LB_NO_NODES`,
 /// `LB_DUPLICATE_NODE`, ...); arguments of the wrong type throw a `TypeError`.
 #[napi]
 pub struct Balancer {
@@ -48,8 +150,9 @@ pub struct Balancer {
 #[napi]
 impl Balancer {
     /// Creates a balancer over `nodes` (ids, or `{ id, weight }` objects; weight defaults to 1).
-    /// `options`: `seed` (number or bigint) makes random picks reproducible, `vnodes` sets the ring's
-    /// points per unit of weight (default 160), `hash` picks the key hash (`sha256` or `xxh3`).
+    /// `options`: any of `optionNames()`, each passed to the core by name: `seed` (number or
+    /// bigint) makes random picks reproducible, `vnodes` sets the ring's points per unit of weight
+    /// (default 160), `hash` picks the key hash (`sha256` or `xxh3`), and so on.
     /// An empty node list is allowed: picks fail with `LB_NO_NODES` until a node is added.
     #[napi(
         constructor,
@@ -137,6 +240,85 @@ impl Balancer {
         self.inner.len() as u32
     }
 
+    /// Picks a node and starts a request on it (its in-flight count + 1) until the returned
+    /// `Lease` is finished. Keyed algorithms need `key`. See also `run(key, fn)`.
+    #[napi(catch_unwind, ts_args_type = "key?: Key | null")]
+    pub fn acquire(&self, env: Env, key: Option<Unknown>) -> Result<Lease> {
+        let mut buf = KeyBuf::new();
+        let key = match key {
+            Some(key) => js::key_or_none(&env, &key, &mut buf)?,
+            None => None,
+        };
+        let lease = self.inner.acquire(key).or_throw()?;
+        Ok(Lease {
+            id: lease.id().to_string(),
+            weight: lease.weight(),
+            inner: Some(lease),
+        })
+    }
+
+    /// Records the outcome of a request routed after `pick` (in-flight is not touched):
+    /// `{ ok, latencyMs }`, both required. Throws `LB_UNKNOWN_NODE` for an unknown id.
+    #[napi(
+        catch_unwind,
+        ts_args_type = "id: string, outcome: { ok: boolean; latencyMs: number }"
+    )]
+    pub fn report(&self, env: Env, id: Unknown, outcome: Unknown) -> Result<()> {
+        let id = js::id(&env, &id, "id")?;
+        let (ok, latency) = js::outcome(&env, Some(outcome), "outcome", true)?;
+        let latency = latency.unwrap_or_default(); // `required`: always given
+        self.inner.report(&id, to_outcome(ok, latency)).or_throw()
+    }
+
+    /// Each node's load, in insertion order (`latency` in milliseconds, or null).
+    #[napi(catch_unwind)]
+    pub fn stats(&self) -> Vec<NodeStats> {
+        let stats = self.inner.stats().into_iter();
+        stats
+            .map(|s| NodeStats {
+                id: s.id,
+                weight: s.weight,
+                // At most one per lease: bounded by memory long before u32.
+                in_flight: s.in_flight as u32,
+                requests: s.requests as f64,
+                failures: s.failures as f64,
+                latency: match s.latency {
+                    Some(l) => Either::A(l.as_secs_f64() * 1000.0),
+                    None => Either::B(Null),
+                },
+            })
+            .collect()
+    }
+
+    /// The node for a caller's 64-bit key hash (a bigint, a safe-integer number or a decimal
+    /// string), as `pick` places a key with that hash. Only the algorithms of
+    /// `hashAlgorithms()`; others throw `LB_HASH_UNSUPPORTED`.
+    #[napi(
+        js_name = "pickHash",
+        catch_unwind,
+        ts_args_type = "hash: bigint | number | string"
+    )]
+    pub fn pick_hash(&self, env: Env, hash: Unknown) -> Result<String> {
+        let hash = js::hash64(&env, &hash)?;
+        self.inner
+            .pick_hash(hash)
+            .map(|p| p.id().to_string())
+            .or_throw()
+    }
+
+    /// `attempts` for a caller's 64-bit key hash (see `pickHash`).
+    #[napi(
+        js_name = "attemptsHash",
+        catch_unwind,
+        ts_args_type = "hash: bigint | number | string, limit?: number | null",
+        ts_return_type = "string[]"
+    )]
+    pub fn attempts_hash(&self, env: Env, hash: Unknown, limit: Option<Unknown>) -> Result<Ids> {
+        let hash = js::hash64(&env, &hash)?;
+        let limit = js::limit(&env, limit)?;
+        self.inner.attempts_hash(hash, limit).map(Ids).or_throw()
+    }
+
     /// The algorithm's name.
     #[napi(getter, catch_unwind, ts_return_type = "Algorithm")]
     pub fn algorithm(&self) -> &'static str {
@@ -195,6 +377,28 @@ pub const MAX_BATCH_KEY_BYTES: u32 = js::MAX_BATCH_KEY_BYTES as u32;
 /// against.
 #[napi(catch_unwind)]
 pub fn noop() {}
+
+/// The keyed algorithms (they need a key to pick), from the core's registration list.
+#[napi(catch_unwind, ts_return_type = "Algorithm[]")]
+pub fn keyed_algorithms() -> Vec<&'static str> {
+    let all = Algorithm::ALL.into_iter();
+    all.filter(|a| a.is_keyed()).map(Algorithm::name).collect()
+}
+
+/// The algorithms `pickHash` / `attemptsHash` work with, from the core's registration list.
+#[napi(catch_unwind, ts_return_type = "Algorithm[]")]
+pub fn hash_algorithms() -> Vec<&'static str> {
+    let all = Algorithm::ALL.into_iter();
+    all.filter(|a| a.takes_hash())
+        .map(Algorithm::name)
+        .collect()
+}
+
+/// The option names `new Balancer` accepts (the core's list; keys of `BalancerOptions`).
+#[napi(catch_unwind, ts_return_type = "Array<keyof BalancerOptions>")]
+pub fn option_names() -> Vec<&'static str> {
+    liblb_core::Options::NAMES.to_vec()
+}
 
 /// The algorithm names `new Balancer` accepts.
 #[napi(catch_unwind, ts_return_type = "Algorithm[]")]

@@ -2,7 +2,9 @@
 import { describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { createRequire } from 'node:module'
-import lb, { Balancer, MAX_BATCH, MAX_BATCH_KEY_BYTES, algorithms, noop } from 'liblb'
+import lb, * as named from 'liblb'
+
+const { Balancer, MAX_BATCH, MAX_BATCH_KEY_BYTES, algorithms, noop } = named
 
 const require = createRequire(import.meta.url)
 
@@ -15,6 +17,18 @@ describe('ESM entry', () => {
     assert.equal(MAX_BATCH, cjs.MAX_BATCH)
     assert.equal(MAX_BATCH_KEY_BYTES, cjs.MAX_BATCH_KEY_BYTES)
     assert.equal(lb.Balancer, cjs.Balancer)
+  })
+
+  it('exports every name require() gives', () => {
+    const cjs = require('liblb')
+    const own = Object.keys(cjs).filter((name) => !name.startsWith('__'))
+    for (const name of own) assert.equal(named[name], cjs[name], name)
+  })
+
+  it('run() and leases work from ESM', async () => {
+    const b = new named.Balancer('least_connections', ['a', 'b'])
+    assert.equal(await b.run(null, async (node) => node), 'a')
+    assert.ok(b.acquire() instanceof named.Lease)
   })
 
   it('picks', () => {

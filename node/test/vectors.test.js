@@ -12,8 +12,9 @@ const vectors = JSON.parse(fs.readFileSync(VECTORS, 'utf8'))
 
 const toNodes = (pairs) => pairs.map(([id, weight]) => ({ id, weight }))
 
-/** Runs one step; returns what it produced (an id, a list of ids, or undefined). */
-function run(balancer, step) {
+/** Runs one step; returns what it produced (an id, a list of ids, or undefined). `leases` are
+ * the case's leases so far (acquire appends, in order). */
+function run(balancer, leases, step) {
   switch (step.op) {
     case 'pick':
       return balancer.pick(step.key)
@@ -29,6 +30,21 @@ function run(balancer, step) {
       return balancer.setWeight(step.id, step.weight)
     case 'update':
       return balancer.update(toNodes(step.nodes))
+    case 'pick_hash':
+      return balancer.pickHash(step.hash) // decimal text, as in the file
+    case 'acquire': {
+      const lease = balancer.acquire(step.key)
+      leases.push(lease)
+      return lease.id
+    }
+    case 'finish':
+      return leases[step.lease].finish({ ok: step.ok, latencyMs: step.latency_ms })
+    case 'cancel':
+      return leases[step.lease].cancel()
+    case 'report':
+      return balancer.report(step.id, { ok: step.ok, latencyMs: step.latency_ms })
+    case 'stats':
+      return balancer.stats().map((s) => [s.id, s.inFlight, s.requests, s.failures])
     default:
       throw new Error(`unknown op ${JSON.stringify(step.op)} in the vectors: update the Node reader`)
   }
@@ -39,23 +55,30 @@ function replay(kase, seedAs) {
   const options = { ...kase.options }
   if (options.seed !== undefined) options.seed = seedAs(options.seed)
   const balancer = new Balancer(kase.algorithm, toNodes(kase.nodes), options)
+  const leases = []
   kase.steps.forEach((step, i) => {
     const where = `${kase.name} step ${i} (${step.op})`
     if (step.expect_error !== undefined) {
       const before = balancer.nodes()
       assert.throws(
-        () => run(balancer, step),
+        () => run(balancer, leases, step),
         (err) => err instanceof Error && err.code === step.expect_error,
         `${where}: expected ${step.expect_error}`,
       )
       assert.deepEqual(balancer.nodes(), before, `${where}: a failed step changed the nodes`)
     } else {
-      const got = run(balancer, step)
+      const got = run(balancer, leases, step)
       if (step.expect !== undefined) assert.deepEqual(got, step.expect, where)
     }
   })
   return kase.steps.length
 }
+
+/** The case with every pick_hash step's hash converted by `as`. */
+const withHashes = (kase, as) => ({
+  ...kase,
+  steps: kase.steps.map((step) => (step.op === 'pick_hash' ? { ...step, hash: as(step.hash) } : step)),
+})
 
 describe('conformance vectors', () => {
   it('the file has version 1 and cases', () => {
@@ -66,6 +89,11 @@ describe('conformance vectors', () => {
   for (const kase of vectors.cases) {
     it(kase.name, () => {
       replay(kase, (seed) => seed)
+      // Hashes given as bigint and (when safe) as numbers must behave like the decimal text.
+      if (kase.steps.some((step) => step.op === 'pick_hash')) {
+        replay(withHashes(kase, BigInt), (seed) => seed)
+        replay(withHashes(kase, (text) => (Number.isSafeInteger(Number(text)) ? Number(text) : BigInt(text))), (seed) => seed)
+      }
       // Seeds given as bigint must behave exactly like the same number.
       if (kase.options.seed !== undefined) replay(kase, BigInt)
     })

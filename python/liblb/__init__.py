@@ -1,7 +1,7 @@
 """liblb: which backend should this request go to?
 
-One Rust core holds every algorithm (random, weighted_random, round_robin,
-weighted_round_robin, source_hash, ring); this package is its Python face. A
+One Rust core holds every algorithm (``liblb.ALGORITHMS``); this package is its
+Python face. A
 ``Balancer`` is safe to share between threads, and the same configuration picks
 the same node in Python, Rust, C and Node::
 
@@ -17,10 +17,13 @@ stable ``code``. See docs/python.md for the whole guide.
 from ._liblb import (
     ALGORITHMS,
     DEFAULT_VNODES,
+    HASH_ALGORITHMS,
     HASHES,
+    KEYED_ALGORITHMS,
     MAX_BATCH,
     MAX_BATCH_KEY_BYTES,
     MAX_VNODES,
+    OPTIONS,
     Balancer,
     DuplicateNodeError,
     Error,
@@ -29,7 +32,10 @@ from ._liblb import (
     InvalidOptionValueError,
     InvalidUtf8Error,
     InvalidVnodesError,
+    HashUnsupportedError,
     KeyRequiredError,
+    Lease,
+    LeaseFinishedError,
     NoNodesError,
     TooManyNodesError,
     UnknownAlgorithmError,
@@ -42,10 +48,13 @@ from ._liblb import (
 __all__ = [
     "ALGORITHMS",
     "DEFAULT_VNODES",
+    "HASH_ALGORITHMS",
     "HASHES",
+    "KEYED_ALGORITHMS",
     "MAX_BATCH",
     "MAX_BATCH_KEY_BYTES",
     "MAX_VNODES",
+    "OPTIONS",
     "Balancer",
     "DuplicateNodeError",
     "Error",
@@ -54,7 +63,10 @@ __all__ = [
     "InvalidOptionValueError",
     "InvalidUtf8Error",
     "InvalidVnodesError",
+    "HashUnsupportedError",
     "KeyRequiredError",
+    "Lease",
+    "LeaseFinishedError",
     "NoNodesError",
     "TooManyNodesError",
     "UnknownAlgorithmError",

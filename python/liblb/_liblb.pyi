@@ -1,16 +1,33 @@
 """Stubs for liblb's native module (checked against it by mypy.stubtest in the test suite)."""
 
+import datetime
 from collections.abc import Iterable, Mapping
-from typing import Final, final
+from types import TracebackType
+from typing import Final, Literal, TypedDict, final
 
 from typing_extensions import TypeAlias
 
 _Key: TypeAlias = str | bytes | bytearray | memoryview
 _NodeSpec: TypeAlias = str | tuple[str, int]
 _Nodes: TypeAlias = Iterable[_NodeSpec] | Mapping[str, int]
+_Latency: TypeAlias = float | datetime.timedelta
+
+class _NodeStats(TypedDict):
+    id: str
+    weight: int
+    in_flight: int
+    requests: int
+    failures: int
+    latency: float | None
 
 __all__ = [
     "Balancer",
+    "Lease",
+    "LeaseFinishedError",
+    "HashUnsupportedError",
+    "KEYED_ALGORITHMS",
+    "HASH_ALGORITHMS",
+    "OPTIONS",
     "Error",
     "NoNodesError",
     "InvalidNodeIdError",
@@ -40,6 +57,9 @@ __all__ = [
 
 ALGORITHMS: Final[tuple[str, ...]]
 HASHES: Final[tuple[str, ...]]
+KEYED_ALGORITHMS: Final[tuple[str, ...]]
+HASH_ALGORITHMS: Final[tuple[str, ...]]
+OPTIONS: Final[tuple[str, ...]]
 DEFAULT_VNODES: Final[int]
 MAX_VNODES: Final[int]
 MAX_BATCH: Final[int]
@@ -51,8 +71,10 @@ class Balancer:
     """A thread-safe load balancer: an algorithm, its options and a membership.
 
     ``nodes`` are ids (weight 1) or ``(id, weight)`` pairs, or a mapping id -> weight.
-    Options: ``seed`` (random algorithms: a fixed sequence), ``vnodes`` (ring points per unit
-    of weight, 1..MAX_VNODES) and ``hash`` (one of HASHES).
+    Options are keyword arguments named as in OPTIONS (the core's list; an int or a str each,
+    None keeps the default): ``seed``, ``vnodes``, ``hash`` (one of HASHES), ``choice_count``,
+    ``decay_ms``, ``initial_latency_ms``, ``table_size``, ``min_ring_size``,
+    ``max_ring_size``. docs/algorithms.md says which algorithm reads which.
     """
 
     def __new__(
@@ -61,8 +83,14 @@ class Balancer:
         nodes: _Nodes,
         *,
         seed: int | None = None,
-        vnodes: int | None = None,
+        vnodes: int | str | None = None,
         hash: str | None = None,
+        choice_count: int | str | None = None,
+        decay_ms: int | str | None = None,
+        initial_latency_ms: int | str | None = None,
+        table_size: int | str | None = None,
+        min_ring_size: int | str | None = None,
+        max_ring_size: int | str | None = None,
     ) -> Balancer: ...
     @property
     def algorithm(self) -> str:
@@ -84,6 +112,16 @@ class Balancer:
         """``count`` unkeyed picks from the same membership (``count`` <= MAX_BATCH)."""
     def attempts(self, key: _Key | None = None, limit: int | None = None) -> list[str]:
         """Up to ``limit`` distinct node ids in retry order (None: every pickable node)."""
+    def pick_hash(self, hash: int) -> str:
+        """The node for a caller's 64-bit key hash (0..2**64-1); only HASH_ALGORITHMS."""
+    def attempts_hash(self, hash: int, limit: int | None = None) -> list[str]:
+        """``attempts`` for a caller's 64-bit key hash (see ``pick_hash``)."""
+    def acquire(self, key: _Key | None = None) -> Lease:
+        """Picks a node and starts a request on it until the returned Lease ends."""
+    def report(self, id: str, *, ok: bool, latency: _Latency) -> None:
+        """Records the outcome of a request routed after ``pick`` (in-flight untouched)."""
+    def stats(self) -> list[_NodeStats]:
+        """Each node's load, in insertion order (``latency`` in seconds, or None)."""
     def add(self, id: str, weight: int = 1) -> None:
         """Adds a node at the end."""
     def remove(self, id: str) -> None:
@@ -97,6 +135,36 @@ class Balancer:
     def __len__(self) -> int: ...
     def __contains__(self, id: object, /) -> bool:
         """``id in balancer``: whether a node has this id (False for a non-str)."""
+
+@final
+class Lease:
+    """A request in progress on one node, from ``Balancer.acquire`` until it ends.
+
+    ``with balancer.acquire(key) as node:`` finishes it when the block ends (a failure if an
+    exception escapes); a lease garbage-collected unfinished is cancelled.
+    """
+
+    @property
+    def id(self) -> str:
+        """The node's id."""
+    @property
+    def weight(self) -> int:
+        """The node's weight when the lease was acquired."""
+    @property
+    def done(self) -> bool:
+        """Whether the lease has ended (finished or cancelled)."""
+    def finish(self, *, ok: bool = True, latency: _Latency | None = None) -> None:
+        """Ends the request; ``latency`` None measures it since ``acquire``."""
+    def cancel(self) -> None:
+        """Ends the request without an outcome (in-flight released, nothing counted)."""
+    def __enter__(self) -> str: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        _exc: BaseException | None = None,
+        _tb: TracebackType | None = None,
+    ) -> Literal[False]:
+        """Finishes the lease unless the block already did: a failure if an exception escaped."""
 
 class Error(ValueError):
     """Base class of every liblb error; ``code`` is the core's stable error code."""
@@ -124,11 +192,17 @@ class KeyRequiredError(Error):
 class TooManyNodesError(Error):
     """More nodes than one balancer can hold (LB_TOO_MANY_NODES)."""
 
+class HashUnsupportedError(Error):
+    """pick_hash / attempts_hash on an algorithm not in HASH_ALGORITHMS (LB_HASH_UNSUPPORTED)."""
+
+class LeaseFinishedError(Error):
+    """A lease was finished twice (LB_LEASE_FINISHED): a lease ends exactly once."""
+
 class UnknownAlgorithmError(Error):
     """The algorithm name is not one of ALGORITHMS (LB_UNKNOWN_ALGORITHM)."""
 
 class InvalidOptionError(Error):
-    """Base class of the errors about balancer options (seed, vnodes, hash)."""
+    """Base class of the errors about balancer options (liblb.OPTIONS)."""
 
 class UnknownOptionError(InvalidOptionError):
     """The option name is not known to the core (LB_UNKNOWN_OPTION)."""

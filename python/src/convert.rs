@@ -17,8 +17,11 @@ use crate::error::{CoreError, OrRaise};
 use liblb_core::{Algorithm, Error, MAX_NODES, Node, OptionValue, Options};
 use pyo3::exceptions::{PyMemoryError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyMemoryView, PyString, PyTuple};
+use pyo3::types::{
+    PyByteArray, PyBytes, PyDelta, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple,
+};
 use std::borrow::Cow;
+use std::time::Duration;
 
 /// Most answers one batch call (`pick_many`, `pick_n`) gives: 2^24, the most nodes a balancer
 /// holds. A Python list of that many answers takes 128 MiB of pointers; larger batches raise
@@ -335,49 +338,92 @@ fn bounded_nodes(items: impl Iterator<Item = PyResult<Node>>) -> PyResult<Vec<No
     Ok(nodes)
 }
 
-/// What `vnodes` accepts, for values beyond `u64` (smaller ones get the core's own message).
-const VNODES_RANGE: &str = "an integer from 1 to 65536";
-const _: () = assert!(liblb_core::MAX_VNODES == 65536, "update VNODES_RANGE");
-
-/// Options from keyword arguments; `None` keeps the core's default. Values go through
-/// `Options::set`, so range checks and messages are the core's.
-pub(crate) fn options(
-    seed: Option<&Bound<'_, PyAny>>,
-    vnodes: Option<&Bound<'_, PyAny>>,
-    hash: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Options> {
+/// Options from keyword arguments, every name the core knows (`Options::NAMES`): an int is
+/// passed as an integer, a str as text, None keeps the core's default. Names and values go
+/// through `Options::set`, so unknown names, range checks and messages are the core's, and a new
+/// core option needs no change here.
+pub(crate) fn options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Options> {
     let mut options = Options::default();
-    for (name, value) in [("seed", seed), ("vnodes", vnodes)] {
-        if let Some(value) = value.filter(|v| !v.is_none()) {
-            let int = value.extract::<u64>().map_err(|e| {
-                if e.is_instance_of::<PyOverflowError>(value.py()) {
-                    let expected = if name == "seed" {
-                        "an unsigned 64-bit integer"
-                    } else {
-                        VNODES_RANGE
-                    };
-                    CoreError(Error::InvalidOptionValue {
-                        option: name,
+    let Some(kwargs) = kwargs else {
+        return Ok(options);
+    };
+    // A snapshot of the items: reading an int can run Python code (`__index__`).
+    for item in kwargs.items().iter() {
+        let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+        let name = name.cast::<PyString>()?;
+        let name = utf8_lossy(name)?;
+        if value.is_none() {
+            // Still an unknown name even without a value.
+            if !Options::NAMES.contains(&&*name) {
+                return Err(CoreError(Error::UnknownOption(name.into_owned())).into());
+            }
+            continue;
+        }
+        if let Ok(text) = value.cast::<PyString>() {
+            options
+                .set(&name, OptionValue::Str(&utf8_lossy(text)?))
+                .or_raise()?;
+        } else if value.is_instance_of::<PyInt>() {
+            let int = value.extract::<u64>().map_err(|_| -> PyErr {
+                match Options::NAMES.iter().find(|n| **n == &*name) {
+                    Some(option) => CoreError(Error::InvalidOptionValue {
+                        option,
                         value: value.repr().map(|r| r.to_string()).unwrap_or_default(),
-                        expected,
-                    })
-                    .into()
-                } else {
-                    PyTypeError::new_err(format!("{name} must be int, got {}", type_name(value)))
+                        expected: "an unsigned 64-bit integer",
+                    }),
+                    None => CoreError(Error::UnknownOption(name.to_string())),
                 }
+                .into()
             })?;
-            options.set(name, OptionValue::Int(int)).or_raise()?;
+            options.set(&name, OptionValue::Int(int)).or_raise()?;
+        } else if !Options::NAMES.contains(&&*name) {
+            return Err(CoreError(Error::UnknownOption(name.into_owned())).into());
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "{name} must be int or str, got {}",
+                type_name(&value)
+            )));
         }
     }
-    if let Some(value) = hash.filter(|v| !v.is_none()) {
-        let name = value.cast::<PyString>().map_err(|_| {
-            PyTypeError::new_err(format!("hash must be str, got {}", type_name(value)))
-        })?;
-        options
-            .set("hash", OptionValue::Str(&utf8_lossy(name)?))
-            .or_raise()?;
-    }
     Ok(options)
+}
+
+/// A latency: seconds as a non-negative finite float (or int), or a `datetime.timedelta`.
+pub(crate) fn latency(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    let seconds = if value.is_instance_of::<PyDelta>() {
+        value
+            .call_method0(pyo3::intern!(value.py(), "total_seconds"))?
+            .extract::<f64>()?
+    } else if value.is_instance_of::<PyFloat>() || value.is_instance_of::<PyInt>() {
+        value.extract::<f64>()?
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "latency must be float seconds or a datetime.timedelta, got {}",
+            type_name(value)
+        )));
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| {
+        PyValueError::new_err(format!(
+            "latency must be a finite number of seconds >= 0, got {}",
+            value.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+/// A caller's 64-bit key hash: an int from 0 to 2**64-1.
+pub(crate) fn hash64(value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if !value.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "hash must be int, got {}",
+            type_name(value)
+        )));
+    }
+    value.extract::<u64>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "hash must be an integer from 0 to 2**64-1, got {}",
+            value.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 
 use liblb_core::Error as E;
 use pyo3::create_exception;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
@@ -55,13 +55,25 @@ create_exception!(
     liblb,
     KeyRequiredError,
     Error,
-    "A keyed algorithm (source_hash, ring) was asked to pick without a key (LB_KEY_REQUIRED)."
+    "A keyed algorithm (liblb.KEYED_ALGORITHMS) was asked to pick without a key (LB_KEY_REQUIRED)."
 );
 create_exception!(
     liblb,
     TooManyNodesError,
     Error,
     "More nodes than one balancer can hold (LB_TOO_MANY_NODES)."
+);
+create_exception!(
+    liblb,
+    HashUnsupportedError,
+    Error,
+    "pick_hash / attempts_hash on an algorithm that does not place 64-bit hashes; those that do are liblb.HASH_ALGORITHMS (LB_HASH_UNSUPPORTED)."
+);
+create_exception!(
+    liblb,
+    LeaseFinishedError,
+    Error,
+    "A lease was finished twice (LB_LEASE_FINISHED): a lease ends exactly once."
 );
 create_exception!(
     liblb,
@@ -73,7 +85,7 @@ create_exception!(
     liblb,
     InvalidOptionError,
     Error,
-    "Base class of the errors about balancer options (seed, vnodes, hash)."
+    "Base class of the errors about balancer options (liblb.OPTIONS)."
 );
 create_exception!(
     liblb,
@@ -110,6 +122,9 @@ fn class_of<'py>(py: Python<'py>, error: &E) -> Bound<'py, PyType> {
         E::UnknownNode(_) => py.get_type::<UnknownNodeError>(),
         E::KeyRequired(_) => py.get_type::<KeyRequiredError>(),
         E::TooManyNodes(_) => py.get_type::<TooManyNodesError>(),
+        E::HashUnsupported(_) => py.get_type::<HashUnsupportedError>(),
+        // The same MemoryError the binding raises for its own batch limits (convert.rs).
+        E::BatchTooLarge(_) => py.get_type::<PyMemoryError>(),
         E::UnknownAlgorithm(_) => py.get_type::<UnknownAlgorithmError>(),
         E::UnknownOption(_) => py.get_type::<UnknownOptionError>(),
         E::UnknownHash(_) => py.get_type::<UnknownHashError>(),
@@ -119,6 +134,24 @@ fn class_of<'py>(py: Python<'py>, error: &E) -> Bound<'py, PyType> {
         // carrying its code, until it gets its own class here.
         _ => py.get_type::<Error>(),
     }
+}
+
+/// The code of [`LeaseFinishedError`]: the binding's own (the core's `Lease::finish` consumes
+/// the lease, so finishing twice cannot happen there); Node uses the same code.
+pub(crate) const LEASE_FINISHED: &str = "LB_LEASE_FINISHED";
+
+/// The error for finishing a lease that already ended.
+pub(crate) fn lease_finished(id: &str) -> PyErr {
+    Python::attach(|py| {
+        let message = format!("the lease on node {id:?} has already ended (finished or cancelled)");
+        match py.get_type::<LeaseFinishedError>().call1((message,)) {
+            Ok(instance) => {
+                let _ = instance.setattr(pyo3::intern!(py, "code"), LEASE_FINISHED);
+                PyErr::from_value(instance)
+            }
+            Err(e) => e,
+        }
+    })
 }
 
 /// A core error on its way to Python.
@@ -157,7 +190,7 @@ impl<T> OrRaise<T> for liblb_core::Result<T> {
 /// it as the class attribute `code`, taken from the core itself (never retyped here).
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    let with_code: [(Bound<'_, PyType>, Option<E>); 14] = [
+    let with_code: [(Bound<'_, PyType>, Option<E>); 15] = [
         (py.get_type::<Error>(), None),
         (py.get_type::<NoNodesError>(), Some(E::NoNodes)),
         (py.get_type::<InvalidNodeIdError>(), None),
@@ -172,6 +205,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ),
         (py.get_type::<KeyRequiredError>(), Some(E::KeyRequired(""))),
         (py.get_type::<TooManyNodesError>(), Some(E::TooManyNodes(0))),
+        (
+            py.get_type::<HashUnsupportedError>(),
+            Some(E::HashUnsupported("")),
+        ),
         (
             py.get_type::<UnknownAlgorithmError>(),
             Some(E::UnknownAlgorithm(String::new())),
@@ -206,5 +243,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         }
         m.add(class.name()?, class)?;
     }
+    let finished = py.get_type::<LeaseFinishedError>();
+    finished.setattr("code", LEASE_FINISHED)?;
+    m.add(finished.name()?, finished)?;
     Ok(())
 }

@@ -20,11 +20,14 @@ mod error;
 
 use convert::{KeyBatch, with_key};
 use error::OrRaise;
-use liblb_core::{Algorithm, Balancer, DEFAULT_VNODES, HashKind, MAX_VNODES, Picks};
+use liblb_core::{
+    Algorithm, Balancer, DEFAULT_VNODES, HashKind, Lease, MAX_VNODES, Options, Outcome, Picks,
+};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// `pick_many` / `pick_n` batches larger than this run with the GIL released. Releasing is
 /// cheap when nobody waits (~0.1 µs), but taking the GIL back while other threads run can take
@@ -52,17 +55,15 @@ struct PyBalancer {
 #[pymethods]
 impl PyBalancer {
     #[new]
-    #[pyo3(signature = (algorithm, nodes, *, seed=None, vnodes=None, hash=None))]
+    #[pyo3(signature = (algorithm, nodes, **options))]
     fn new(
         py: Python<'_>,
         algorithm: &Bound<'_, PyAny>,
         nodes: &Bound<'_, PyAny>,
-        seed: Option<&Bound<'_, PyAny>>,
-        vnodes: Option<&Bound<'_, PyAny>>,
-        hash: Option<&Bound<'_, PyAny>>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let algorithm = convert::algorithm(algorithm)?;
-        let options = convert::options(seed, vnodes, hash)?;
+        let options = convert::options(options)?;
         let nodes = convert::nodes(nodes)?;
         let inner = py
             .detach(|| Balancer::new(algorithm, nodes, options))
@@ -160,6 +161,69 @@ impl PyBalancer {
         id_list(py, &picks.or_raise()?)
     }
 
+    /// The node for a caller's 64-bit key hash (an int 0..2**64-1), as `pick` places a key with
+    /// that hash. Only for `HASH_ALGORITHMS`; others raise `HashUnsupportedError`.
+    fn pick_hash<'py>(
+        &self,
+        py: Python<'py>,
+        hash: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyString>> {
+        let picked = self.inner.pick_hash(convert::hash64(hash)?).or_raise()?;
+        Ok(PyString::new(py, picked.id()))
+    }
+
+    /// `attempts` for a caller's 64-bit key hash (see `pick_hash`).
+    #[pyo3(signature = (hash, limit=None))]
+    fn attempts_hash<'py>(
+        &self,
+        py: Python<'py>,
+        hash: &Bound<'py, PyAny>,
+        limit: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let limit = match limit {
+            Some(limit) => convert::count("limit", limit, true)?,
+            None => usize::MAX,
+        };
+        let picks = self.inner.attempts_hash(convert::hash64(hash)?, limit);
+        id_list(py, &picks.or_raise()?)
+    }
+
+    /// Picks a node and starts a request on it (its in-flight count + 1) until the returned
+    /// `Lease` ends: `with b.acquire(key) as node:` or `lease.finish(ok=..., latency=...)`.
+    #[pyo3(signature = (key=None))]
+    fn acquire(&self, py: Python<'_>, key: Option<&Bound<'_, PyAny>>) -> PyResult<PyLease> {
+        let lease = match key {
+            None => self.inner.acquire(None),
+            Some(key) => with_key(key, |k| self.inner.acquire(Some(k)))?,
+        }
+        .or_raise()?;
+        Ok(PyLease::new(py, lease))
+    }
+
+    /// Records the outcome of a request routed after `pick` (in-flight is not touched):
+    /// `latency` in seconds (float) or a `datetime.timedelta`.
+    #[pyo3(signature = (id, *, ok, latency))]
+    fn report(&self, id: &Bound<'_, PyAny>, ok: bool, latency: &Bound<'_, PyAny>) -> PyResult<()> {
+        let outcome = outcome(ok, convert::latency(latency)?);
+        self.inner.report(convert::node_id(id)?, outcome).or_raise()
+    }
+
+    /// Each node's load, in insertion order: dicts with `id`, `weight`, `in_flight`,
+    /// `requests`, `failures` and `latency` (the peak-EWMA estimate in seconds, or None).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let rows = self.inner.stats().into_iter().map(|s| {
+            let row = PyDict::new(py);
+            row.set_item("id", s.id)?;
+            row.set_item("weight", s.weight)?;
+            row.set_item("in_flight", s.in_flight)?;
+            row.set_item("requests", s.requests)?;
+            row.set_item("failures", s.failures)?;
+            row.set_item("latency", s.latency.map(|l| l.as_secs_f64()))?;
+            Ok(row)
+        });
+        PyList::new(py, rows.collect::<PyResult<Vec<_>>>()?)
+    }
+
     /// Adds a node at the end.
     #[pyo3(signature = (id, weight=1))]
     fn add(
@@ -238,8 +302,165 @@ impl PyBalancer {
         if let Some(hash) = options.hash {
             let _ = write!(out, ", hash={}", PyString::new(py, hash.name()).repr()?);
         }
+        // The other options, by their names in `Options::NAMES`, where they differ from the
+        // default.
+        let default = Options::default();
+        let ms = |d: Duration| d.as_millis();
+        let rest = [
+            (
+                "choice_count",
+                u128::from(options.choice_count),
+                u128::from(default.choice_count),
+            ),
+            ("decay_ms", ms(options.decay), ms(default.decay)),
+            (
+                "initial_latency_ms",
+                ms(options.initial_latency),
+                ms(default.initial_latency),
+            ),
+            (
+                "table_size",
+                u128::from(options.table_size),
+                u128::from(default.table_size),
+            ),
+            (
+                "min_ring_size",
+                u128::from(options.min_ring_size),
+                u128::from(default.min_ring_size),
+            ),
+            (
+                "max_ring_size",
+                u128::from(options.max_ring_size),
+                u128::from(default.max_ring_size),
+            ),
+        ];
+        for (name, value, default) in rest {
+            if value != default {
+                let _ = write!(out, ", {name}={value}");
+            }
+        }
         out.push(')');
         Ok(out)
+    }
+}
+
+/// A request's outcome from `ok` and its latency.
+fn outcome(ok: bool, latency: Duration) -> Outcome {
+    if ok {
+        Outcome::Success(latency)
+    } else {
+        Outcome::Failure(latency)
+    }
+}
+
+/// A request in progress on one node, from `Balancer.acquire` until it ends.
+///
+/// `with balancer.acquire(key) as node:` yields the node id and finishes the lease when the
+/// block ends: a success, or a failure if an exception escapes it, its latency measured by the
+/// balancer's monotonic clock. Or finish it yourself with `finish(ok=..., latency=...)`. A lease
+/// that is garbage-collected unfinished is cancelled (in-flight released, nothing counted).
+#[pyclass(frozen, module = "liblb", name = "Lease")]
+struct PyLease {
+    /// `None` once ended; the lock is only contended if two threads end the same lease.
+    lease: Mutex<Option<Lease>>,
+    id: Py<PyString>,
+    weight: u32,
+}
+
+impl PyLease {
+    fn new(py: Python<'_>, lease: Lease) -> PyLease {
+        PyLease {
+            id: PyString::new(py, lease.id()).unbind(),
+            weight: lease.weight(),
+            lease: Mutex::new(Some(lease)),
+        }
+    }
+
+    /// Takes the lease out if it has not ended yet.
+    fn take(&self) -> Option<Lease> {
+        self.lease.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Takes the lease out, or raises `LeaseFinishedError`.
+    fn open(&self, py: Python<'_>) -> PyResult<Lease> {
+        self.take()
+            .ok_or_else(|| error::lease_finished(self.id.bind(py).to_str().unwrap_or("?")))
+    }
+}
+
+#[pymethods]
+impl PyLease {
+    /// The node's id.
+    #[getter]
+    fn id(&self, py: Python<'_>) -> Py<PyString> {
+        self.id.clone_ref(py)
+    }
+
+    /// The node's weight when the lease was acquired.
+    #[getter]
+    fn weight(&self) -> u32 {
+        self.weight
+    }
+
+    /// Whether the lease has ended (finished or cancelled).
+    #[getter]
+    fn done(&self) -> bool {
+        self.lease
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
+    /// Ends the request: `ok` is its outcome, `latency` its duration in seconds (float) or a
+    /// `datetime.timedelta`; None measures it since `acquire` with the balancer's clock.
+    /// Raises `LeaseFinishedError` if the lease already ended.
+    #[pyo3(signature = (*, ok=true, latency=None))]
+    fn finish(&self, py: Python<'_>, ok: bool, latency: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let latency = latency.map(convert::latency).transpose()?;
+        let lease = self.open(py)?;
+        match (latency, ok) {
+            (Some(latency), _) => lease.finish(outcome(ok, latency)),
+            (None, true) => lease.success(),
+            (None, false) => lease.failure(),
+        }
+        Ok(())
+    }
+
+    /// Ends the request without an outcome (in-flight released, nothing counted). Raises
+    /// `LeaseFinishedError` if the lease already ended.
+    fn cancel(&self, py: Python<'_>) -> PyResult<()> {
+        drop(self.open(py)?);
+        Ok(())
+    }
+
+    fn __enter__(&self, py: Python<'_>) -> Py<PyString> {
+        self.id.clone_ref(py)
+    }
+
+    /// Finishes the lease unless the block already did: a failure if an exception escaped.
+    #[pyo3(signature = (exc_type, _exc=None, _tb=None))]
+    fn __exit__(
+        &self,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> bool {
+        if let Some(lease) = self.take() {
+            if exc_type.is_none_or(|t| t.is_none()) {
+                lease.success();
+            } else {
+                lease.failure();
+            }
+        }
+        false
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let state = if self.done() { "ended" } else { "open" };
+        Ok(format!(
+            "<liblb.Lease {} {state}>",
+            self.id.bind(py).repr()?
+        ))
     }
 }
 
@@ -270,8 +491,16 @@ fn id_list<'py>(py: Python<'py>, picks: &Picks) -> PyResult<Bound<'py, PyList>> 
 fn _liblb(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyBalancer>()?;
+    m.add_class::<PyLease>()?;
     error::register(m)?;
     m.add("ALGORITHMS", PyTuple::new(py, Algorithm::NAMES)?)?;
+    let names = |keep: fn(&Algorithm) -> bool| {
+        let all = Algorithm::ALL.into_iter().filter(keep);
+        PyTuple::new(py, all.map(Algorithm::name).collect::<Vec<_>>())
+    };
+    m.add("KEYED_ALGORITHMS", names(|a| a.is_keyed())?)?;
+    m.add("HASH_ALGORITHMS", names(|a| a.takes_hash())?)?;
+    m.add("OPTIONS", PyTuple::new(py, Options::NAMES)?)?;
     m.add("HASHES", PyTuple::new(py, HashKind::NAMES)?)?;
     m.add("DEFAULT_VNODES", DEFAULT_VNODES)?;
     m.add("MAX_VNODES", MAX_VNODES)?;

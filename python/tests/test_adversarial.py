@@ -239,9 +239,9 @@ def test_floats_are_not_integers(value: Any) -> None:
     fails(probe, lambda b: b.update([("a", value)]), TypeError, "must be int, got float")
     fails(probe, lambda b: b.pick_n(value), TypeError, "count must be int, got float")
     fails(probe, lambda b: b.attempts(limit=value), TypeError, "limit must be int, got float")
-    with pytest.raises(TypeError, match="seed must be int, got float"):
+    with pytest.raises(TypeError, match="seed must be int or str, got float"):
         liblb.Balancer("random", NODES, seed=value)
-    with pytest.raises(TypeError, match="vnodes must be int, got float"):
+    with pytest.raises(TypeError, match="vnodes must be int or str, got float"):
         liblb.Balancer("ring", NODES, vnodes=value)
 
 

@@ -33,7 +33,8 @@ def nodes_of(raw: list[list[Any]]) -> list[tuple[str, int]]:
     return [(node_id, weight) for node_id, weight in raw]
 
 
-def run_step(balancer: liblb.Balancer, step: dict[str, Any]) -> Any:
+def run_step(balancer: liblb.Balancer, leases: list[liblb.Lease], step: dict[str, Any]) -> Any:
+    """Runs one step; `leases` are the case's leases so far (acquire appends, in order)."""
     op = step["op"]
     if op == "pick":
         return balancer.pick(step.get("key"))
@@ -49,6 +50,20 @@ def run_step(balancer: liblb.Balancer, step: dict[str, Any]) -> Any:
         return balancer.set_weight(step["id"], step["weight"])
     if op == "update":
         return balancer.update(nodes_of(step["nodes"]))
+    if op == "pick_hash":
+        return balancer.pick_hash(int(step["hash"]))
+    if op == "acquire":
+        lease = balancer.acquire(step.get("key"))
+        leases.append(lease)
+        return lease.id
+    if op == "finish":
+        return leases[step["lease"]].finish(ok=step["ok"], latency=step["latency_ms"] / 1000)
+    if op == "cancel":
+        return leases[step["lease"]].cancel()
+    if op == "report":
+        return balancer.report(step["id"], ok=step["ok"], latency=step["latency_ms"] / 1000)
+    if op == "stats":
+        return [[s["id"], s["in_flight"], s["requests"], s["failures"]] for s in balancer.stats()]
     raise AssertionError(f"unknown op {op!r} in {VECTORS}")
 
 
@@ -67,16 +82,17 @@ def test_vector_case(case: dict[str, Any]) -> None:
         assert info.value.code == case["expect_error"]
         return
     balancer = make()
+    leases: list[liblb.Lease] = []
     for i, step in enumerate(case["steps"]):
         where = f"{case['name']} step {i} {step}"
         if "expect_error" in step:
             before = balancer.nodes()
             with pytest.raises(liblb.Error) as info:
-                run_step(balancer, step)
+                run_step(balancer, leases, step)
             assert info.value.code == step["expect_error"], where
             assert balancer.nodes() == before, f"{where}: balancer changed by a failed step"
         else:
-            got = run_step(balancer, step)
+            got = run_step(balancer, leases, step)
             if "expect" in step:
                 assert got == step["expect"], where
             else:
