@@ -298,6 +298,7 @@ mod tests {
     /// The registration list is self-consistent: unique names that parse back, options that
     /// exist, and `is_keyed` that matches what a keyless pick does.
     #[test]
+    #[cfg_attr(miri, ignore)] // Hashing-heavy; the unsafe code Miri checks is in dependencies.
     fn the_registration_list_is_consistent() {
         for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
             assert_eq!(algorithm as usize, i);

@@ -583,6 +583,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy; the unsafe code Miri checks is in dependencies.
     fn skipping_divisions_never_changes_the_winner() {
         let mut g = crate::SplitMix64::new(12);
         let draws = if cfg!(miri) { 20 } else { 20_000 };
