@@ -69,6 +69,27 @@ fn lookups(c: &mut Criterion) {
                 });
             }
         }
+        // jump's lookup alone (Table, no Balancer snapshot load): the same loop as the crate.
+        let table = liblb_core::Table::build(
+            Algorithm::Jump,
+            &Options::default(),
+            &node_ids(n)
+                .into_iter()
+                .map(|id| Node::new(id, 1))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let mut i = 0;
+        g.bench_with_input(
+            BenchmarkId::new("jump/table_pick_hash", n),
+            &n,
+            |bench, _| {
+                bench.iter(|| {
+                    i = (i + 1) & 4095;
+                    black_box(table.pick_hash(black_box(hashes[i])).unwrap())
+                })
+            },
+        );
         // Peers.
         let maglev = maglev::Maglev::new(node_ids(n));
         let mut i = 0;
