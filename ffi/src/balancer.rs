@@ -551,8 +551,6 @@ pub extern "C" fn lb_balancer_attempts(
     }
 }
 
-#[allow(clippy::too_many_arguments)] // Mirrors the C signature one to one.
-
 /// The caller's id buffer and its size output, present when ids were asked for.
 type IdsOut<'a> = Option<(OutSlice<'a, u8>, crate::ptr::Out<'a, usize>)>;
 
