@@ -9,16 +9,18 @@
  *   still happened: round robin has moved on and the random algorithms have drawn, exactly as
  *   on success. Size id buffers with lb_balancer_id_size_bound to avoid it.
  * - A pointer is always followed by its length; with length 0 it is never read. NULL with
- *   length 0 is the empty string (except for the key of lb_balancer_pick and
- *   lb_balancer_attempts, where it means "no key"), NULL with a non-zero length is
- *   LB_RESULT_NULL_PARAMETER, a size above PTRDIFF_MAX is LB_RESULT_INVALID_LENGTH. Ids and
- *   names are UTF-8 and need not be NUL-terminated on input; ids copied out are
- *   NUL-terminated.
+ *   length 0 is the empty string (except for the key of lb_balancer_pick,
+ *   lb_balancer_attempts and lb_balancer_acquire, where it means "no key"), NULL with a
+ *   non-zero length is LB_RESULT_NULL_PARAMETER, a size above PTRDIFF_MAX is
+ *   LB_RESULT_INVALID_LENGTH. Ids and names are UTF-8 and need not be NUL-terminated on input;
+ *   ids copied out are NUL-terminated.
  * - The output buffers and out-pointers of one call must not overlap each other (nor its
  *   inputs).
  * - Handles are opaque. Whoever gets one from a _new function owns it and frees it with the
  *   matching _free function (NULL is fine there).
- * - Functions taking a const lb_balancer * are thread-safe; picks never lock.
+ * - Functions taking a const lb_balancer * are thread-safe; picks never lock. An lb_lease
+ *   (lb_balancer_acquire) is owned by the caller and ended once with lb_lease_finish or
+ *   lb_lease_cancel.
  * - A Rust panic never crosses into C: it becomes LB_RESULT_PANIC.
  *
  * Link with -llb (pkg-config: liblb).
@@ -106,7 +108,8 @@ enum lb_result
      */
     LB_RESULT_UNKNOWN_NODE = 6,
     /**
-     * A keyed algorithm (`source_hash`, `ring`) was asked to pick without a key.
+     * A keyed algorithm (`source_hash`, `ring`, `ketama`, `nginx_chash`, `ring_hash`,
+     * `maglev`, `rendezvous`, `jump`) was asked to pick without a key.
      */
     LB_RESULT_KEY_REQUIRED = 7,
     /**
@@ -122,7 +125,8 @@ enum lb_result
      */
     LB_RESULT_UNKNOWN_ALGORITHM = 10,
     /**
-     * The option name is not one of `seed`, `vnodes`, `hash`.
+     * The option name is not one liblb knows (`seed`, `vnodes`, `hash`, `choice_count`,
+     * `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`).
      */
     LB_RESULT_UNKNOWN_OPTION = 11,
     /**
@@ -130,7 +134,8 @@ enum lb_result
      */
     LB_RESULT_UNKNOWN_HASH = 12,
     /**
-     * An option value had the wrong kind (e.g. text that is not a number for `vnodes`).
+     * An option value had the wrong kind or is out of range (e.g. text that is not a number
+     * for `vnodes`, `choice_count` outside 2..=16, a `table_size` that is not prime).
      */
     LB_RESULT_INVALID_OPTION_VALUE = 13,
     /**
@@ -336,9 +341,9 @@ const char *lb_version(void);
 /**
  * Creates a balancer in `*balancer_out`.
  *
- * - `algorithm`: `algorithm_len` bytes naming the algorithm (`"random"`, `"weighted_random"`,
- *   `"round_robin"`, `"weighted_round_robin"`, `"source_hash"`, `"ring"`; see
- *   `lb_algorithm_name`), not necessarily NUL-terminated.
+ * - `algorithm`: `algorithm_len` bytes naming the algorithm (`"random"`, `"round_robin"`,
+ *   `"ring"`, `"least_request"`, `"maglev"`, ...: `lb_algorithm_name` lists them all), not
+ *   necessarily NUL-terminated.
  * - `options`: NULL for the defaults, or options from `lb_options_new` (copied; free them
  *   whenever you like).
  * - `nodes`, `nodes_len`: the initial nodes in order (ids are copied); NULL with 0 starts
@@ -418,7 +423,8 @@ lb_result lb_balancer_update(const struct lb_balancer *balancer,
 /**
  * Picks a node for `key` (`key_len` bytes). NULL with length 0 means *no key* here (an
  * exception to "NULL with length 0 is the empty string"): fine for the unkeyed algorithms,
- * `LB_RESULT_KEY_REQUIRED` for `source_hash` and `ring`. A non-NULL pointer with length 0 is
+ * `LB_RESULT_KEY_REQUIRED` for the keyed ones (`source_hash`, `ring`, `ketama`,
+ * `nginx_chash`, `ring_hash`, `maglev`, `rendezvous`, `jump`). A non-NULL pointer with length 0 is
  * the empty key.
  *
  * Outputs, each optional (NULL = not wanted); they must not overlap each other:

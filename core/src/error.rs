@@ -83,7 +83,7 @@ impl Error {
             Error::NoNodes => "no nodes: the balancer has no node with weight > 0",
             Error::EmptyId => "node id is empty",
             Error::IdContainsNul(_) => "node id contains a NUL byte",
-            Error::InvalidUtf8 => "id, key, name or value is not valid UTF-8",
+            Error::InvalidUtf8 => "id, name or value is not valid UTF-8",
             Error::DuplicateNode(_) => "duplicate node id",
             Error::UnknownNode(_) => "unknown node id",
             Error::KeyRequired(_) => "this algorithm needs a key to pick",

@@ -171,9 +171,9 @@ pub struct lb_pick {
 
 /// Creates a balancer in `*balancer_out`.
 ///
-/// - `algorithm`: `algorithm_len` bytes naming the algorithm (`"random"`, `"weighted_random"`,
-///   `"round_robin"`, `"weighted_round_robin"`, `"source_hash"`, `"ring"`; see
-///   `lb_algorithm_name`), not necessarily NUL-terminated.
+/// - `algorithm`: `algorithm_len` bytes naming the algorithm (`"random"`, `"round_robin"`,
+///   `"ring"`, `"least_request"`, `"maglev"`, ...: `lb_algorithm_name` lists them all), not
+///   necessarily NUL-terminated.
 /// - `options`: NULL for the defaults, or options from `lb_options_new` (copied; free them
 ///   whenever you like).
 /// - `nodes`, `nodes_len`: the initial nodes in order (ids are copied); NULL with 0 starts
@@ -346,7 +346,8 @@ unsafe fn nodes_from_c(nodes: *const lb_node, len: usize) -> Result<Vec<Node>, l
 
 /// Picks a node for `key` (`key_len` bytes). NULL with length 0 means *no key* here (an
 /// exception to "NULL with length 0 is the empty string"): fine for the unkeyed algorithms,
-/// `LB_RESULT_KEY_REQUIRED` for `source_hash` and `ring`. A non-NULL pointer with length 0 is
+/// `LB_RESULT_KEY_REQUIRED` for the keyed ones (`source_hash`, `ring`, `ketama`,
+/// `nginx_chash`, `ring_hash`, `maglev`, `rendezvous`, `jump`). A non-NULL pointer with length 0 is
 /// the empty key.
 ///
 /// Outputs, each optional (NULL = not wanted); they must not overlap each other:

@@ -37,7 +37,8 @@ pub enum lb_result {
     DuplicateNode = 5,
     /// No node has this id.
     UnknownNode = 6,
-    /// A keyed algorithm (`source_hash`, `ring`) was asked to pick without a key.
+    /// A keyed algorithm (`source_hash`, `ring`, `ketama`, `nginx_chash`, `ring_hash`,
+    /// `maglev`, `rendezvous`, `jump`) was asked to pick without a key.
     KeyRequired = 7,
     /// The `vnodes` option was 0 or above 65536.
     InvalidVnodes = 8,
@@ -45,11 +46,13 @@ pub enum lb_result {
     TooManyNodes = 9,
     /// The algorithm name is not one liblb knows (see `lb_algorithm_name`).
     UnknownAlgorithm = 10,
-    /// The option name is not one of `seed`, `vnodes`, `hash`.
+    /// The option name is not one liblb knows (`seed`, `vnodes`, `hash`, `choice_count`,
+    /// `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`).
     UnknownOption = 11,
     /// The `hash` option is not one of `sha256`, `xxh3`.
     UnknownHash = 12,
-    /// An option value had the wrong kind (e.g. text that is not a number for `vnodes`).
+    /// An option value had the wrong kind or is out of range (e.g. text that is not a number
+    /// for `vnodes`, `choice_count` outside 2..=16, a `table_size` that is not prime).
     InvalidOptionValue = 13,
     /// A required pointer was NULL (or a byte pointer was NULL with a non-zero length).
     NullParameter = 100,
