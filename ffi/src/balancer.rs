@@ -2,9 +2,9 @@
 //!
 //! Every exported function's body sits inline in its panic boundary (rustls-ffi style): it
 //! checks all pointers first, calls the core, and writes outputs only when everything
-//! succeeded (`?` inside the boundary returns the error code). Nothing handed to C points into balancer memory: picks return the caller's own
-//! tag and/or copy the id into the caller's buffer, so a concurrent `remove` can never leave C
-//! holding a dangling pointer.
+//! succeeded (`?` inside the boundary returns the error code). Nothing handed to C points
+//! into balancer memory: picks return the caller's own tag and/or copy the id into the
+//! caller's buffer, so a concurrent `remove` can never leave C holding a dangling pointer.
 
 use crate::lb_result;
 use crate::panic::ffi_panic_boundary;
@@ -1102,8 +1102,10 @@ pub extern "C" fn lb_balancer_stats(
         let mut offset = 0;
         for (i, s) in stats.iter().enumerate() {
             let id = copy_id(&mut buf, &mut offset, &s.id);
+            // A real estimate never reads as "none": it saturates one below the marker.
+            let most = LB_LATENCY_NONE - 1;
             let latency_ns = s.latency.map_or(LB_LATENCY_NONE, |l| {
-                u64::try_from(l.as_nanos()).map_or(LB_LATENCY_NONE - 1, |ns| ns.min(LB_LATENCY_NONE - 1))
+                u64::try_from(l.as_nanos()).map_or(most, |ns| ns.min(most))
             });
             stats_out.write(
                 i,

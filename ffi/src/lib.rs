@@ -1,11 +1,12 @@
 //! liblb's C ABI: `liblb.so` / `liblb.a`, described by the generated `include/lb.h`.
 //!
 //! A thin layer over `liblb-core` in the style of rustls-ffi: `lb_<object>_<verb>` functions,
-//! opaque handles (`lb_balancer`, `lb_options`, `lb_lease`) with `_new`/`_free` pairs, an [`lb_result`]
-//! code from every fallible function, outputs through trailing out-pointers written only on
-//! success. Every exported body runs inside a panic boundary (`panic.rs`) and every pointer is
-//! checked for NULL before use (`ptr.rs`). Picks never hand C a pointer into balancer memory:
-//! they return the caller's 64-bit tag and/or copy the id into a caller buffer.
+//! opaque handles (`lb_balancer`, `lb_options`, `lb_lease`) with `_new`/`_free` pairs (a lease
+//! ends with `lb_lease_finish` / `lb_lease_cancel`), an [`lb_result`] code from every fallible
+//! function, outputs through trailing out-pointers written only on success. Every exported
+//! body runs inside a panic boundary (`panic.rs`) and every pointer is checked for NULL before
+//! use (`ptr.rs`). Picks never hand C a pointer into balancer memory: they return the caller's
+//! 64-bit tag and/or copy the id into a caller buffer.
 //!
 //! `include/lb.h` is generated from these sources by cbindgen 0.29.4 (`cbindgen.toml`); the
 //! `header` test fails when it is stale and `LB_BLESS=1 cargo test -p liblb-ffi --test header`

@@ -1,7 +1,8 @@
 /* Two threads pick while a third changes membership (update, add, remove, set_weight), for
  * every algorithm. Every pick must succeed and name a node that exists in one of the sets,
  * with that node's own tag (a torn read would pair an id with the wrong tag), and ids copied
- * out must stay readable after the node is gone. Leases are taken and ended meanwhile. Run plain, under ASan+UBSan and valgrind. */
+ * out must stay readable after the node is gone. Leases are taken and ended meanwhile. Run
+ * plain, under ASan+UBSan and valgrind. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
