@@ -9,16 +9,18 @@
  *   still happened: round robin has moved on and the random algorithms have drawn, exactly as
  *   on success. Size id buffers with lb_balancer_id_size_bound to avoid it.
  * - A pointer is always followed by its length; with length 0 it is never read. NULL with
- *   length 0 is the empty string (except for the key of lb_balancer_pick and
- *   lb_balancer_attempts, where it means "no key"), NULL with a non-zero length is
- *   LB_RESULT_NULL_PARAMETER, a size above PTRDIFF_MAX is LB_RESULT_INVALID_LENGTH. Ids and
- *   names are UTF-8 and need not be NUL-terminated on input; ids copied out are
- *   NUL-terminated.
+ *   length 0 is the empty string (except for the key of lb_balancer_pick,
+ *   lb_balancer_attempts and lb_balancer_acquire, where it means "no key"), NULL with a
+ *   non-zero length is LB_RESULT_NULL_PARAMETER, a size above PTRDIFF_MAX is
+ *   LB_RESULT_INVALID_LENGTH. Ids and names are UTF-8 and need not be NUL-terminated on input;
+ *   ids copied out are NUL-terminated.
  * - The output buffers and out-pointers of one call must not overlap each other (nor its
  *   inputs).
  * - Handles are opaque. Whoever gets one from a _new function owns it and frees it with the
  *   matching _free function (NULL is fine there).
- * - Functions taking a const lb_balancer * are thread-safe; picks never lock.
+ * - Functions taking a const lb_balancer * are thread-safe; picks never lock. An lb_lease
+ *   (lb_balancer_acquire) is owned by the caller and ended once with lb_lease_finish or
+ *   lb_lease_cancel.
  * - A Rust panic never crosses into C: it becomes LB_RESULT_PANIC.
  *
  * Link with -llb (pkg-config: liblb).
@@ -56,6 +58,11 @@
  * liblb's patch version.
  */
 #define LB_VERSION_PATCH 0
+
+/**
+ * `lb_node_stats.latency_ns` of a node without any latency sample yet.
+ */
+#define LB_LATENCY_NONE UINT64_MAX
 
 /**
  * The result of every fallible liblb function. `LB_RESULT_OK` (0) is success; everything else
@@ -101,7 +108,8 @@ enum lb_result
      */
     LB_RESULT_UNKNOWN_NODE = 6,
     /**
-     * A keyed algorithm (`source_hash`, `ring`) was asked to pick without a key.
+     * A keyed algorithm (`source_hash`, `ring`, `ketama`, `nginx_chash`, `ring_hash`,
+     * `maglev`, `rendezvous`, `jump`) was asked to pick without a key.
      */
     LB_RESULT_KEY_REQUIRED = 7,
     /**
@@ -117,7 +125,8 @@ enum lb_result
      */
     LB_RESULT_UNKNOWN_ALGORITHM = 10,
     /**
-     * The option name is not one of `seed`, `vnodes`, `hash`.
+     * The option name is not one liblb knows (`seed`, `vnodes`, `hash`, `choice_count`,
+     * `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`).
      */
     LB_RESULT_UNKNOWN_OPTION = 11,
     /**
@@ -125,7 +134,8 @@ enum lb_result
      */
     LB_RESULT_UNKNOWN_HASH = 12,
     /**
-     * An option value had the wrong kind (e.g. text that is not a number for `vnodes`).
+     * An option value had the wrong kind or is out of range (e.g. text that is not a number
+     * for `vnodes`, `choice_count` outside 2..=16, a `table_size` that is not prime).
      */
     LB_RESULT_INVALID_OPTION_VALUE = 13,
     /**
@@ -155,6 +165,16 @@ enum lb_result
      * `lb_balancer_pick_n` count): nothing was picked; split the batch.
      */
     LB_RESULT_BATCH_TOO_LARGE = 105,
+    /**
+     * `lb_balancer_pick_hash` / `lb_balancer_attempts_hash` on an algorithm that does not
+     * place 64-bit key hashes (only `ring_hash`, `maglev`, `rendezvous` and `jump` do).
+     */
+    LB_RESULT_HASH_UNSUPPORTED = 106,
+    /**
+     * An `lb_outcome` was neither `LB_OUTCOME_SUCCESS` nor `LB_OUTCOME_FAILURE`: nothing was
+     * recorded (and a lease given to `lb_lease_finish` is still the caller's).
+     */
+    LB_RESULT_INVALID_OUTCOME = 107,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -174,6 +194,16 @@ typedef uint32_t lb_result;
  * the new one, never a mix). Only `lb_balancer_free` needs exclusive access.
  */
 typedef struct lb_balancer lb_balancer;
+
+/**
+ * A request in progress on one node, from `lb_balancer_acquire`: the node's in-flight count
+ * is one higher until the lease ends. End it exactly once, with `lb_lease_finish` (success or
+ * failure and the latency you measured) or `lb_lease_cancel` (nothing counted); either frees
+ * it. A lease stays valid after its node is removed, or even after its balancer is freed
+ * (ending it then counts nowhere). A lease may be used and ended on any thread, but by one
+ * thread at a time.
+ */
+typedef struct lb_lease lb_lease;
 
 /**
  * Options for `lb_balancer_new`: `seed`, `vnodes`, `hash`. Create with `lb_options_new`, set
@@ -242,6 +272,62 @@ typedef struct lb_pick {
     size_t id_len;
 } lb_pick;
 
+/**
+ * How a request ended, for `lb_lease_finish` and `lb_balancer_report`: `LB_OUTCOME_SUCCESS`
+ * or `LB_OUTCOME_FAILURE`. (A plain `uint32_t`, so any number C passes is well defined: other
+ * values are `LB_RESULT_INVALID_OUTCOME`.)
+ */
+typedef uint32_t lb_outcome;
+
+/**
+ * One node's load, listed by `lb_balancer_stats`.
+ */
+typedef struct lb_node_stats {
+    /**
+     * The node's id, NUL-terminated, inside the caller's `ids_buf`.
+     */
+    const char *id;
+    /**
+     * Length of `id` without its NUL.
+     */
+    size_t id_len;
+    /**
+     * Its weight (0 = drained).
+     */
+    uint32_t weight;
+    /**
+     * The caller's tag.
+     */
+    uint64_t tag;
+    /**
+     * Requests started (leases acquired) and not yet ended.
+     */
+    size_t in_flight;
+    /**
+     * Requests ended with an outcome (finished leases and reports).
+     */
+    uint64_t requests;
+    /**
+     * Of those, failures.
+     */
+    uint64_t failures;
+    /**
+     * The peak-EWMA latency estimate as of its last sample, in nanoseconds, or
+     * `LB_LATENCY_NONE` before any sample.
+     */
+    uint64_t latency_ns;
+} lb_node_stats;
+
+/**
+ * The request succeeded.
+ */
+#define LB_OUTCOME_SUCCESS 0
+
+/**
+ * The request failed.
+ */
+#define LB_OUTCOME_FAILURE 1
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -255,9 +341,9 @@ const char *lb_version(void);
 /**
  * Creates a balancer in `*balancer_out`.
  *
- * - `algorithm`: `algorithm_len` bytes naming the algorithm (`"random"`, `"weighted_random"`,
- *   `"round_robin"`, `"weighted_round_robin"`, `"source_hash"`, `"ring"`; see
- *   `lb_algorithm_name`), not necessarily NUL-terminated.
+ * - `algorithm`: `algorithm_len` bytes naming the algorithm (`"random"`, `"round_robin"`,
+ *   `"ring"`, `"least_request"`, `"maglev"`, ...: `lb_algorithm_name` lists them all), not
+ *   necessarily NUL-terminated.
  * - `options`: NULL for the defaults, or options from `lb_options_new` (copied; free them
  *   whenever you like).
  * - `nodes`, `nodes_len`: the initial nodes in order (ids are copied); NULL with 0 starts
@@ -337,7 +423,8 @@ lb_result lb_balancer_update(const struct lb_balancer *balancer,
 /**
  * Picks a node for `key` (`key_len` bytes). NULL with length 0 means *no key* here (an
  * exception to "NULL with length 0 is the empty string"): fine for the unkeyed algorithms,
- * `LB_RESULT_KEY_REQUIRED` for `source_hash` and `ring`. A non-NULL pointer with length 0 is
+ * `LB_RESULT_KEY_REQUIRED` for the keyed ones (`source_hash`, `ring`, `ketama`,
+ * `nginx_chash`, `ring_hash`, `maglev`, `rendezvous`, `jump`). A non-NULL pointer with length 0 is
  * the empty key.
  *
  * Outputs, each optional (NULL = not wanted); they must not overlap each other:
@@ -521,6 +608,150 @@ lb_result lb_balancer_algorithm(const struct lb_balancer *balancer,
  * too, so such a loop always ends.) Thread-safe.
  */
 const char *lb_algorithm_name(size_t index);
+
+/**
+ * Picks a node for `key` exactly like `lb_balancer_pick` (same key rule, same tag and id
+ * outputs) and starts a request on it: its in-flight count + 1 until the lease in
+ * `*lease_out` ends. The load-aware algorithms (`least_request`, `peak_ewma`, ...) choose by
+ * these counts; every algorithm keeps them for `lb_balancer_stats`.
+ *
+ * The caller owns the lease and must end it with `lb_lease_finish` or `lb_lease_cancel`
+ * (which free it). On any error no lease exists and nothing is counted; after
+ * `LB_RESULT_BUFFER_TOO_SMALL` (`*id_size_out` = size needed) the pick happened (round robin
+ * moved on, the random algorithms drew) but its lease was cancelled at once.
+ *
+ * Errors: `LB_RESULT_NULL_PARAMETER` (including NULL `lease_out`), `LB_RESULT_INVALID_LENGTH`,
+ * `LB_RESULT_NO_NODES`, `LB_RESULT_KEY_REQUIRED`, `LB_RESULT_BUFFER_TOO_SMALL`. Thread-safe;
+ * never locks.
+ */
+lb_result lb_balancer_acquire(const struct lb_balancer *balancer,
+                              const void *key,
+                              size_t key_len,
+                              struct lb_lease **lease_out,
+                              uint64_t *tag_out,
+                              char *id_buf,
+                              size_t id_buf_len,
+                              size_t *id_size_out);
+
+/**
+ * Ends the request with an outcome — `LB_OUTCOME_SUCCESS` or `LB_OUTCOME_FAILURE` after
+ * `latency_ns` nanoseconds as you measured them (see `lb_lease_elapsed`) — and frees the
+ * lease: in-flight - 1, requests + 1, failures + 1 on failure, the latency into the node's
+ * estimate.
+ *
+ * Errors (the lease is then untouched and still yours): `LB_RESULT_NULL_PARAMETER` (NULL
+ * lease), `LB_RESULT_INVALID_OUTCOME`. On `LB_RESULT_OK` the lease is gone: do not use it
+ * again.
+ */
+lb_result lb_lease_finish(struct lb_lease *lease,
+                          lb_outcome outcome,
+                          uint64_t latency_ns);
+
+/**
+ * Ends the request as cancelled — in-flight - 1, nothing else counted (neither a request nor
+ * a failure nor a latency) — and frees the lease. Calling with NULL is fine. Do not use the
+ * lease again.
+ */
+void lb_lease_cancel(struct lb_lease *lease);
+
+/**
+ * The lease's node: its tag in `*tag_out` and, as in `lb_balancer_pick`, its id copied into
+ * `id_buf` with a NUL and the bytes written in `*id_size_out` (`id_size_out` NULL: no id;
+ * then `id_buf` must be NULL and `id_buf_len` 0). The id stays readable even after the node
+ * was removed.
+ *
+ * Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`,
+ * `LB_RESULT_BUFFER_TOO_SMALL` (`*id_size_out` = size needed, `*tag_out` untouched).
+ */
+lb_result lb_lease_node(const struct lb_lease *lease,
+                        uint64_t *tag_out,
+                        char *id_buf,
+                        size_t id_buf_len,
+                        size_t *id_size_out);
+
+/**
+ * Nanoseconds since the lease was acquired, by liblb's monotonic clock, in `*elapsed_ns_out`
+ * (saturating at `UINT64_MAX`): a latency to pass to `lb_lease_finish` when you do not
+ * measure your own. Errors: `LB_RESULT_NULL_PARAMETER`.
+ */
+lb_result lb_lease_elapsed(const struct lb_lease *lease,
+                           uint64_t *elapsed_ns_out);
+
+/**
+ * Records the outcome of a request you routed yourself after a pick (`id_len` bytes of
+ * UTF-8 naming the node): requests + 1, failures + 1 on failure, `latency_ns` into the
+ * latency estimate. In-flight is not touched (use leases for that).
+ *
+ * Errors (nothing is recorded): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`,
+ * `LB_RESULT_INVALID_UTF8`, `LB_RESULT_INVALID_OUTCOME`, `LB_RESULT_UNKNOWN_NODE`.
+ * Thread-safe; never locks.
+ */
+lb_result lb_balancer_report(const struct lb_balancer *balancer,
+                             const char *id,
+                             size_t id_len,
+                             lb_outcome outcome,
+                             uint64_t latency_ns);
+
+/**
+ * Lists each node's load in insertion order, drained nodes included, with the same
+ * buffer protocol as `lb_balancer_nodes`: `stats_out` (room for `stats_cap` entries) gets one
+ * record per node, its `id` pointing at a NUL-terminated copy in `ids_buf` (`ids_buf_len`
+ * bytes); `*count_out` gets the number of nodes and `*ids_size_out` the id bytes used. If
+ * either is too small: `LB_RESULT_BUFFER_TOO_SMALL` with the count and bytes needed written
+ * (the set may change before you retry: loop). `NULL, 0, NULL, 0` asks for the sizes.
+ *
+ * Counters belong to the node id and survive membership changes for nodes that stay; a
+ * removed node's go with it. Each counter is read atomically, the set of nodes is one
+ * snapshot, but counters of different nodes are not read at one instant.
+ *
+ * Errors: `LB_RESULT_NULL_PARAMETER` (NULL balancer, `count_out` or `ids_size_out`, or NULL
+ * arrays with non-zero sizes), `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_BUFFER_TOO_SMALL`.
+ * Thread-safe.
+ */
+lb_result lb_balancer_stats(const struct lb_balancer *balancer,
+                            struct lb_node_stats *stats_out,
+                            size_t stats_cap,
+                            char *ids_buf,
+                            size_t ids_buf_len,
+                            size_t *count_out,
+                            size_t *ids_size_out);
+
+/**
+ * The node for a 64-bit key hash you computed yourself (gRPC's request hash, a Guava user's
+ * hash): the answer `lb_balancer_pick` gives a key with that hash. Only the algorithms that
+ * place hashes (`ring_hash`, `maglev`, `rendezvous`, `jump`) take one; the others fail with
+ * `LB_RESULT_HASH_UNSUPPORTED`. Tag and id outputs as in `lb_balancer_pick`.
+ *
+ * Errors (no output written, the balancer unchanged; except `LB_RESULT_BUFFER_TOO_SMALL`,
+ * which writes `*id_size_out`): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`,
+ * `LB_RESULT_NO_NODES`, `LB_RESULT_HASH_UNSUPPORTED`, `LB_RESULT_BUFFER_TOO_SMALL`.
+ * Thread-safe; never locks.
+ */
+lb_result lb_balancer_pick_hash(const struct lb_balancer *balancer,
+                                uint64_t hash,
+                                uint64_t *tag_out,
+                                char *id_buf,
+                                size_t id_buf_len,
+                                size_t *id_size_out);
+
+/**
+ * `lb_balancer_attempts` for a 64-bit key hash (see `lb_balancer_pick_hash`): up to `limit`
+ * distinct nodes in retry order into `picks_out` (room for `limit` entries), `*count_out` =
+ * how many. Ids as in `lb_balancer_pick_many`.
+ *
+ * Errors: `LB_RESULT_NULL_PARAMETER` (including NULL `count_out`), `LB_RESULT_INVALID_LENGTH`,
+ * `LB_RESULT_NO_NODES`, `LB_RESULT_HASH_UNSUPPORTED`, `LB_RESULT_BUFFER_TOO_SMALL`
+ * (`*ids_size_out` = size needed, nothing else written). The balancer is never changed.
+ * Thread-safe.
+ */
+lb_result lb_balancer_attempts_hash(const struct lb_balancer *balancer,
+                                    uint64_t hash,
+                                    struct lb_pick *picks_out,
+                                    size_t limit,
+                                    char *ids_buf,
+                                    size_t ids_buf_len,
+                                    size_t *ids_size_out,
+                                    size_t *count_out);
 
 /**
  * Creates default options (no seed: random algorithms seed from OS entropy; vnodes 160; each

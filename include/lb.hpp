@@ -1,6 +1,6 @@
 // lb.hpp: a header-only C++17 wrapper over lb.h (liblb's C API).
 //
-// - lb::balancer and lb::options own their C handles (unique ownership: movable, not
+// - lb::balancer, lb::options and lb::lease own their C handles (unique ownership: movable, not
 //   copyable); the destructor frees them.
 // - Every failure throws lb::error (derived from std::runtime_error) carrying the lb_result
 //   code; after a throw the balancer is unchanged. (LB_RESULT_BUFFER_TOO_SMALL, which lb.h
@@ -21,6 +21,7 @@
 #define LB_HPP
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -59,6 +60,9 @@ inline void check(lb_result result) {
 
 struct balancer_deleter {
     void operator()(lb_balancer *b) const noexcept { lb_balancer_free(b); }
+};
+struct lease_deleter {
+    void operator()(lb_lease *l) const noexcept { lb_lease_cancel(l); }
 };
 struct options_deleter {
     void operator()(lb_options *o) const noexcept { lb_options_free(o); }
@@ -115,6 +119,70 @@ struct picked {
     uint64_t tag = 0;
 
     bool operator==(const picked &o) const { return id == o.id && tag == o.tag; }
+};
+
+/// One node's load (lb_balancer_stats): counters of requests routed through leases and
+/// reports; `latency` is the peak-EWMA estimate, empty before the first sample.
+struct node_stats {
+    std::string id;
+    uint32_t weight = 0;
+    uint64_t tag = 0;
+    size_t in_flight = 0;
+    uint64_t requests = 0;
+    uint64_t failures = 0;
+    std::optional<std::chrono::nanoseconds> latency;
+};
+
+/// A request in progress on one node, from balancer::acquire (its in-flight count is one
+/// higher until the lease ends). End it explicitly with success() or failure() — with the
+/// latency you measured, or without to use the time since acquire — or cancel(); a lease
+/// destroyed (or assigned over) while still open is cancelled: in-flight released, nothing
+/// counted. Movable, not copyable; a moved-from or ended lease is empty (`!lease`), and ending
+/// an empty lease throws lb::error(LB_RESULT_NULL_PARAMETER). It stays valid after its node is
+/// removed or its balancer destroyed. One thread at a time.
+class lease {
+public:
+    lease() noexcept = default;
+
+    /// The node's id and tag (copied at acquire).
+    const std::string &id() const noexcept { return id_; }
+    uint64_t tag() const noexcept { return tag_; }
+    explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+    /// Time since acquire by liblb's monotonic clock.
+    std::chrono::nanoseconds elapsed() const {
+        uint64_t ns = 0;
+        detail::check(lb_lease_elapsed(handle_.get(), &ns));
+        return std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(
+            std::min<uint64_t>(ns, std::numeric_limits<std::chrono::nanoseconds::rep>::max())));
+    }
+
+    void success(std::chrono::nanoseconds latency) { finish(LB_OUTCOME_SUCCESS, latency); }
+    void failure(std::chrono::nanoseconds latency) { finish(LB_OUTCOME_FAILURE, latency); }
+    void success() { finish(LB_OUTCOME_SUCCESS, elapsed()); }
+    void failure() { finish(LB_OUTCOME_FAILURE, elapsed()); }
+
+    /// Ends the request without an outcome (also what the destructor does). Empty: no-op.
+    void cancel() noexcept { handle_.reset(); }
+
+    /// The C handle, still owned by this object.
+    lb_lease *get() const noexcept { return handle_.get(); }
+
+private:
+    friend class balancer;
+    lease(lb_lease *handle, std::string id, uint64_t tag)
+        : handle_(handle), id_(std::move(id)), tag_(tag) {}
+
+    void finish(lb_outcome outcome, std::chrono::nanoseconds latency) {
+        if (!handle_) throw error(LB_RESULT_NULL_PARAMETER);
+        uint64_t ns = latency.count() < 0 ? 0 : static_cast<uint64_t>(latency.count());
+        detail::check(lb_lease_finish(handle_.get(), outcome, ns));
+        (void)handle_.release();  // lb_lease_finish freed it
+    }
+
+    std::unique_ptr<lb_lease, detail::lease_deleter> handle_;
+    std::string id_;
+    uint64_t tag_ = 0;
 };
 
 /// Balancer options (`seed`, `vnodes`, `hash`), set by name; unknown names or bad values throw.
@@ -255,6 +323,85 @@ public:
         std::vector<picked> answers = collect(out, [&](char *buf, size_t cap, size_t *size) {
             return lb_balancer_attempts(get(), detail::key_ptr(key), detail::key_len(key),
                                         out.data(), limit, buf, cap, size, &count);
+        });
+        answers.resize(count);
+        return answers;
+    }
+
+    /// Picks like pick() and starts a request on the node: end the returned lease with
+    /// success()/failure() (or let it cancel). Throws like pick().
+    lease acquire(std::optional<std::string_view> key = std::nullopt) const {
+        std::string buf(std::max<size_t>(id_bound(), 1), '\0');
+        lb_lease *handle = nullptr;
+        uint64_t tag = 0;
+        size_t size = 0;
+        lb_result r = LB_RESULT_BUFFER_TOO_SMALL;
+        while (r == LB_RESULT_BUFFER_TOO_SMALL) {  // a longer id added meanwhile: the lease
+            buf.resize(std::max(size, buf.size()));  // was cancelled; acquire again
+            r = lb_balancer_acquire(get(), detail::key_ptr(key), detail::key_len(key), &handle,
+                                    &tag, buf.data(), buf.size(), &size);
+        }
+        detail::check(r);
+        return lease(handle, std::string(buf.data(), size - 1), tag);
+    }
+
+    /// Records the outcome of a request routed after pick() (in-flight untouched).
+    void report(std::string_view id, bool ok, std::chrono::nanoseconds latency) {
+        uint64_t ns = latency.count() < 0 ? 0 : static_cast<uint64_t>(latency.count());
+        detail::check(lb_balancer_report(get(), id.data(), id.size(),
+                                         ok ? LB_OUTCOME_SUCCESS : LB_OUTCOME_FAILURE, ns));
+    }
+
+    /// Each node's load in insertion order (one consistent node set).
+    std::vector<node_stats> stats() const {
+        size_t count = 0, size = 0;
+        std::vector<lb_node_stats> out;
+        std::string ids;
+        lb_result r = lb_balancer_stats(get(), nullptr, 0, nullptr, 0, &count, &size);
+        while (r == LB_RESULT_BUFFER_TOO_SMALL) {  // loop: another thread may add meanwhile
+            out.resize(count);
+            ids.resize(size);
+            r = lb_balancer_stats(get(), out.data(), out.size(), ids.data(), ids.size(), &count,
+                                  &size);
+        }
+        detail::check(r);
+        std::vector<node_stats> result;
+        result.reserve(count);
+        for (size_t i = 0; i < count; i++) {
+            const lb_node_stats &s = out[i];
+            node_stats n{std::string(s.id, s.id_len), s.weight, s.tag, s.in_flight, s.requests,
+                         s.failures, std::nullopt};
+            if (s.latency_ns != LB_LATENCY_NONE)
+                n.latency = std::chrono::nanoseconds(
+                    static_cast<std::chrono::nanoseconds::rep>(s.latency_ns));
+            result.push_back(std::move(n));
+        }
+        return result;
+    }
+
+    /// The node for a 64-bit key hash (ring_hash, maglev, rendezvous, jump; others throw
+    /// LB_HASH_UNSUPPORTED).
+    picked pick_hash(uint64_t hash) const {
+        std::string buf(std::max<size_t>(id_bound(), 1), '\0');
+        uint64_t tag = 0;
+        size_t size = 0;
+        lb_result r = lb_balancer_pick_hash(get(), hash, &tag, buf.data(), buf.size(), &size);
+        while (r == LB_RESULT_BUFFER_TOO_SMALL) {
+            buf.resize(size);
+            r = lb_balancer_pick_hash(get(), hash, &tag, buf.data(), buf.size(), &size);
+        }
+        detail::check(r);
+        return {std::string(buf.data(), size - 1), tag};
+    }
+
+    /// attempts() for a 64-bit key hash.
+    std::vector<picked> attempts_hash(uint64_t hash, size_t limit) const {
+        limit = std::min(limit, size());
+        std::vector<lb_pick> out(limit);
+        size_t count = 0;
+        std::vector<picked> answers = collect(out, [&](char *buf, size_t cap, size_t *size) {
+            return lb_balancer_attempts_hash(get(), hash, out.data(), limit, buf, cap, size,
+                                             &count);
         });
         answers.resize(count);
         return answers;

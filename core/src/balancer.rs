@@ -151,6 +151,8 @@ pub struct NodeStats {
     pub id: String,
     /// Its weight (0 = drained).
     pub weight: u32,
+    /// The caller's tag.
+    pub tag: u64,
     /// Requests started (leases acquired) and not yet ended.
     pub in_flight: usize,
     /// Requests ended with an outcome (finished leases and reports).
@@ -415,6 +417,7 @@ impl Balancer {
             .map(|(node, load)| NodeStats {
                 id: node.id.to_string(),
                 weight: node.weight,
+                tag: node.tag,
                 in_flight: load.in_flight(),
                 requests: load.requests(),
                 failures: load.failures(),

@@ -74,6 +74,31 @@ impl Error {
     }
 }
 
+impl Error {
+    /// A static one-line description of the error *kind*, without the details the
+    /// [`fmt::Display`] text names (which id, which value): for bindings that need a fixed text
+    /// per kind, such as the C ABI's `lb_result_str`.
+    pub fn summary(&self) -> &'static str {
+        match self {
+            Error::NoNodes => "no nodes: the balancer has no node with weight > 0",
+            Error::EmptyId => "node id is empty",
+            Error::IdContainsNul(_) => "node id contains a NUL byte",
+            Error::InvalidUtf8 => "id, name or value is not valid UTF-8",
+            Error::DuplicateNode(_) => "duplicate node id",
+            Error::UnknownNode(_) => "unknown node id",
+            Error::KeyRequired(_) => "this algorithm needs a key to pick",
+            Error::InvalidVnodes(_) => "vnodes must be between 1 and 65536",
+            Error::TooManyNodes(_) => "too many nodes (at most 16777216)",
+            Error::BatchTooLarge(_) => "batch too large: one call answers at most 16777216 picks",
+            Error::HashUnsupported(_) => "this algorithm does not place 64-bit key hashes",
+            Error::UnknownAlgorithm(_) => "unknown algorithm",
+            Error::UnknownOption(_) => "unknown option",
+            Error::UnknownHash(_) => "unknown hash (valid: sha256, xxh3)",
+            Error::InvalidOptionValue { .. } => "invalid option value",
+        }
+    }
+}
+
 /// Joins a list of names as `a, b, c` for error messages.
 struct List(&'static [&'static str]);
 
@@ -150,3 +175,26 @@ impl fmt::Display for Error {
 }
 
 impl core::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::format;
+
+    /// The static summaries quote the limits as literals: keep them equal to the constants.
+    #[test]
+    fn summaries_quote_the_current_limits() {
+        let vnodes = format!("and {}", crate::MAX_VNODES);
+        assert!(Error::InvalidVnodes(0).summary().contains(&vnodes));
+        let nodes = format!("at most {}", crate::MAX_NODES);
+        assert!(Error::TooManyNodes(0).summary().contains(&nodes));
+        let batch = format!("at most {} picks", crate::MAX_BATCH);
+        assert!(Error::BatchTooLarge(0).summary().contains(&batch));
+        let hashes = format!("valid: {}", List(crate::HashKind::NAMES));
+        assert!(
+            Error::UnknownHash(String::new())
+                .summary()
+                .contains(&hashes)
+        );
+    }
+}

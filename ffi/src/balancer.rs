@@ -1,20 +1,21 @@
 //! `lb_balancer`: the core's thread-safe `Balancer` behind an opaque handle.
 //!
-//! Every exported function is one line: a panic boundary around a private `*_impl` function
-//! that checks all pointers first, calls the core, and writes outputs only when everything
-//! succeeded. Nothing handed to C points into balancer memory: picks return the caller's own
-//! tag and/or copy the id into the caller's buffer, so a concurrent `remove` can never leave C
-//! holding a dangling pointer.
+//! Every exported function's body sits inline in its panic boundary (rustls-ffi style): it
+//! checks all pointers first, calls the core, and writes outputs only when everything
+//! succeeded (`?` inside the boundary returns the error code). Nothing handed to C points
+//! into balancer memory: picks return the caller's own tag and/or copy the id into the
+//! caller's buffer, so a concurrent `remove` can never leave C holding a dangling pointer.
 
 use crate::lb_result;
 use crate::panic::ffi_panic_boundary;
 use crate::ptr::{
-    Castable, OutSlice, free_handle, opt_out, opt_ref, to_handle, try_bytes, try_key, try_out,
-    try_out_slice, try_ref, try_slice, try_str,
+    Castable, OutSlice, free_handle, opt_out, opt_ref, take_handle, to_handle, try_bytes, try_key,
+    try_out, try_out_slice, try_ref, try_slice, try_str,
 };
 use core::ffi::{c_char, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
-use liblb_core::{Algorithm, Balancer, MAX_NODES, Node};
+use core::time::Duration;
+use liblb_core::{Algorithm, Balancer, Lease, MAX_NODES, Node, Outcome};
 use std::ffi::CString;
 use std::sync::Mutex;
 
@@ -170,9 +171,9 @@ pub struct lb_pick {
 
 /// Creates a balancer in `*balancer_out`.
 ///
-/// - `algorithm`: `algorithm_len` bytes naming the algorithm (`"random"`, `"weighted_random"`,
-///   `"round_robin"`, `"weighted_round_robin"`, `"source_hash"`, `"ring"`; see
-///   `lb_algorithm_name`), not necessarily NUL-terminated.
+/// - `algorithm`: `algorithm_len` bytes naming the algorithm (`"random"`, `"round_robin"`,
+///   `"ring"`, `"least_request"`, `"maglev"`, ...: `lb_algorithm_name` lists them all), not
+///   necessarily NUL-terminated.
 /// - `options`: NULL for the defaults, or options from `lb_options_new` (copied; free them
 ///   whenever you like).
 /// - `nodes`, `nodes_len`: the initial nodes in order (ids are copied); NULL with 0 starts
@@ -193,39 +194,23 @@ pub extern "C" fn lb_balancer_new(
     nodes_len: usize,
     balancer_out: *mut *mut lb_balancer,
 ) -> lb_result {
-    ffi_panic_boundary!(new_impl(
-        algorithm,
-        algorithm_len,
-        options,
-        nodes,
-        nodes_len,
-        balancer_out
-    ))
-}
-
-fn new_impl(
-    algorithm: *const c_char,
-    algorithm_len: usize,
-    options: *const crate::lb_options,
-    nodes: *const lb_node,
-    nodes_len: usize,
-    balancer_out: *mut *mut lb_balancer,
-) -> Result<(), lb_result> {
-    // SAFETY: lb.h requires each pointer to be NULL or valid for its length (a non-NULL
-    // `options` a live handle), and nothing to change them during the call.
-    let (out, name, options, nodes) = unsafe {
-        (
-            try_out(balancer_out)?,
-            try_str(algorithm, algorithm_len)?,
-            opt_ref(options).copied().unwrap_or_default(),
-            nodes_from_c(nodes, nodes_len)?,
-        )
-    };
-    let algorithm: Algorithm = name.parse()?;
-    out.write(to_handle(FfiBalancer::new(Balancer::new(
-        algorithm, nodes, options,
-    )?)));
-    Ok(())
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires each pointer to be NULL or valid for its length (a non-NULL
+        // `options` a live handle), and nothing to change them during the call.
+        let (out, name, options, nodes) = unsafe {
+            (
+                try_out(balancer_out)?,
+                try_str(algorithm, algorithm_len)?,
+                opt_ref(options).copied().unwrap_or_default(),
+                nodes_from_c(nodes, nodes_len)?,
+            )
+        };
+        let algorithm: Algorithm = name.parse()?;
+        out.write(to_handle(FfiBalancer::new(Balancer::new(
+            algorithm, nodes, options,
+        )?)));
+        Ok(())
+    }
 }
 
 /// Frees a balancer. Calling with NULL is fine. No other thread may be using it, and it must
@@ -255,23 +240,15 @@ pub extern "C" fn lb_balancer_add(
     weight: u32,
     tag: u64,
 ) -> lb_result {
-    ffi_panic_boundary!(add_impl(balancer, id, id_len, weight, tag))
-}
-
-fn add_impl(
-    balancer: *const lb_balancer,
-    id: *const c_char,
-    id_len: usize,
-    weight: u32,
-    tag: u64,
-) -> Result<(), lb_result> {
-    // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
-    let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
-    balancer.change(
-        size_bound([id].into_iter()),
-        |core| core.add(Node::with_tag(id, weight, tag)),
-        |_, raised| raised,
-    )
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
+        let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
+        balancer.change(
+            size_bound([id].into_iter()),
+            |core| core.add(Node::with_tag(id, weight, tag)),
+            |_, raised| raised,
+        )
+    }
 }
 
 /// Removes the node with this id (`id_len` bytes of UTF-8).
@@ -285,28 +262,22 @@ pub extern "C" fn lb_balancer_remove(
     id: *const c_char,
     id_len: usize,
 ) -> lb_result {
-    ffi_panic_boundary!(remove_impl(balancer, id, id_len))
-}
-
-fn remove_impl(
-    balancer: *const lb_balancer,
-    id: *const c_char,
-    id_len: usize,
-) -> Result<(), lb_result> {
-    // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
-    let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
-    balancer.change(
-        0,
-        |core| core.remove(id),
-        // Only removing a longest id can lower the bound: then measure what is left.
-        |core, bound| {
-            if id.len() + 1 < bound {
-                bound
-            } else {
-                size_bound(core.nodes().iter().map(|n| &*n.id))
-            }
-        },
-    )
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
+        let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
+        balancer.change(
+            0,
+            |core| core.remove(id),
+            // Only removing a longest id can lower the bound: then measure what is left.
+            |core, bound| {
+                if id.len() + 1 < bound {
+                    bound
+                } else {
+                    size_bound(core.nodes().iter().map(|n| &*n.id))
+                }
+            },
+        )
+    }
 }
 
 /// Changes a node's weight; 0 drains it (never picked while any node has weight > 0).
@@ -320,18 +291,11 @@ pub extern "C" fn lb_balancer_set_weight(
     id_len: usize,
     weight: u32,
 ) -> lb_result {
-    ffi_panic_boundary!(set_weight_impl(balancer, id, id_len, weight))
-}
-
-fn set_weight_impl(
-    balancer: *const lb_balancer,
-    id: *const c_char,
-    id_len: usize,
-    weight: u32,
-) -> Result<(), lb_result> {
-    // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
-    let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
-    balancer.change(0, |core| core.set_weight(id, weight), |_, bound| bound)
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
+        let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
+        balancer.change(0, |core| core.set_weight(id, weight), |_, bound| bound)
+    }
 }
 
 /// Replaces the whole membership with `nodes_len` nodes (ids copied), atomically: concurrent
@@ -348,19 +312,13 @@ pub extern "C" fn lb_balancer_update(
     nodes: *const lb_node,
     nodes_len: usize,
 ) -> lb_result {
-    ffi_panic_boundary!(update_impl(balancer, nodes, nodes_len))
-}
-
-fn update_impl(
-    balancer: *const lb_balancer,
-    nodes: *const lb_node,
-    nodes_len: usize,
-) -> Result<(), lb_result> {
-    // SAFETY: lb.h requires a NULL or live handle, and `nodes` valid for `nodes_len`.
-    let (balancer, nodes) = unsafe { (try_ref(balancer)?, nodes_from_c(nodes, nodes_len)?) };
-    // On success the membership is exactly `nodes`: its longest id is the new bound.
-    let exact = size_bound(nodes.iter().map(|n| &*n.id));
-    balancer.change(exact, |core| core.update(nodes), |_, _| exact)
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, and `nodes` valid for `nodes_len`.
+        let (balancer, nodes) = unsafe { (try_ref(balancer)?, nodes_from_c(nodes, nodes_len)?) };
+        // On success the membership is exactly `nodes`: its longest id is the new bound.
+        let exact = size_bound(nodes.iter().map(|n| &*n.id));
+        balancer.change(exact, |core| core.update(nodes), |_, _| exact)
+    }
 }
 
 /// Copies C node descriptions into core nodes, checking every pointer and every id's UTF-8.
@@ -388,7 +346,8 @@ unsafe fn nodes_from_c(nodes: *const lb_node, len: usize) -> Result<Vec<Node>, l
 
 /// Picks a node for `key` (`key_len` bytes). NULL with length 0 means *no key* here (an
 /// exception to "NULL with length 0 is the empty string"): fine for the unkeyed algorithms,
-/// `LB_RESULT_KEY_REQUIRED` for `source_hash` and `ring`. A non-NULL pointer with length 0 is
+/// `LB_RESULT_KEY_REQUIRED` for the keyed ones (`source_hash`, `ring`, `ketama`,
+/// `nginx_chash`, `ring_hash`, `maglev`, `rendezvous`, `jump`). A non-NULL pointer with length 0 is
 /// the empty key.
 ///
 /// Outputs, each optional (NULL = not wanted); they must not overlap each other:
@@ -415,53 +374,24 @@ pub extern "C" fn lb_balancer_pick(
     id_buf_len: usize,
     id_size_out: *mut usize,
 ) -> lb_result {
-    ffi_panic_boundary!(pick_impl(
-        balancer,
-        key,
-        key_len,
-        tag_out,
-        id_buf,
-        id_buf_len,
-        id_size_out
-    ))
-}
-
-#[inline]
-fn pick_impl(
-    balancer: *const lb_balancer,
-    key: *const c_void,
-    key_len: usize,
-    tag_out: *mut u64,
-    id_buf: *mut c_char,
-    id_buf_len: usize,
-    id_size_out: *mut usize,
-) -> Result<(), lb_result> {
-    // SAFETY: lb.h requires a NULL or live handle, `key` valid for `key_len` bytes, each
-    // out-pointer NULL or writable, and `id_buf` valid for `id_buf_len` bytes.
-    let (balancer, key, tag_out, id_out) = unsafe {
-        (
-            try_ref(balancer)?,
-            try_key(key, key_len)?,
-            opt_out(tag_out),
-            ids_out(id_buf, id_buf_len, id_size_out)?,
-        )
-    };
-    let picked = balancer.pick(key)?;
-    if let Some((mut buf, size_out)) = id_out {
-        let id = picked.id().as_bytes();
-        let needed = id.len() + 1;
-        if buf.len() < needed {
-            size_out.write(needed);
-            return Err(lb_result::BufferTooSmall);
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, `key` valid for `key_len` bytes, each
+        // out-pointer NULL or writable, and `id_buf` valid for `id_buf_len` bytes.
+        let (balancer, key, tag_out, id_out) = unsafe {
+            (
+                try_ref(balancer)?,
+                try_key(key, key_len)?,
+                opt_out(tag_out),
+                ids_out(id_buf, id_buf_len, id_size_out)?,
+            )
+        };
+        let picked = balancer.pick(key)?;
+        write_id(id_out, picked.id())?;
+        if let Some(tag_out) = tag_out {
+            tag_out.write(picked.tag());
         }
-        buf.write_bytes(0, id);
-        buf.write(id.len(), 0);
-        size_out.write(needed);
+        Ok(())
     }
-    if let Some(tag_out) = tag_out {
-        tag_out.write(picked.tag());
-    }
-    Ok(())
 }
 
 /// Picks once per key, all from the same membership snapshot: `keys_len` keys in, `keys_len`
@@ -495,53 +425,35 @@ pub extern "C" fn lb_balancer_pick_many(
     ids_buf_len: usize,
     ids_size_out: *mut usize,
 ) -> lb_result {
-    ffi_panic_boundary!(pick_many_impl(
-        balancer,
-        keys,
-        keys_len,
-        picks_out,
-        ids_buf,
-        ids_buf_len,
-        ids_size_out
-    ))
-}
-
-fn pick_many_impl(
-    balancer: *const lb_balancer,
-    keys: *const lb_key,
-    keys_len: usize,
-    picks_out: *mut lb_pick,
-    ids_buf: *mut c_char,
-    ids_buf_len: usize,
-    ids_size_out: *mut usize,
-) -> Result<(), lb_result> {
-    // First, before any array is looked at: a batch beyond the limit is refused whatever else.
-    check_batch(keys_len)?;
-    // SAFETY: lb.h requires a NULL or live handle, `keys` valid for `keys_len` entries whose
-    // `key`s are valid for their lengths, `picks_out` writable for `keys_len` entries,
-    // `ids_buf` for `ids_buf_len` bytes, and `ids_size_out` NULL or writable.
-    let (balancer, keys, picks_out, ids) = unsafe {
-        (
-            try_ref(balancer)?,
-            try_slice(keys, keys_len)?,
-            try_out_slice(picks_out, keys_len)?,
-            ids_out(ids_buf, ids_buf_len, ids_size_out)?,
-        )
-    };
-    // Every key is checked before anything is picked (a bad one fails the call with the
-    // balancer unchanged); the picking pass then reads them again instead of collecting them
-    // into a vector as large as the batch.
-    for k in keys {
-        // SAFETY: as above, each `key` is valid for its `key_len` bytes.
-        unsafe { try_bytes(k.key, k.key_len) }?;
+    ffi_panic_boundary! {
+        // First, before any array is looked at: a batch beyond the limit is refused whatever else.
+        check_batch(keys_len)?;
+        // SAFETY: lb.h requires a NULL or live handle, `keys` valid for `keys_len` entries whose
+        // `key`s are valid for their lengths, `picks_out` writable for `keys_len` entries,
+        // `ids_buf` for `ids_buf_len` bytes, and `ids_size_out` NULL or writable.
+        let (balancer, keys, picks_out, ids) = unsafe {
+            (
+                try_ref(balancer)?,
+                try_slice(keys, keys_len)?,
+                try_out_slice(picks_out, keys_len)?,
+                ids_out(ids_buf, ids_buf_len, ids_size_out)?,
+            )
+        };
+        // Every key is checked before anything is picked (a bad one fails the call with the
+        // balancer unchanged); the picking pass then reads them again instead of collecting them
+        // into a vector as large as the batch.
+        for k in keys {
+            // SAFETY: as above, each `key` is valid for its `key_len` bytes.
+            unsafe { try_bytes(k.key, k.key_len) }?;
+        }
+        let key_bytes = keys.iter().map(|k| {
+            // SAFETY: as above; every key passed this check in the loop before, and lb.h forbids
+            // changing the keys during the call, so the fallback never happens.
+            unsafe { try_bytes(k.key, k.key_len) }.unwrap_or_default()
+        });
+        let picks = balancer.pick_many(key_bytes)?;
+        write_picks(&picks, picks_out, ids)
     }
-    let key_bytes = keys.iter().map(|k| {
-        // SAFETY: as above; every key passed this check in the loop before, and lb.h forbids
-        // changing the keys during the call, so the fallback never happens.
-        unsafe { try_bytes(k.key, k.key_len) }.unwrap_or_default()
-    });
-    let picks = balancer.pick_many(key_bytes)?;
-    write_picks(&picks, picks_out, ids)
 }
 
 /// `LB_RESULT_BATCH_TOO_LARGE` for a batch of more than `LB_MAX_BATCH` answers, checked before
@@ -576,37 +488,21 @@ pub extern "C" fn lb_balancer_pick_n(
     ids_buf_len: usize,
     ids_size_out: *mut usize,
 ) -> lb_result {
-    ffi_panic_boundary!(pick_n_impl(
-        balancer,
-        count,
-        picks_out,
-        ids_buf,
-        ids_buf_len,
-        ids_size_out
-    ))
-}
-
-fn pick_n_impl(
-    balancer: *const lb_balancer,
-    count: usize,
-    picks_out: *mut lb_pick,
-    ids_buf: *mut c_char,
-    ids_buf_len: usize,
-    ids_size_out: *mut usize,
-) -> Result<(), lb_result> {
-    // First, before any array is looked at: a batch beyond the limit is refused whatever else.
-    check_batch(count)?;
-    // SAFETY: lb.h requires a NULL or live handle, `picks_out` writable for `count` entries,
-    // `ids_buf` for `ids_buf_len` bytes, and `ids_size_out` NULL or writable.
-    let (balancer, picks_out, ids) = unsafe {
-        (
-            try_ref(balancer)?,
-            try_out_slice(picks_out, count)?,
-            ids_out(ids_buf, ids_buf_len, ids_size_out)?,
-        )
-    };
-    let picks = balancer.pick_n(count)?;
-    write_picks(&picks, picks_out, ids)
+    ffi_panic_boundary! {
+        // First, before any array is looked at: a batch beyond the limit is refused whatever else.
+        check_batch(count)?;
+        // SAFETY: lb.h requires a NULL or live handle, `picks_out` writable for `count` entries,
+        // `ids_buf` for `ids_buf_len` bytes, and `ids_size_out` NULL or writable.
+        let (balancer, picks_out, ids) = unsafe {
+            (
+                try_ref(balancer)?,
+                try_out_slice(picks_out, count)?,
+                ids_out(ids_buf, ids_buf_len, ids_size_out)?,
+            )
+        };
+        let picks = balancer.pick_n(count)?;
+        write_picks(&picks, picks_out, ids)
+    }
 }
 
 /// Up to `limit` distinct nodes in retry order for `key` (NULL with length 0 means *no key*, as
@@ -636,47 +532,24 @@ pub extern "C" fn lb_balancer_attempts(
     ids_size_out: *mut usize,
     count_out: *mut usize,
 ) -> lb_result {
-    ffi_panic_boundary!(attempts_impl(
-        balancer,
-        key,
-        key_len,
-        picks_out,
-        limit,
-        ids_buf,
-        ids_buf_len,
-        ids_size_out,
-        count_out
-    ))
-}
-
-#[allow(clippy::too_many_arguments)] // Mirrors the C signature one to one.
-fn attempts_impl(
-    balancer: *const lb_balancer,
-    key: *const c_void,
-    key_len: usize,
-    picks_out: *mut lb_pick,
-    limit: usize,
-    ids_buf: *mut c_char,
-    ids_buf_len: usize,
-    ids_size_out: *mut usize,
-    count_out: *mut usize,
-) -> Result<(), lb_result> {
-    // SAFETY: lb.h requires a NULL or live handle, `key` valid for `key_len` bytes,
-    // `picks_out` writable for `limit` entries, `ids_buf` for `ids_buf_len` bytes, and the
-    // size outputs NULL or writable.
-    let (balancer, key, picks_out, ids, count_out) = unsafe {
-        (
-            try_ref(balancer)?,
-            try_key(key, key_len)?,
-            try_out_slice(picks_out, limit)?,
-            ids_out(ids_buf, ids_buf_len, ids_size_out)?,
-            try_out(count_out)?,
-        )
-    };
-    let picks = balancer.attempts(key, limit)?;
-    write_picks(&picks, picks_out, ids)?;
-    count_out.write(picks.len());
-    Ok(())
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, `key` valid for `key_len` bytes,
+        // `picks_out` writable for `limit` entries, `ids_buf` for `ids_buf_len` bytes, and the
+        // size outputs NULL or writable.
+        let (balancer, key, picks_out, ids, count_out) = unsafe {
+            (
+                try_ref(balancer)?,
+                try_key(key, key_len)?,
+                try_out_slice(picks_out, limit)?,
+                ids_out(ids_buf, ids_buf_len, ids_size_out)?,
+                try_out(count_out)?,
+            )
+        };
+        let picks = balancer.attempts(key, limit)?;
+        write_picks(&picks, picks_out, ids)?;
+        count_out.write(picks.len());
+        Ok(())
+    }
 }
 
 /// The caller's id buffer and its size output, present when ids were asked for.
@@ -803,60 +676,42 @@ pub extern "C" fn lb_balancer_nodes(
     count_out: *mut usize,
     ids_size_out: *mut usize,
 ) -> lb_result {
-    ffi_panic_boundary!(nodes_impl(
-        balancer,
-        nodes_out,
-        nodes_cap,
-        ids_buf,
-        ids_buf_len,
-        count_out,
-        ids_size_out
-    ))
-}
-
-fn nodes_impl(
-    balancer: *const lb_balancer,
-    nodes_out: *mut lb_node,
-    nodes_cap: usize,
-    ids_buf: *mut c_char,
-    ids_buf_len: usize,
-    count_out: *mut usize,
-    ids_size_out: *mut usize,
-) -> Result<(), lb_result> {
-    // SAFETY: lb.h requires a NULL or live handle, `nodes_out` writable for `nodes_cap`
-    // entries, `ids_buf` for `ids_buf_len` bytes, and the size outputs NULL or writable.
-    let (balancer, mut nodes_out, mut buf, count_out, size_out) = unsafe {
-        (
-            try_ref(balancer)?,
-            try_out_slice(nodes_out, nodes_cap)?,
-            try_out_slice(ids_buf.cast::<u8>(), ids_buf_len)?,
-            try_out(count_out)?,
-            try_out(ids_size_out)?,
-        )
-    };
-    let nodes = balancer.nodes();
-    let needed = ids_size(nodes.iter().map(|n| n.id.len()))?;
-    if nodes.len() > nodes_out.len() || needed > buf.len() {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, `nodes_out` writable for `nodes_cap`
+        // entries, `ids_buf` for `ids_buf_len` bytes, and the size outputs NULL or writable.
+        let (balancer, mut nodes_out, mut buf, count_out, size_out) = unsafe {
+            (
+                try_ref(balancer)?,
+                try_out_slice(nodes_out, nodes_cap)?,
+                try_out_slice(ids_buf.cast::<u8>(), ids_buf_len)?,
+                try_out(count_out)?,
+                try_out(ids_size_out)?,
+            )
+        };
+        let nodes = balancer.nodes();
+        let needed = ids_size(nodes.iter().map(|n| n.id.len()))?;
+        if nodes.len() > nodes_out.len() || needed > buf.len() {
+            count_out.write(nodes.len());
+            size_out.write(needed);
+            return Err(lb_result::BufferTooSmall);
+        }
+        let mut offset = 0;
+        for (i, node) in nodes.iter().enumerate() {
+            let id = copy_id(&mut buf, &mut offset, &node.id);
+            nodes_out.write(
+                i,
+                lb_node {
+                    id,
+                    id_len: node.id.len(),
+                    weight: node.weight,
+                    tag: node.tag,
+                },
+            );
+        }
         count_out.write(nodes.len());
         size_out.write(needed);
-        return Err(lb_result::BufferTooSmall);
+        Ok(())
     }
-    let mut offset = 0;
-    for (i, node) in nodes.iter().enumerate() {
-        let id = copy_id(&mut buf, &mut offset, &node.id);
-        nodes_out.write(
-            i,
-            lb_node {
-                id,
-                id_len: node.id.len(),
-                weight: node.weight,
-                tag: node.tag,
-            },
-        );
-    }
-    count_out.write(nodes.len());
-    size_out.write(needed);
-    Ok(())
 }
 
 /// A buffer size (id bytes + NUL) that fits every id of the current membership, in
@@ -878,29 +733,25 @@ pub extern "C" fn lb_balancer_id_size_bound(
     balancer: *const lb_balancer,
     size_out: *mut usize,
 ) -> lb_result {
-    ffi_panic_boundary!(id_size_bound_impl(balancer, size_out))
-}
-
-fn id_size_bound_impl(balancer: *const lb_balancer, size_out: *mut usize) -> Result<(), lb_result> {
-    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable `size_out`.
-    let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(size_out)?) };
-    // Acquire: pairs with the Release stores of `FfiBalancer::change` (see the field's rule).
-    out.write(balancer.id_size_bound.load(Ordering::Acquire));
-    Ok(())
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle and a NULL or writable `size_out`.
+        let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(size_out)?) };
+        // Acquire: pairs with the Release stores of `FfiBalancer::change` (see the field's rule).
+        out.write(balancer.id_size_bound.load(Ordering::Acquire));
+        Ok(())
+    }
 }
 
 /// The number of nodes, drained ones included, in `*len_out`.
 /// Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_balancer_len(balancer: *const lb_balancer, len_out: *mut usize) -> lb_result {
-    ffi_panic_boundary!(len_impl(balancer, len_out))
-}
-
-fn len_impl(balancer: *const lb_balancer, len_out: *mut usize) -> Result<(), lb_result> {
-    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable `len_out`.
-    let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(len_out)?) };
-    out.write(balancer.len());
-    Ok(())
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle and a NULL or writable `len_out`.
+        let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(len_out)?) };
+        out.write(balancer.len());
+        Ok(())
+    }
 }
 
 /// Whether a node with this id (`id_len` bytes of UTF-8) exists, in `*contains_out`.
@@ -913,26 +764,19 @@ pub extern "C" fn lb_balancer_contains(
     id_len: usize,
     contains_out: *mut bool,
 ) -> lb_result {
-    ffi_panic_boundary!(contains_impl(balancer, id, id_len, contains_out))
-}
-
-fn contains_impl(
-    balancer: *const lb_balancer,
-    id: *const c_char,
-    id_len: usize,
-    contains_out: *mut bool,
-) -> Result<(), lb_result> {
-    // SAFETY: lb.h requires a NULL or live handle, `id` valid for `id_len` bytes and a NULL
-    // or writable `contains_out`.
-    let (balancer, id, out) = unsafe {
-        (
-            try_ref(balancer)?,
-            try_str(id, id_len)?,
-            try_out(contains_out)?,
-        )
-    };
-    out.write(balancer.contains(id));
-    Ok(())
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, `id` valid for `id_len` bytes and a NULL
+        // or writable `contains_out`.
+        let (balancer, id, out) = unsafe {
+            (
+                try_ref(balancer)?,
+                try_str(id, id_len)?,
+                try_out(contains_out)?,
+            )
+        };
+        out.write(balancer.contains(id));
+        Ok(())
+    }
 }
 
 /// The balancer's algorithm name in `*name_out`: a static NUL-terminated string (never freed,
@@ -942,17 +786,12 @@ pub extern "C" fn lb_balancer_algorithm(
     balancer: *const lb_balancer,
     name_out: *mut *const c_char,
 ) -> lb_result {
-    ffi_panic_boundary!(algorithm_impl(balancer, name_out))
-}
-
-fn algorithm_impl(
-    balancer: *const lb_balancer,
-    name_out: *mut *const c_char,
-) -> Result<(), lb_result> {
-    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable `name_out`.
-    let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(name_out)?) };
-    out.write(algorithm_names()[balancer.algorithm() as usize].as_ptr());
-    Ok(())
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle and a NULL or writable `name_out`.
+        let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(name_out)?) };
+        out.write(algorithm_names()[balancer.algorithm() as usize].as_ptr());
+        Ok(())
+    }
 }
 
 /// `Algorithm::NAMES` as C strings, made once from the core's registration list. They live in
@@ -979,4 +818,389 @@ fn algorithm_name(index: usize) -> *const c_char {
     algorithm_names()
         .get(index)
         .map_or(core::ptr::null(), |n| n.as_ptr())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Feedback: leases, reports, stats
+// ---------------------------------------------------------------------------------------------
+
+/// How a request ended, for `lb_lease_finish` and `lb_balancer_report`: `LB_OUTCOME_SUCCESS`
+/// or `LB_OUTCOME_FAILURE`. (A plain `uint32_t`, so any number C passes is well defined: other
+/// values are `LB_RESULT_INVALID_OUTCOME`.)
+pub type lb_outcome = u32;
+/// The request succeeded.
+pub const LB_OUTCOME_SUCCESS: lb_outcome = 0;
+/// The request failed.
+pub const LB_OUTCOME_FAILURE: lb_outcome = 1;
+
+/// `lb_node_stats.latency_ns` of a node without any latency sample yet.
+pub const LB_LATENCY_NONE: u64 = u64::MAX;
+
+/// The core outcome for a C outcome and latency.
+fn outcome_of(outcome: lb_outcome, latency_ns: u64) -> Result<Outcome, lb_result> {
+    let latency = Duration::from_nanos(latency_ns);
+    match outcome {
+        LB_OUTCOME_SUCCESS => Ok(Outcome::Success(latency)),
+        LB_OUTCOME_FAILURE => Ok(Outcome::Failure(latency)),
+        _ => Err(lb_result::InvalidOutcome),
+    }
+}
+
+/// A request in progress on one node, from `lb_balancer_acquire`: the node's in-flight count
+/// is one higher until the lease ends. End it exactly once, with `lb_lease_finish` (success or
+/// failure and the latency you measured) or `lb_lease_cancel` (nothing counted); either frees
+/// it. A lease stays valid after its node is removed, or even after its balancer is freed
+/// (ending it then counts nowhere). A lease may be used and ended on any thread, but by one
+/// thread at a time.
+pub struct lb_lease {
+    _private: [u8; 0],
+}
+
+impl Castable for lb_lease {
+    type Rust = Lease;
+}
+
+// A lease may be ended on another thread than the one that acquired it.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Lease>();
+};
+
+/// Writes `id` and its NUL to an optional id buffer (see `lb_balancer_pick`):
+/// `LB_RESULT_BUFFER_TOO_SMALL` with the size needed when it does not fit.
+fn write_id(out: IdsOut<'_>, id: &str) -> Result<(), lb_result> {
+    if let Some((mut buf, size_out)) = out {
+        let needed = id.len() + 1;
+        if buf.len() < needed {
+            size_out.write(needed);
+            return Err(lb_result::BufferTooSmall);
+        }
+        buf.write_bytes(0, id.as_bytes());
+        buf.write(id.len(), 0);
+        size_out.write(needed);
+    }
+    Ok(())
+}
+
+/// Picks a node for `key` exactly like `lb_balancer_pick` (same key rule, same tag and id
+/// outputs) and starts a request on it: its in-flight count + 1 until the lease in
+/// `*lease_out` ends. The load-aware algorithms (`least_request`, `peak_ewma`, ...) choose by
+/// these counts; every algorithm keeps them for `lb_balancer_stats`.
+///
+/// The caller owns the lease and must end it with `lb_lease_finish` or `lb_lease_cancel`
+/// (which free it). On any error no lease exists and nothing is counted; after
+/// `LB_RESULT_BUFFER_TOO_SMALL` (`*id_size_out` = size needed) the pick happened (round robin
+/// moved on, the random algorithms drew) but its lease was cancelled at once.
+///
+/// Errors: `LB_RESULT_NULL_PARAMETER` (including NULL `lease_out`), `LB_RESULT_INVALID_LENGTH`,
+/// `LB_RESULT_NO_NODES`, `LB_RESULT_KEY_REQUIRED`, `LB_RESULT_BUFFER_TOO_SMALL`. Thread-safe;
+/// never locks.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_acquire(
+    balancer: *const lb_balancer,
+    key: *const c_void,
+    key_len: usize,
+    lease_out: *mut *mut lb_lease,
+    tag_out: *mut u64,
+    id_buf: *mut c_char,
+    id_buf_len: usize,
+    id_size_out: *mut usize,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, `key` valid for `key_len` bytes, each
+        // out-pointer NULL or writable, and `id_buf` valid for `id_buf_len` bytes.
+        let (balancer, key, lease_out, tag_out, id_out) = unsafe {
+            (
+                try_ref(balancer)?,
+                try_key(key, key_len)?,
+                try_out(lease_out)?,
+                opt_out(tag_out),
+                ids_out(id_buf, id_buf_len, id_size_out)?,
+            )
+        };
+        let lease = balancer.acquire(key)?;
+        // On BUFFER_TOO_SMALL the lease drops here: cancelled.
+        write_id(id_out, lease.id())?;
+        if let Some(tag_out) = tag_out {
+            tag_out.write(lease.tag());
+        }
+        lease_out.write(to_handle(lease));
+        Ok(())
+    }
+}
+
+/// Ends the request with an outcome — `LB_OUTCOME_SUCCESS` or `LB_OUTCOME_FAILURE` after
+/// `latency_ns` nanoseconds as you measured them (see `lb_lease_elapsed`) — and frees the
+/// lease: in-flight - 1, requests + 1, failures + 1 on failure, the latency into the node's
+/// estimate.
+///
+/// Errors (the lease is then untouched and still yours): `LB_RESULT_NULL_PARAMETER` (NULL
+/// lease), `LB_RESULT_INVALID_OUTCOME`. On `LB_RESULT_OK` the lease is gone: do not use it
+/// again.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_lease_finish(
+    lease: *mut lb_lease,
+    outcome: lb_outcome,
+    latency_ns: u64,
+) -> lb_result {
+    ffi_panic_boundary! {
+        let outcome = outcome_of(outcome, latency_ns)?;
+        // SAFETY: lb.h requires a NULL or live lease, used by one thread at a time.
+        unsafe { try_ref(lease.cast_const()) }?;
+        // SAFETY: as above; non-NULL and live, and lb.h forbids using it after this call.
+        let lease = unsafe { take_handle(lease) };
+        lease.finish(outcome);
+        Ok(())
+    }
+}
+
+/// Ends the request as cancelled — in-flight - 1, nothing else counted (neither a request nor
+/// a failure nor a latency) — and frees the lease. Calling with NULL is fine. Do not use the
+/// lease again.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_lease_cancel(lease: *mut lb_lease) {
+    // SAFETY: lb.h requires a NULL or live lease, ended once; dropping it cancels it.
+    ffi_panic_boundary!(unsafe { free_handle(lease) })
+}
+
+/// The lease's node: its tag in `*tag_out` and, as in `lb_balancer_pick`, its id copied into
+/// `id_buf` with a NUL and the bytes written in `*id_size_out` (`id_size_out` NULL: no id;
+/// then `id_buf` must be NULL and `id_buf_len` 0). The id stays readable even after the node
+/// was removed.
+///
+/// Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`,
+/// `LB_RESULT_BUFFER_TOO_SMALL` (`*id_size_out` = size needed, `*tag_out` untouched).
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_lease_node(
+    lease: *const lb_lease,
+    tag_out: *mut u64,
+    id_buf: *mut c_char,
+    id_buf_len: usize,
+    id_size_out: *mut usize,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live lease, each out-pointer NULL or writable and
+        // `id_buf` valid for `id_buf_len` bytes.
+        let (lease, tag_out, id_out) = unsafe {
+            (
+                try_ref(lease)?,
+                opt_out(tag_out),
+                ids_out(id_buf, id_buf_len, id_size_out)?,
+            )
+        };
+        write_id(id_out, lease.id())?;
+        if let Some(tag_out) = tag_out {
+            tag_out.write(lease.tag());
+        }
+        Ok(())
+    }
+}
+
+/// Nanoseconds since the lease was acquired, by liblb's monotonic clock, in `*elapsed_ns_out`
+/// (saturating at `UINT64_MAX`): a latency to pass to `lb_lease_finish` when you do not
+/// measure your own. Errors: `LB_RESULT_NULL_PARAMETER`.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_lease_elapsed(lease: *const lb_lease, elapsed_ns_out: *mut u64) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live lease and a NULL or writable output.
+        let (lease, out) = unsafe { (try_ref(lease)?, try_out(elapsed_ns_out)?) };
+        out.write(u64::try_from(lease.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        Ok(())
+    }
+}
+
+/// Records the outcome of a request you routed yourself after a pick (`id_len` bytes of
+/// UTF-8 naming the node): requests + 1, failures + 1 on failure, `latency_ns` into the
+/// latency estimate. In-flight is not touched (use leases for that).
+///
+/// Errors (nothing is recorded): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`,
+/// `LB_RESULT_INVALID_UTF8`, `LB_RESULT_INVALID_OUTCOME`, `LB_RESULT_UNKNOWN_NODE`.
+/// Thread-safe; never locks.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_report(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+    outcome: lb_outcome,
+    latency_ns: u64,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
+        let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
+        let outcome = outcome_of(outcome, latency_ns)?;
+        balancer.report(id, outcome)?;
+        Ok(())
+    }
+}
+
+/// One node's load, listed by `lb_balancer_stats`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct lb_node_stats {
+    /// The node's id, NUL-terminated, inside the caller's `ids_buf`.
+    pub id: *const c_char,
+    /// Length of `id` without its NUL.
+    pub id_len: usize,
+    /// Its weight (0 = drained).
+    pub weight: u32,
+    /// The caller's tag.
+    pub tag: u64,
+    /// Requests started (leases acquired) and not yet ended.
+    pub in_flight: usize,
+    /// Requests ended with an outcome (finished leases and reports).
+    pub requests: u64,
+    /// Of those, failures.
+    pub failures: u64,
+    /// The peak-EWMA latency estimate as of its last sample, in nanoseconds, or
+    /// `LB_LATENCY_NONE` before any sample.
+    pub latency_ns: u64,
+}
+
+/// Lists each node's load in insertion order, drained nodes included, with the same
+/// buffer protocol as `lb_balancer_nodes`: `stats_out` (room for `stats_cap` entries) gets one
+/// record per node, its `id` pointing at a NUL-terminated copy in `ids_buf` (`ids_buf_len`
+/// bytes); `*count_out` gets the number of nodes and `*ids_size_out` the id bytes used. If
+/// either is too small: `LB_RESULT_BUFFER_TOO_SMALL` with the count and bytes needed written
+/// (the set may change before you retry: loop). `NULL, 0, NULL, 0` asks for the sizes.
+///
+/// Counters belong to the node id and survive membership changes for nodes that stay; a
+/// removed node's go with it. Each counter is read atomically, the set of nodes is one
+/// snapshot, but counters of different nodes are not read at one instant.
+///
+/// Errors: `LB_RESULT_NULL_PARAMETER` (NULL balancer, `count_out` or `ids_size_out`, or NULL
+/// arrays with non-zero sizes), `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_BUFFER_TOO_SMALL`.
+/// Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_stats(
+    balancer: *const lb_balancer,
+    stats_out: *mut lb_node_stats,
+    stats_cap: usize,
+    ids_buf: *mut c_char,
+    ids_buf_len: usize,
+    count_out: *mut usize,
+    ids_size_out: *mut usize,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, `stats_out` writable for `stats_cap`
+        // entries, `ids_buf` for `ids_buf_len` bytes, and the size outputs NULL or writable.
+        let (balancer, mut stats_out, mut buf, count_out, size_out) = unsafe {
+            (
+                try_ref(balancer)?,
+                try_out_slice(stats_out, stats_cap)?,
+                try_out_slice(ids_buf.cast::<u8>(), ids_buf_len)?,
+                try_out(count_out)?,
+                try_out(ids_size_out)?,
+            )
+        };
+        let stats = balancer.stats();
+        let needed = ids_size(stats.iter().map(|s| s.id.len()))?;
+        if stats.len() > stats_out.len() || needed > buf.len() {
+            count_out.write(stats.len());
+            size_out.write(needed);
+            return Err(lb_result::BufferTooSmall);
+        }
+        let mut offset = 0;
+        for (i, s) in stats.iter().enumerate() {
+            let id = copy_id(&mut buf, &mut offset, &s.id);
+            // A real estimate never reads as "none": it saturates one below the marker.
+            let most = LB_LATENCY_NONE - 1;
+            let latency_ns = s.latency.map_or(LB_LATENCY_NONE, |l| {
+                u64::try_from(l.as_nanos()).map_or(most, |ns| ns.min(most))
+            });
+            stats_out.write(
+                i,
+                lb_node_stats {
+                    id,
+                    id_len: s.id.len(),
+                    weight: s.weight,
+                    tag: s.tag,
+                    in_flight: s.in_flight,
+                    requests: s.requests,
+                    failures: s.failures,
+                    latency_ns,
+                },
+            );
+        }
+        count_out.write(stats.len());
+        size_out.write(needed);
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Picks by 64-bit key hash
+// ---------------------------------------------------------------------------------------------
+
+/// The node for a 64-bit key hash you computed yourself (gRPC's request hash, a Guava user's
+/// hash): the answer `lb_balancer_pick` gives a key with that hash. Only the algorithms that
+/// place hashes (`ring_hash`, `maglev`, `rendezvous`, `jump`) take one; the others fail with
+/// `LB_RESULT_HASH_UNSUPPORTED`. Tag and id outputs as in `lb_balancer_pick`.
+///
+/// Errors (no output written, the balancer unchanged; except `LB_RESULT_BUFFER_TOO_SMALL`,
+/// which writes `*id_size_out`): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`,
+/// `LB_RESULT_NO_NODES`, `LB_RESULT_HASH_UNSUPPORTED`, `LB_RESULT_BUFFER_TOO_SMALL`.
+/// Thread-safe; never locks.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_pick_hash(
+    balancer: *const lb_balancer,
+    hash: u64,
+    tag_out: *mut u64,
+    id_buf: *mut c_char,
+    id_buf_len: usize,
+    id_size_out: *mut usize,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, each out-pointer NULL or writable, and
+        // `id_buf` valid for `id_buf_len` bytes.
+        let (balancer, tag_out, id_out) = unsafe {
+            (
+                try_ref(balancer)?,
+                opt_out(tag_out),
+                ids_out(id_buf, id_buf_len, id_size_out)?,
+            )
+        };
+        let picked = balancer.pick_hash(hash)?;
+        write_id(id_out, picked.id())?;
+        if let Some(tag_out) = tag_out {
+            tag_out.write(picked.tag());
+        }
+        Ok(())
+    }
+}
+
+/// `lb_balancer_attempts` for a 64-bit key hash (see `lb_balancer_pick_hash`): up to `limit`
+/// distinct nodes in retry order into `picks_out` (room for `limit` entries), `*count_out` =
+/// how many. Ids as in `lb_balancer_pick_many`.
+///
+/// Errors: `LB_RESULT_NULL_PARAMETER` (including NULL `count_out`), `LB_RESULT_INVALID_LENGTH`,
+/// `LB_RESULT_NO_NODES`, `LB_RESULT_HASH_UNSUPPORTED`, `LB_RESULT_BUFFER_TOO_SMALL`
+/// (`*ids_size_out` = size needed, nothing else written). The balancer is never changed.
+/// Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_attempts_hash(
+    balancer: *const lb_balancer,
+    hash: u64,
+    picks_out: *mut lb_pick,
+    limit: usize,
+    ids_buf: *mut c_char,
+    ids_buf_len: usize,
+    ids_size_out: *mut usize,
+    count_out: *mut usize,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, `picks_out` writable for `limit`
+        // entries, `ids_buf` for `ids_buf_len` bytes, and the size outputs NULL or writable.
+        let (balancer, picks_out, ids, count_out) = unsafe {
+            (
+                try_ref(balancer)?,
+                try_out_slice(picks_out, limit)?,
+                ids_out(ids_buf, ids_buf_len, ids_size_out)?,
+                try_out(count_out)?,
+            )
+        };
+        let picks = balancer.attempts_hash(hash, limit)?;
+        write_picks(&picks, picks_out, ids)?;
+        count_out.write(picks.len());
+        Ok(())
+    }
 }

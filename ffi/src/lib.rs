@@ -1,11 +1,12 @@
 //! liblb's C ABI: `liblb.so` / `liblb.a`, described by the generated `include/lb.h`.
 //!
 //! A thin layer over `liblb-core` in the style of rustls-ffi: `lb_<object>_<verb>` functions,
-//! opaque handles (`lb_balancer`, `lb_options`) with `_new`/`_free` pairs, an [`lb_result`]
-//! code from every fallible function, outputs through trailing out-pointers written only on
-//! success. Every exported body runs inside a panic boundary (`panic.rs`) and every pointer is
-//! checked for NULL before use (`ptr.rs`). Picks never hand C a pointer into balancer memory:
-//! they return the caller's 64-bit tag and/or copy the id into a caller buffer.
+//! opaque handles (`lb_balancer`, `lb_options`, `lb_lease`) with `_new`/`_free` pairs (a lease
+//! ends with `lb_lease_finish` / `lb_lease_cancel`), an [`lb_result`] code from every fallible
+//! function, outputs through trailing out-pointers written only on success. Every exported
+//! body runs inside a panic boundary (`panic.rs`) and every pointer is checked for NULL before
+//! use (`ptr.rs`). Picks never hand C a pointer into balancer memory: they return the caller's
+//! 64-bit tag and/or copy the id into a caller buffer.
 //!
 //! `include/lb.h` is generated from these sources by cbindgen 0.29.4 (`cbindgen.toml`); the
 //! `header` test fails when it is stale and `LB_BLESS=1 cargo test -p liblb-ffi --test header`
@@ -28,11 +29,14 @@ mod result;
 mod tests;
 
 pub use balancer::{
-    lb_algorithm_name, lb_balancer, lb_balancer_add, lb_balancer_algorithm, lb_balancer_attempts,
-    lb_balancer_contains, lb_balancer_free, lb_balancer_id_size_bound, lb_balancer_len,
-    lb_balancer_new, lb_balancer_nodes, lb_balancer_pick, lb_balancer_pick_many,
-    lb_balancer_pick_n, lb_balancer_remove, lb_balancer_set_weight, lb_balancer_update, lb_key,
-    lb_node, lb_pick,
+    LB_LATENCY_NONE, LB_OUTCOME_FAILURE, LB_OUTCOME_SUCCESS, lb_algorithm_name, lb_balancer,
+    lb_balancer_acquire, lb_balancer_add, lb_balancer_algorithm, lb_balancer_attempts,
+    lb_balancer_attempts_hash, lb_balancer_contains, lb_balancer_free, lb_balancer_id_size_bound,
+    lb_balancer_len, lb_balancer_new, lb_balancer_nodes, lb_balancer_pick, lb_balancer_pick_hash,
+    lb_balancer_pick_many, lb_balancer_pick_n, lb_balancer_remove, lb_balancer_report,
+    lb_balancer_set_weight, lb_balancer_stats, lb_balancer_update, lb_key, lb_lease,
+    lb_lease_cancel, lb_lease_elapsed, lb_lease_finish, lb_lease_node, lb_node, lb_node_stats,
+    lb_outcome, lb_pick,
 };
 pub use options::{
     lb_options, lb_options_free, lb_options_new, lb_options_set_int, lb_options_set_str,

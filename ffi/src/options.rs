@@ -25,14 +25,12 @@ impl Castable for lb_options {
 /// nothing is allocated). Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_options_new(options_out: *mut *mut lb_options) -> lb_result {
-    ffi_panic_boundary!(options_new(options_out))
-}
-
-fn options_new(options_out: *mut *mut lb_options) -> Result<(), lb_result> {
-    // SAFETY: C promises `options_out` is NULL or valid for one write (lb.h).
-    let out = unsafe { try_out(options_out) }?;
-    out.write(to_handle(Options::default()));
-    Ok(())
+    ffi_panic_boundary! {
+        // SAFETY: C promises `options_out` is NULL or valid for one write (lb.h).
+        let out = unsafe { try_out(options_out) }?;
+        out.write(to_handle(Options::default()));
+        Ok(())
+    }
 }
 
 /// Frees options made by `lb_options_new`. Calling with NULL is fine. No other thread may be

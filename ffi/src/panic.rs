@@ -33,7 +33,7 @@ impl OnPanic for *const c_char {
 }
 
 /// How a body's value becomes the exported function's return value: `Result<(), lb_result>`
-/// (what the private `*_impl` functions return, so they can use `?`) becomes a plain `lb_result`.
+/// (what a body using `?` returns) becomes a plain `lb_result`.
 pub(crate) trait Finish<T> {
     /// Converts to the C return value.
     fn finish(self) -> T;

@@ -48,6 +48,17 @@ pub(crate) unsafe fn try_mut<'a, C: Castable>(
     unsafe { handle.cast::<C::Rust>().as_mut() }.ok_or(lb_result::NullParameter)
 }
 
+/// Takes back the value behind a non-NULL handle (the handle is gone afterwards).
+///
+/// # Safety
+/// `handle` is non-NULL, came from [`to_handle`] for the same `C`, and has not been freed; the
+/// caller does not use it again.
+pub(crate) unsafe fn take_handle<C: Castable>(handle: *mut C) -> C::Rust {
+    // SAFETY: the caller's contract: a live `Box<C::Rust>` turned into a raw pointer by
+    // `to_handle`, not used again.
+    *unsafe { Box::from_raw(handle.cast::<C::Rust>()) }
+}
+
 /// Drops the value behind a handle. NULL is fine and does nothing.
 ///
 /// # Safety

@@ -1,10 +1,13 @@
 //! `lb_result`: one code per failure, stable numbers, static text.
 //!
-//! Codes 1..=13 are the core's `Error` variants in declaration order (the same failures every
-//! binding reports, see `Error::code`); codes from 100 up can only happen at the C boundary.
+//! Codes 1..=13 are core `Error` kinds (the same failures every binding reports, see
+//! `Error::code`); from 100 up, codes of the C boundary and core kinds added later (105, 106).
+//! Names and texts of the core's kinds come from the core (`Error::code`, `Error::summary`).
 
-use core::ffi::c_char;
+use core::ffi::{CStr, c_char};
 use liblb_core::Error;
+use std::ffi::CString;
+use std::sync::LazyLock;
 
 use crate::panic::ffi_panic_boundary;
 
@@ -34,7 +37,8 @@ pub enum lb_result {
     DuplicateNode = 5,
     /// No node has this id.
     UnknownNode = 6,
-    /// A keyed algorithm (`source_hash`, `ring`) was asked to pick without a key.
+    /// A keyed algorithm (`source_hash`, `ring`, `ketama`, `nginx_chash`, `ring_hash`,
+    /// `maglev`, `rendezvous`, `jump`) was asked to pick without a key.
     KeyRequired = 7,
     /// The `vnodes` option was 0 or above 65536.
     InvalidVnodes = 8,
@@ -42,11 +46,13 @@ pub enum lb_result {
     TooManyNodes = 9,
     /// The algorithm name is not one liblb knows (see `lb_algorithm_name`).
     UnknownAlgorithm = 10,
-    /// The option name is not one of `seed`, `vnodes`, `hash`.
+    /// The option name is not one liblb knows (`seed`, `vnodes`, `hash`, `choice_count`,
+    /// `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`).
     UnknownOption = 11,
     /// The `hash` option is not one of `sha256`, `xxh3`.
     UnknownHash = 12,
-    /// An option value had the wrong kind (e.g. text that is not a number for `vnodes`).
+    /// An option value had the wrong kind or is out of range (e.g. text that is not a number
+    /// for `vnodes`, `choice_count` outside 2..=16, a `table_size` that is not prime).
     InvalidOptionValue = 13,
     /// A required pointer was NULL (or a byte pointer was NULL with a non-zero length).
     NullParameter = 100,
@@ -63,54 +69,117 @@ pub enum lb_result {
     /// A batch asked for more than `LB_MAX_BATCH` answers (`lb_balancer_pick_many` keys,
     /// `lb_balancer_pick_n` count): nothing was picked; split the batch.
     BatchTooLarge = 105,
+    /// `lb_balancer_pick_hash` / `lb_balancer_attempts_hash` on an algorithm that does not
+    /// place 64-bit key hashes (only `ring_hash`, `maglev`, `rendezvous` and `jump` do).
+    HashUnsupported = 106,
+    /// An `lb_outcome` was neither `LB_OUTCOME_SUCCESS` nor `LB_OUTCOME_FAILURE`: nothing was
+    /// recorded (and a lease given to `lb_lease_finish` is still the caller's).
+    InvalidOutcome = 107,
 }
 
-/// Every code, for `lb_result_str` and the tests.
-pub(crate) const ALL_RESULTS: [lb_result; 20] = [
-    lb_result::Ok,
-    lb_result::NoNodes,
-    lb_result::EmptyId,
-    lb_result::IdContainsNul,
-    lb_result::InvalidUtf8,
-    lb_result::DuplicateNode,
-    lb_result::UnknownNode,
-    lb_result::KeyRequired,
-    lb_result::InvalidVnodes,
-    lb_result::TooManyNodes,
-    lb_result::UnknownAlgorithm,
-    lb_result::UnknownOption,
-    lb_result::UnknownHash,
-    lb_result::InvalidOptionValue,
-    lb_result::NullParameter,
-    lb_result::BufferTooSmall,
-    lb_result::InvalidLength,
-    lb_result::Panic,
-    lb_result::OtherError,
-    lb_result::BatchTooLarge,
-];
+/// The one list of codes: each variant once, with where its name and text come from —
+/// `core(error)`, a representative core [`Error`] whose `code()` is the name and whose static
+/// `summary()` is the text (so the core's errors are described in one place, for every
+/// language), or `ffi(name, text)` for the codes only the C boundary has. The generated
+/// `match` is exhaustive, so a variant added to the enum above without a line here does not
+/// compile, and `ALL_RESULTS`, the names, the texts and `From<Error>` all come from this list.
+/// (rustls-ffi generates its enum with `u32_enum_builder!` too; cbindgen does not expand
+/// macros, so here the enum stays declared by hand and the list is tied to it by the match.)
+macro_rules! lb_result_table {
+    ($($variant:ident => $kind:ident($($source:tt)*)),* $(,)?) => {
+        /// Every code, in the order of the list.
+        pub(crate) const ALL_RESULTS: &[lb_result] = &[$(lb_result::$variant),*];
+
+        impl lb_result {
+            /// Where this code's name and text come from.
+            fn source(self) -> Source {
+                match self {
+                    $(lb_result::$variant => lb_result_table!(@source $kind($($source)*)),)*
+                }
+            }
+        }
+    };
+    (@source core($error:expr)) => { Source::Core($error) };
+    (@source ffi($name:literal, $text:literal)) => { Source::Ffi($name, $text) };
+}
+
+/// A code's name and text: the core's error kind, or the C boundary's own words.
+enum Source {
+    /// A representative of the core error kind.
+    Core(Error),
+    /// Name and text of a code only the C boundary has.
+    Ffi(&'static str, &'static str),
+}
+
+lb_result_table! {
+    Ok => ffi("LB_OK", "success"),
+    NoNodes => core(Error::NoNodes),
+    EmptyId => core(Error::EmptyId),
+    IdContainsNul => core(Error::IdContainsNul(String::new())),
+    InvalidUtf8 => core(Error::InvalidUtf8),
+    DuplicateNode => core(Error::DuplicateNode(String::new())),
+    UnknownNode => core(Error::UnknownNode(String::new())),
+    KeyRequired => core(Error::KeyRequired("")),
+    InvalidVnodes => core(Error::InvalidVnodes(0)),
+    TooManyNodes => core(Error::TooManyNodes(0)),
+    UnknownAlgorithm => core(Error::UnknownAlgorithm(String::new())),
+    UnknownOption => core(Error::UnknownOption(String::new())),
+    UnknownHash => core(Error::UnknownHash(String::new())),
+    InvalidOptionValue => core(Error::InvalidOptionValue {
+        option: "",
+        value: String::new(),
+        expected: "",
+    }),
+    NullParameter => ffi("LB_NULL_PARAMETER", "a required pointer was NULL"),
+    BufferTooSmall => ffi(
+        "LB_BUFFER_TOO_SMALL",
+        "buffer too small: the size needed was written"
+    ),
+    InvalidLength => ffi("LB_INVALID_LENGTH", "a length is larger than any buffer can be"),
+    Panic => ffi(
+        "LB_PANIC",
+        "liblb panicked (a bug in liblb); the call was abandoned part way"
+    ),
+    OtherError => ffi(
+        "LB_OTHER_ERROR",
+        "an error this version of the C ABI has no code for"
+    ),
+    BatchTooLarge => core(Error::BatchTooLarge(0)),
+    HashUnsupported => core(Error::HashUnsupported("")),
+    InvalidOutcome => ffi(
+        "LB_INVALID_OUTCOME",
+        "an outcome is neither LB_OUTCOME_SUCCESS nor LB_OUTCOME_FAILURE"
+    ),
+}
 
 impl From<Error> for lb_result {
+    /// The code whose representative has the same kind; `OtherError` for a core variant added
+    /// later and not yet in the list (`Error` is non_exhaustive; the unit tests check that
+    /// every known kind has its own code).
     fn from(error: Error) -> lb_result {
-        match error {
-            Error::NoNodes => lb_result::NoNodes,
-            Error::EmptyId => lb_result::EmptyId,
-            Error::IdContainsNul(_) => lb_result::IdContainsNul,
-            Error::InvalidUtf8 => lb_result::InvalidUtf8,
-            Error::DuplicateNode(_) => lb_result::DuplicateNode,
-            Error::UnknownNode(_) => lb_result::UnknownNode,
-            Error::KeyRequired(_) => lb_result::KeyRequired,
-            Error::InvalidVnodes(_) => lb_result::InvalidVnodes,
-            Error::TooManyNodes(_) => lb_result::TooManyNodes,
-            Error::UnknownAlgorithm(_) => lb_result::UnknownAlgorithm,
-            Error::UnknownOption(_) => lb_result::UnknownOption,
-            Error::UnknownHash(_) => lb_result::UnknownHash,
-            Error::InvalidOptionValue { .. } => lb_result::InvalidOptionValue,
-            Error::BatchTooLarge(_) => lb_result::BatchTooLarge,
-            // `Error` is non_exhaustive; a variant added to the core later lands here until
-            // it gets its own code (the unit tests check each known code round-trips).
-            _ => lb_result::OtherError,
-        }
+        let kind = core::mem::discriminant(&error);
+        ALL_RESULTS
+            .iter()
+            .copied()
+            .find(|r| matches!(r.source(), Source::Core(e) if core::mem::discriminant(&e) == kind))
+            .unwrap_or(lb_result::OtherError)
     }
+}
+
+/// Names and texts as C strings, made once from the list, in `ALL_RESULTS` order. They live
+/// in a static, so the pointers handed to C stay valid for the life of the process.
+fn c_strings() -> &'static [(CString, CString)] {
+    static STRINGS: LazyLock<Vec<(CString, CString)>> = LazyLock::new(|| {
+        let c = |s: &str| CString::new(s).expect("result names and texts contain no NUL");
+        ALL_RESULTS
+            .iter()
+            .map(|r| match r.source() {
+                Source::Core(e) => (c(e.code()), c(e.summary())),
+                Source::Ffi(name, text) => (c(name), c(text)),
+            })
+            .collect()
+    });
+    &STRINGS
 }
 
 impl lb_result {
@@ -119,61 +188,21 @@ impl lb_result {
         ALL_RESULTS.iter().copied().find(|r| *r as u32 == raw)
     }
 
-    /// Stable machine-readable name; for core errors the same string as `Error::code()` (and
-    /// as Python's and Node's error codes and the vectors' `expect_error`).
-    fn code(self) -> &'static core::ffi::CStr {
-        match self {
-            lb_result::Ok => c"LB_OK",
-            lb_result::NoNodes => c"LB_NO_NODES",
-            lb_result::EmptyId => c"LB_EMPTY_ID",
-            lb_result::IdContainsNul => c"LB_ID_CONTAINS_NUL",
-            lb_result::InvalidUtf8 => c"LB_INVALID_UTF8",
-            lb_result::DuplicateNode => c"LB_DUPLICATE_NODE",
-            lb_result::UnknownNode => c"LB_UNKNOWN_NODE",
-            lb_result::KeyRequired => c"LB_KEY_REQUIRED",
-            lb_result::InvalidVnodes => c"LB_INVALID_VNODES",
-            lb_result::TooManyNodes => c"LB_TOO_MANY_NODES",
-            lb_result::UnknownAlgorithm => c"LB_UNKNOWN_ALGORITHM",
-            lb_result::UnknownOption => c"LB_UNKNOWN_OPTION",
-            lb_result::UnknownHash => c"LB_UNKNOWN_HASH",
-            lb_result::InvalidOptionValue => c"LB_INVALID_OPTION_VALUE",
-            lb_result::NullParameter => c"LB_NULL_PARAMETER",
-            lb_result::BufferTooSmall => c"LB_BUFFER_TOO_SMALL",
-            lb_result::InvalidLength => c"LB_INVALID_LENGTH",
-            lb_result::Panic => c"LB_PANIC",
-            lb_result::OtherError => c"LB_OTHER_ERROR",
-            lb_result::BatchTooLarge => c"LB_BATCH_TOO_LARGE",
-        }
+    /// The (name, text) pair of this code.
+    fn strings(self) -> &'static (CString, CString) {
+        let at = ALL_RESULTS.iter().position(|r| *r == self);
+        &c_strings()[at.expect("every code is in the list")]
     }
 
-    /// Human-readable description.
-    fn text(self) -> &'static core::ffi::CStr {
-        match self {
-            lb_result::Ok => c"success",
-            lb_result::NoNodes => c"no nodes: the balancer has no node with weight > 0",
-            lb_result::EmptyId => c"node id is empty",
-            lb_result::IdContainsNul => c"node id contains a NUL byte",
-            lb_result::InvalidUtf8 => c"id, name or value is not valid UTF-8",
-            lb_result::DuplicateNode => c"duplicate node id",
-            lb_result::UnknownNode => c"unknown node id",
-            lb_result::KeyRequired => c"this algorithm needs a key to pick",
-            lb_result::InvalidVnodes => c"vnodes must be between 1 and 65536",
-            lb_result::TooManyNodes => c"too many nodes (at most 16777216)",
-            lb_result::UnknownAlgorithm => c"unknown algorithm (lb_algorithm_name lists them)",
-            lb_result::UnknownOption => c"unknown option (valid: seed, vnodes, hash)",
-            lb_result::UnknownHash => c"unknown hash (valid: sha256, xxh3)",
-            lb_result::InvalidOptionValue => {
-                c"invalid option value: seed and vnodes take an unsigned integer, hash a hash name"
-            }
-            lb_result::NullParameter => c"a required pointer was NULL",
-            lb_result::BufferTooSmall => c"buffer too small: the size needed was written",
-            lb_result::InvalidLength => c"a length is larger than any buffer can be",
-            lb_result::Panic => c"liblb panicked (a bug in liblb); the call was abandoned part way",
-            lb_result::OtherError => c"an error this version of the C ABI has no code for",
-            lb_result::BatchTooLarge => {
-                c"batch too large: one call answers at most LB_MAX_BATCH (16777216) picks"
-            }
-        }
+    /// Stable machine-readable name; for core errors the core's `Error::code()` (the same
+    /// string as Python's and Node's error codes and the vectors' `expect_error`).
+    pub(crate) fn code(self) -> &'static CStr {
+        &self.strings().0
+    }
+
+    /// Human-readable description; for core errors the core's static `Error::summary()`.
+    pub(crate) fn text(self) -> &'static CStr {
+        &self.strings().1
     }
 }
 

@@ -150,12 +150,22 @@ fn every_core_error_has_its_own_code_with_the_core_name() {
             value: "x".into(),
             expected: "a number",
         },
+        Error::BatchTooLarge(1 << 25),
+        Error::HashUnsupported("random"),
     ];
     let mut seen = Vec::new();
     for error in errors {
         let code = error.code();
+        let summary = error.summary();
         let result = lb_result::from(error);
+        assert_ne!(
+            result,
+            lb_result::OtherError,
+            "{code} has no code of its own"
+        );
         assert_eq!(cstr(lb_result_name(result as u32)), code);
+        // The text is the core's static description of the kind.
+        assert_eq!(cstr(lb_result_str(result as u32)), summary);
         assert!(!seen.contains(&result), "{code} shares a result code");
         seen.push(result);
     }
@@ -163,7 +173,15 @@ fn every_core_error_has_its_own_code_with_the_core_name() {
 
 #[test]
 fn result_texts_and_names_are_static_and_total() {
-    for result in crate::result::ALL_RESULTS {
+    let all = crate::result::ALL_RESULTS;
+    for (i, &result) in all.iter().enumerate() {
+        // Numbers and names are unique, and every number maps back to its code.
+        assert!(all[..i].iter().all(|r| *r as u32 != result as u32));
+        assert!(
+            all[..i]
+                .iter()
+                .all(|r| cstr(lb_result_name(*r as u32)) != cstr(lb_result_name(result as u32)))
+        );
         let name = cstr(lb_result_name(result as u32));
         assert!(name.starts_with("LB_"));
         assert!(!cstr(lb_result_str(result as u32)).is_empty());
@@ -1191,4 +1209,305 @@ fn batches_beyond_lb_max_batch_are_refused_before_anything_is_picked() {
     assert!(picks.iter().all(|p| p.tag == 7 && p.id.is_null()));
     assert_eq!(pick_id(&b, None).unwrap().0, "a", "nothing was picked");
     assert_eq!(cstr(lb_result_name(105)), "LB_BATCH_TOO_LARGE");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Feedback and hash picks
+// ---------------------------------------------------------------------------------------------
+
+/// Stats as (id, weight, tag, in_flight, requests, failures, latency_ns).
+type Stat = (String, u32, u64, usize, u64, u64, u64);
+
+fn stats(b: &Handle) -> Vec<Stat> {
+    let (mut count, mut size) = (0usize, 0usize);
+    let r = lb_balancer_stats(b.0, null_mut(), 0, null_mut(), 0, &mut count, &mut size);
+    if count == 0 {
+        assert_eq!(r, lb_result::Ok);
+        return Vec::new();
+    }
+    assert_eq!(r, lb_result::BufferTooSmall);
+    let blank = lb_node_stats {
+        id: null(),
+        id_len: 0,
+        weight: 0,
+        tag: 0,
+        in_flight: 0,
+        requests: 0,
+        failures: 0,
+        latency_ns: 0,
+    };
+    let mut out = vec![blank; count];
+    let mut buf = vec![0 as c_char; size];
+    // One entry short: too small, nothing written but the sizes.
+    let (mut c2, mut s2) = (0, 0);
+    let r = lb_balancer_stats(
+        b.0,
+        out.as_mut_ptr(),
+        count - 1,
+        buf.as_mut_ptr(),
+        size,
+        &mut c2,
+        &mut s2,
+    );
+    assert_eq!((r, c2, s2), (lb_result::BufferTooSmall, count, size));
+    assert!(out[0].id.is_null(), "written on BUFFER_TOO_SMALL");
+    let r = lb_balancer_stats(
+        b.0,
+        out.as_mut_ptr(),
+        count,
+        buf.as_mut_ptr(),
+        size,
+        &mut c2,
+        &mut s2,
+    );
+    assert_eq!((r, c2, s2), (lb_result::Ok, count, size));
+    out.iter()
+        .map(|n| {
+            // SAFETY: `id` points into `buf`, NUL-terminated.
+            let id = unsafe { CStr::from_ptr(n.id) }
+                .to_str()
+                .unwrap()
+                .to_string();
+            assert_eq!(id.len(), n.id_len);
+            let l = n.latency_ns;
+            (id, n.weight, n.tag, n.in_flight, n.requests, n.failures, l)
+        })
+        .collect()
+}
+
+/// Acquires a lease (no key) and returns it with its id and tag.
+fn acquire(b: &Handle, key: Option<&str>) -> Result<(*mut lb_lease, String, u64), lb_result> {
+    let (key, key_len) = key.map_or((null(), 0), |k| (k.as_ptr().cast::<c_void>(), k.len()));
+    let mut lease = null_mut();
+    let mut tag = u64::MAX;
+    let mut buf = [0 as c_char; 16];
+    let mut size = usize::MAX;
+    let r = lb_balancer_acquire(
+        b.0,
+        key,
+        key_len,
+        &mut lease,
+        &mut tag,
+        buf.as_mut_ptr(),
+        buf.len(),
+        &mut size,
+    );
+    if r != lb_result::Ok {
+        assert!(lease.is_null(), "lease written on error");
+        assert_eq!(tag, u64::MAX, "tag written on error");
+        return Err(r);
+    }
+    Ok((lease, cstr(buf.as_ptr()).to_string(), tag))
+}
+
+const NONE: u64 = LB_LATENCY_NONE;
+
+#[test]
+fn leases_count_in_flight_requests_and_failures() {
+    let b = abc("round_robin");
+    assert_eq!(stats(&b)[0], ("a".into(), 1, 10, 0, 0, 0, NONE));
+    let (l0, id0, tag0) = acquire(&b, None).unwrap();
+    let (l1, id1, _) = acquire(&b, None).unwrap();
+    let (l2, _, _) = acquire(&b, None).unwrap();
+    assert_eq!((id0.as_str(), tag0, id1.as_str()), ("a", 10, "b"));
+    assert!(stats(&b).iter().all(|s| s.3 == 1));
+    // The lease names its node.
+    let (mut tag, mut buf, mut size) = (0, [0 as c_char; 4], 0);
+    let r = lb_lease_node(l1, &mut tag, buf.as_mut_ptr(), buf.len(), &mut size);
+    assert_eq!(
+        (r, tag, size, cstr(buf.as_ptr())),
+        (lb_result::Ok, 11, 2, "b")
+    );
+    let r = lb_lease_node(l1, &mut tag, buf.as_mut_ptr(), 1, &mut size);
+    assert_eq!((r, size), (lb_result::BufferTooSmall, 2));
+    let mut elapsed = u64::MAX;
+    assert_eq!(lb_lease_elapsed(l0, &mut elapsed), lb_result::Ok);
+    assert_ne!(elapsed, u64::MAX);
+    // A bad outcome changes nothing and the lease stays the caller's.
+    assert_eq!(lb_lease_finish(l0, 7, 1), lb_result::InvalidOutcome);
+    assert_eq!(
+        lb_lease_finish(l0, LB_OUTCOME_SUCCESS, 5_000_000),
+        lb_result::Ok
+    );
+    assert_eq!(
+        lb_lease_finish(l1, LB_OUTCOME_FAILURE, 9_000_000),
+        lb_result::Ok
+    );
+    lb_lease_cancel(l2);
+    lb_lease_cancel(null_mut());
+    let st = stats(&b);
+    assert_eq!(st[0], ("a".into(), 1, 10, 0, 1, 0, 5_000_000));
+    assert_eq!(st[1], ("b".into(), 1, 11, 0, 1, 1, 9_000_000));
+    assert_eq!(st[2], ("c".into(), 1, 12, 0, 0, 0, NONE));
+    // report: no in-flight change; unknown ids and bad outcomes record nothing.
+    let (id, id_len) = s("c");
+    assert_eq!(
+        lb_balancer_report(b.0, id, id_len, LB_OUTCOME_FAILURE, 2),
+        lb_result::Ok
+    );
+    let (nope, nope_len) = s("nope");
+    let r = lb_balancer_report(b.0, nope, nope_len, LB_OUTCOME_SUCCESS, 2);
+    assert_eq!(r, lb_result::UnknownNode);
+    assert_eq!(
+        lb_balancer_report(b.0, id, id_len, 2, 2),
+        lb_result::InvalidOutcome
+    );
+    assert_eq!(
+        lb_balancer_report(null(), id, id_len, 0, 2),
+        lb_result::NullParameter
+    );
+    assert_eq!(stats(&b)[2], ("c".into(), 1, 12, 0, 1, 1, 2));
+}
+
+#[test]
+fn lease_errors_write_nothing() {
+    let b = abc("ring");
+    assert_eq!(acquire(&b, None).unwrap_err(), lb_result::KeyRequired);
+    let empty = new("round_robin", null(), &[]).unwrap();
+    assert_eq!(acquire(&empty, None).unwrap_err(), lb_result::NoNodes);
+    let mut lease = null_mut();
+    let r = lb_balancer_acquire(
+        b.0,
+        null(),
+        0,
+        null_mut(),
+        null_mut(),
+        null_mut(),
+        0,
+        null_mut(),
+    );
+    assert_eq!(r, lb_result::NullParameter);
+    let r = lb_balancer_acquire(
+        null(),
+        null(),
+        0,
+        &mut lease,
+        null_mut(),
+        null_mut(),
+        0,
+        null_mut(),
+    );
+    assert_eq!(r, lb_result::NullParameter);
+    // An id buffer without its size output: refused before picking.
+    let mut buf = [0 as c_char; 4];
+    let rr = abc("round_robin");
+    let r = lb_balancer_acquire(
+        rr.0,
+        null(),
+        0,
+        &mut lease,
+        null_mut(),
+        buf.as_mut_ptr(),
+        4,
+        null_mut(),
+    );
+    assert_eq!(r, lb_result::NullParameter);
+    // Too small for the id: the lease is cancelled at once, nothing stays in flight.
+    let mut size = 0;
+    let r = lb_balancer_acquire(
+        rr.0,
+        null(),
+        0,
+        &mut lease,
+        null_mut(),
+        buf.as_mut_ptr(),
+        1,
+        &mut size,
+    );
+    assert_eq!((r, size), (lb_result::BufferTooSmall, 2));
+    assert!(lease.is_null());
+    assert!(stats(&rr).iter().all(|s| s.3 == 0 && s.4 == 0));
+    assert_eq!(lb_lease_finish(null_mut(), 0, 0), lb_result::NullParameter);
+    let mut ns = 0;
+    assert_eq!(lb_lease_elapsed(null(), &mut ns), lb_result::NullParameter);
+    let (l, _, _) = acquire(&rr, None).unwrap();
+    assert_eq!(lb_lease_elapsed(l, null_mut()), lb_result::NullParameter);
+    // Ending a lease after its node is gone, and after the balancer is gone, is harmless.
+    let (l2, id2, _) = acquire(&rr, None).unwrap();
+    let (id, id_len) = s(&id2);
+    assert_eq!(lb_balancer_remove(rr.0, id, id_len), lb_result::Ok);
+    assert_eq!(lb_lease_finish(l2, LB_OUTCOME_SUCCESS, 1), lb_result::Ok);
+    drop(rr);
+    let mut tag = 0;
+    assert_eq!(
+        lb_lease_node(l, &mut tag, null_mut(), 0, null_mut()),
+        lb_result::Ok
+    );
+    assert_eq!(lb_lease_finish(l, LB_OUTCOME_FAILURE, 1), lb_result::Ok);
+}
+
+#[test]
+fn stats_checks_its_pointers() {
+    let b = abc("random");
+    let (mut count, mut size) = (0, 0);
+    let r = lb_balancer_stats(null(), null_mut(), 0, null_mut(), 0, &mut count, &mut size);
+    assert_eq!(r, lb_result::NullParameter);
+    let r = lb_balancer_stats(b.0, null_mut(), 0, null_mut(), 0, null_mut(), &mut size);
+    assert_eq!(r, lb_result::NullParameter);
+    let r = lb_balancer_stats(b.0, null_mut(), 1, null_mut(), 0, &mut count, &mut size);
+    assert_eq!(r, lb_result::NullParameter);
+    assert_eq!((count, size), (0, 0), "written on error");
+    let empty = new("random", null(), &[]).unwrap();
+    assert!(stats(&empty).is_empty());
+}
+
+#[test]
+fn pick_hash_matches_attempts_hash_and_refuses_unhashed_algorithms() {
+    let (vn, vn_len) = s("table_size");
+    let mut options = null_mut();
+    assert_eq!(lb_options_new(&mut options), lb_result::Ok);
+    assert_eq!(lb_options_set_int(options, vn, vn_len, 7), lb_result::Ok);
+    let nodes = [node("a", 1, 10), node("b", 1, 11), node("c", 1, 12)];
+    let b = new("maglev", options, &nodes).unwrap();
+    lb_options_free(options);
+    for hash in [0, 1, 42, u64::MAX] {
+        let (mut tag, mut buf, mut size) = (0, [0 as c_char; 4], 0);
+        let r = lb_balancer_pick_hash(b.0, hash, &mut tag, buf.as_mut_ptr(), 4, &mut size);
+        assert_eq!(r, lb_result::Ok);
+        let mut picks = [lb_pick {
+            tag: 0,
+            id: null(),
+            id_len: 0,
+        }; 3];
+        let (mut ids, mut ids_size, mut count) = ([0 as c_char; 8], 0, 0);
+        let r = lb_balancer_attempts_hash(
+            b.0,
+            hash,
+            picks.as_mut_ptr(),
+            3,
+            ids.as_mut_ptr(),
+            ids.len(),
+            &mut ids_size,
+            &mut count,
+        );
+        assert_eq!((r, count, ids_size), (lb_result::Ok, 3, 6));
+        assert_eq!(picks[0].tag, tag);
+        assert_eq!(cstr(picks[0].id), cstr(buf.as_ptr()));
+        let mut all: Vec<u64> = picks.iter().map(|p| p.tag).collect();
+        all.sort();
+        assert_eq!(all, [10, 11, 12]);
+    }
+    let rr = abc("round_robin");
+    let mut tag = 7;
+    let r = lb_balancer_pick_hash(rr.0, 1, &mut tag, null_mut(), 0, null_mut());
+    assert_eq!((r, tag), (lb_result::HashUnsupported, 7));
+    let mut count = 9;
+    let mut picks = [lb_pick {
+        tag: 0,
+        id: null(),
+        id_len: 0,
+    }; 1];
+    let r = lb_balancer_attempts_hash(
+        rr.0,
+        1,
+        picks.as_mut_ptr(),
+        1,
+        null_mut(),
+        0,
+        null_mut(),
+        &mut count,
+    );
+    assert_eq!((r, count), (lb_result::HashUnsupported, 9));
+    let r = lb_balancer_pick_hash(null(), 1, &mut tag, null_mut(), 0, null_mut());
+    assert_eq!(r, lb_result::NullParameter);
 }

@@ -7,6 +7,9 @@
 //! - a `liblb_core::Balancer` mirror built with the same seed and given the same successful
 //!   calls, so every answer (ids and tags, in order) must be exactly the core's.
 //!
+//! Leases (acquire, finish, cancel), reports and stats run against the mirror too: the same
+//! answers, and the same in-flight, request and failure counts.
+//!
 //! Run: `cd fuzz && cargo +nightly fuzz run c_api` (see docs/c.md for long runs).
 #![no_main]
 
@@ -123,6 +126,32 @@ enum Op {
     },
     Len,
     IdSizeBound,
+    /// `lb_balancer_acquire`: a lease kept open until Finish / Cancel (or the end).
+    Acquire {
+        key: Option<Vec<u8>>,
+        id_buf: Option<Buf>,
+    },
+    /// `lb_lease_finish` of an open lease; `bad` passes an invalid outcome first (which must
+    /// leave the lease open and change nothing).
+    Finish {
+        lease: u8,
+        ok: bool,
+        latency_ms: u8,
+        bad: bool,
+    },
+    /// `lb_lease_cancel` of an open lease.
+    Cancel {
+        lease: u8,
+    },
+    /// `lb_balancer_report`, possibly with an invalid outcome.
+    Report {
+        id: Id,
+        ok: bool,
+        latency_ms: u8,
+        bad: bool,
+    },
+    /// `lb_balancer_stats`, checked against the mirror's counters.
+    Stats,
     /// A call with a NULL balancer handle.
     NullHandle(u8),
     /// A membership call with a NULL id pointer and a non-zero length.
@@ -248,6 +277,12 @@ struct Harness {
     /// ever held, and may also count valid-UTF-8 ids of changes that failed.
     bound_min: usize,
     bound_max: usize,
+    /// Open leases: the C lease and the mirror's, acquired by the same call.
+    leases: Vec<(*mut lb_lease, liblb_core::Lease)>,
+    /// Whether latencies may be recorded as given: not for `peak_ewma`, whose choices then
+    /// depend on each balancer's own clock (the C balancer and the mirror read theirs at
+    /// slightly different moments), so there every latency is 0, which decays to 0 exactly.
+    latencies: bool,
 }
 
 impl Harness {
@@ -718,8 +753,192 @@ impl Harness {
         self.check_listing();
     }
 
+    fn acquire(&mut self, key: &Option<Vec<u8>>, id_buf: Option<Buf>) {
+        let (kp, kl) = key
+            .as_ref()
+            .map_or((null(), 0), |k| (k.as_ptr().cast::<c_void>(), k.len()));
+        let mut lease = null_mut();
+        let mut tag = 0xAAAA_u64;
+        let mut size = 0xBBBB_usize;
+        let (_storage, buf, cap) = id_buf.map_or((Vec::new(), null_mut(), 0), buffer);
+        let r = lb_balancer_acquire(
+            self.handle,
+            kp,
+            kl,
+            &mut lease,
+            &mut tag,
+            buf,
+            cap,
+            Buf::size_out(id_buf, &mut size),
+        );
+        if Buf::rejected(id_buf) {
+            assert_eq!((r, tag), (lb_result::NullParameter, 0xAAAA));
+            assert!(lease.is_null());
+            return;
+        }
+        let mirrored = self.mirror.acquire(key.as_deref());
+        if let Some(errors) = self.pick_error(key.is_some()) {
+            assert!(errors.contains(&r), "acquire: {r:?} not in {errors:?}");
+            assert!(mirrored.is_err());
+            assert_eq!((tag, size), (0xAAAA, 0xBBBB), "outputs written on error");
+            assert!(lease.is_null());
+            return;
+        }
+        let expected = mirrored.expect("the core acquires too");
+        let needed = expected.id().len() + 1;
+        if id_buf.is_some() && cap < needed {
+            // The C lease was cancelled at once: cancel the mirror's too (dropped here).
+            assert_eq!((r, size, tag), (lb_result::BufferTooSmall, needed, 0xAAAA));
+            assert!(lease.is_null());
+            return;
+        }
+        assert_eq!(r, lb_result::Ok);
+        assert!(!lease.is_null());
+        assert_eq!(tag, expected.tag());
+        if id_buf.is_some() {
+            assert_eq!(size, needed);
+            // SAFETY: liblb wrote a NUL-terminated id at the start of our buffer.
+            let id = unsafe { CStr::from_ptr(buf) }.to_str().unwrap();
+            assert_eq!(id, expected.id());
+            self.check_answer(id, expected.tag());
+        }
+        self.leases.push((lease, expected));
+    }
+
+    fn outcome(&self, ok: bool, latency_ms: u8) -> (u32, liblb_core::Outcome) {
+        let ms = if self.latencies {
+            u64::from(latency_ms)
+        } else {
+            0
+        };
+        let latency = core::time::Duration::from_millis(ms);
+        if ok {
+            (LB_OUTCOME_SUCCESS, liblb_core::Outcome::Success(latency))
+        } else {
+            (LB_OUTCOME_FAILURE, liblb_core::Outcome::Failure(latency))
+        }
+    }
+
+    fn check_stats(&self) {
+        let (mut count, mut size) = (0xCCCC_usize, 0xBBBB_usize);
+        let r = lb_balancer_stats(
+            self.handle,
+            null_mut(),
+            0,
+            null_mut(),
+            0,
+            &mut count,
+            &mut size,
+        );
+        let expected = self.mirror.stats();
+        assert_eq!(count, self.model.len());
+        if expected.is_empty() {
+            assert_eq!((r, size), (lb_result::Ok, 0));
+            return;
+        }
+        assert_eq!(r, lb_result::BufferTooSmall);
+        let blank = lb_node_stats {
+            id: null(),
+            id_len: 0,
+            weight: 0,
+            tag: 0,
+            in_flight: 0,
+            requests: 0,
+            failures: 0,
+            latency_ns: 0,
+        };
+        let mut out = vec![blank; count];
+        let mut ids = vec![0 as c_char; size];
+        let r = lb_balancer_stats(
+            self.handle,
+            out.as_mut_ptr(),
+            count,
+            ids.as_mut_ptr(),
+            size,
+            &mut count,
+            &mut size,
+        );
+        assert_eq!(r, lb_result::Ok);
+        for ((s, e), m) in out.iter().zip(&expected).zip(&self.model) {
+            // SAFETY: `id` points into `ids`, NUL-terminated.
+            let id = unsafe { CStr::from_ptr(s.id) }.to_str().unwrap();
+            assert_eq!((id, s.weight, s.tag), (&*m.id, m.weight, m.tag));
+            assert_eq!(
+                (s.in_flight, s.requests, s.failures),
+                (e.in_flight, e.requests, e.failures),
+                "stats of {id}"
+            );
+            assert_eq!(s.latency_ns == LB_LATENCY_NONE, e.latency.is_none());
+        }
+    }
+
     fn run(&mut self, op: &Op) {
         match op {
+            Op::Acquire { key, id_buf } => self.acquire(key, *id_buf),
+            Op::Finish {
+                lease,
+                ok,
+                latency_ms,
+                bad,
+            } => {
+                if self.leases.is_empty() {
+                    return;
+                }
+                let i = usize::from(*lease) % self.leases.len();
+                if *bad {
+                    let r = lb_lease_finish(self.leases[i].0, 2 + u32::from(*latency_ms), 1);
+                    assert_eq!(r, lb_result::InvalidOutcome);
+                    return;
+                }
+                let (lease, mirror) = self.leases.swap_remove(i);
+                let (c, outcome) = self.outcome(*ok, *latency_ms);
+                let ns = if self.latencies {
+                    u64::from(*latency_ms) * 1_000_000
+                } else {
+                    0
+                };
+                assert_eq!(lb_lease_finish(lease, c, ns), lb_result::Ok);
+                mirror.finish(outcome);
+            }
+            Op::Cancel { lease } => {
+                if self.leases.is_empty() {
+                    lb_lease_cancel(null_mut());
+                    return;
+                }
+                let i = usize::from(*lease) % self.leases.len();
+                let (lease, mirror) = self.leases.swap_remove(i);
+                lb_lease_cancel(lease);
+                drop(mirror);
+            }
+            Op::Report {
+                id,
+                ok,
+                latency_ms,
+                bad,
+            } => {
+                let bytes = id.bytes();
+                let (c, outcome) = self.outcome(*ok, *latency_ms);
+                let ns = if self.latencies {
+                    u64::from(*latency_ms) * 1_000_000
+                } else {
+                    0
+                };
+                let c = if *bad { 2 + u32::from(*latency_ms) } else { c };
+                let r = lb_balancer_report(self.handle, bytes.as_ptr().cast(), bytes.len(), c, ns);
+                let expected = match core::str::from_utf8(&bytes) {
+                    Err(_) => lb_result::InvalidUtf8,
+                    Ok(_) if *bad => lb_result::InvalidOutcome,
+                    Ok(s) => match self.mirror.report(s, outcome) {
+                        Ok(()) => lb_result::Ok,
+                        Err(e) => {
+                            assert!(!self.model.iter().any(|n| n.id == s), "{e}");
+                            lb_result::UnknownNode
+                        }
+                    },
+                };
+                assert_eq!(r, expected);
+            }
+            Op::Stats => self.check_stats(),
             Op::Add { .. } | Op::Remove { .. } | Op::SetWeight { .. } | Op::Update { .. } => {
                 self.membership(op)
             }
@@ -1041,9 +1260,21 @@ fuzz_target!(|input: Input| {
         keyed: algorithm.is_keyed(),
         bound_min: longest,
         bound_max: longest,
+        leases: Vec::new(),
+        latencies: algorithm != Algorithm::PeakEwma,
     };
     for op in input.ops.iter().take(64) {
         harness.run(op);
     }
+    harness.check_stats();
     lb_balancer_free(harness.handle);
+    // Leases still open outlive their balancer: ending them now is harmless.
+    for (i, (lease, mirror)) in harness.leases.drain(..).enumerate() {
+        if i % 2 == 0 {
+            lb_lease_cancel(lease);
+        } else {
+            assert_eq!(lb_lease_finish(lease, LB_OUTCOME_SUCCESS, 1), lb_result::Ok);
+        }
+        drop(mirror);
+    }
 });

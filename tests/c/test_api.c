@@ -52,8 +52,11 @@ static void test_version_and_names(void) {
              LB_VERSION_PATCH);
     CHECK_STR(lb_version(), expected);
 
-    const char *names[] = {"random", "weighted_random", "round_robin", "weighted_round_robin",
-                           "source_hash", "ring"};
+    const char *names[] = {"random",         "weighted_random",   "round_robin",
+                           "weighted_round_robin", "source_hash", "ring",
+                           "least_request",  "least_connections", "peak_ewma",
+                           "ketama",         "nginx_chash",       "ring_hash",
+                           "maglev",         "rendezvous",        "jump"};
     size_t i = 0;
     for (; lb_algorithm_name(i) != NULL; i++) {
         CHECK(i < sizeof names / sizeof names[0]);
@@ -74,6 +77,10 @@ static void test_version_and_names(void) {
     CHECK_STR(lb_result_name(LB_RESULT_KEY_REQUIRED), "LB_KEY_REQUIRED");
     CHECK_STR(lb_result_name(LB_RESULT_BUFFER_TOO_SMALL), "LB_BUFFER_TOO_SMALL");
     CHECK_STR(lb_result_name(LB_RESULT_PANIC), "LB_PANIC");
+    CHECK(LB_RESULT_HASH_UNSUPPORTED == 106 && LB_RESULT_INVALID_OUTCOME == 107);
+    CHECK_STR(lb_result_name(LB_RESULT_HASH_UNSUPPORTED), "LB_HASH_UNSUPPORTED");
+    CHECK_STR(lb_result_name(LB_RESULT_INVALID_OUTCOME), "LB_INVALID_OUTCOME");
+    CHECK(strstr(lb_result_str(LB_RESULT_HASH_UNSUPPORTED), "hash") != NULL);
     for (uint32_t code = 0; code <= 200; code++) {
         CHECK(lb_result_str(code) != NULL && strlen(lb_result_str(code)) > 0);
         CHECK(strncmp(lb_result_name(code), "LB_", 3) == 0);
@@ -532,6 +539,252 @@ static void test_buffer_too_small_still_picks(void) {
     lb_balancer_free(rr);
 }
 
+/* The options added with the feedback algorithms, set by name like the others. */
+static void test_new_options(void) {
+    lb_options *o = NULL;
+    CHECK_OK(lb_options_new(&o));
+    CHECK_OK(lb_options_set_int(o, S("choice_count"), 3));
+    CHECK_OK(lb_options_set_str(o, S("choice_count"), S("16")));
+    CHECK_RESULT(lb_options_set_int(o, S("choice_count"), 1), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_int(o, S("choice_count"), 17), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_OK(lb_options_set_int(o, S("decay_ms"), 500));
+    CHECK_RESULT(lb_options_set_int(o, S("decay_ms"), 0), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_OK(lb_options_set_int(o, S("initial_latency_ms"), 0));
+    CHECK_RESULT(lb_options_set_str(o, S("initial_latency_ms"), S("x")),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_OK(lb_options_set_int(o, S("table_size"), 7));
+    CHECK_RESULT(lb_options_set_int(o, S("table_size"), 8), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_OK(lb_options_set_int(o, S("min_ring_size"), 64));
+    CHECK_OK(lb_options_set_int(o, S("max_ring_size"), 128));
+    CHECK_RESULT(lb_options_set_int(o, S("min_ring_size"), 256), LB_RESULT_INVALID_OPTION_VALUE);
+    /* The failed sets changed nothing: maglev uses the 7-entry table, so every hash lands on
+     * one of the 3 nodes and attempts list all 3. */
+    lb_node abc[] = {node("a", 1, 1), node("b", 1, 2), node("c", 1, 3)};
+    lb_balancer *m = make("maglev", o, abc, 3);
+    lb_balancer *rh = make("ring_hash", o, abc, 3);
+    lb_balancer *lr = make("least_request", o, abc, 3);
+    lb_options_free(o);
+    for (uint64_t h = 0; h < 50; h++) {
+        uint64_t tag = 0;
+        CHECK_OK(lb_balancer_pick_hash(m, h * UINT64_C(0x9E3779B97F4A7C15), &tag, NULL, 0, NULL));
+        CHECK(tag >= 1 && tag <= 3);
+        CHECK_OK(lb_balancer_pick_hash(rh, h, &tag, NULL, 0, NULL));
+        CHECK(tag >= 1 && tag <= 3);
+        CHECK_OK(lb_balancer_pick(lr, NULL, 0, &tag, NULL, 0, NULL));
+        CHECK(tag >= 1 && tag <= 3);
+    }
+    lb_balancer_free(m);
+    lb_balancer_free(rh);
+    lb_balancer_free(lr);
+}
+
+/* Reads all stats into a caller array of 8 (test balancers are small). */
+static size_t get_stats(const lb_balancer *b, lb_node_stats *out, char *ids, size_t ids_cap) {
+    size_t count = SENTINEL_SIZE, size = SENTINEL_SIZE;
+    CHECK_OK(lb_balancer_stats(b, out, 8, ids, ids_cap, &count, &size));
+    return count;
+}
+
+static void test_leases_report_stats(void) {
+    lb_node abc[] = {node("a", 1, 10), node("b", 2, 11), node("c", 1, 12)};
+    lb_balancer *b = make("round_robin", NULL, abc, 3);
+    lb_node_stats st[8];
+    char ids[64];
+    CHECK(get_stats(b, st, ids, sizeof ids) == 3);
+    CHECK_STR(st[1].id, "b");
+    CHECK(st[1].id_len == 1 && st[1].weight == 2 && st[1].tag == 11);
+    CHECK(st[1].in_flight == 0 && st[1].requests == 0 && st[1].failures == 0);
+    CHECK(st[1].latency_ns == LB_LATENCY_NONE);
+
+    /* acquire: a lease per request, id and tag as from a pick. */
+    lb_lease *l[3] = {NULL, NULL, NULL};
+    char id[8];
+    size_t size = 0;
+    uint64_t tag = 0;
+    CHECK_OK(lb_balancer_acquire(b, NULL, 0, &l[0], &tag, id, sizeof id, &size));
+    CHECK_STR(id, "a");
+    CHECK(tag == 10 && size == 2 && l[0] != NULL);
+    CHECK_OK(lb_balancer_acquire(b, NULL, 0, &l[1], NULL, NULL, 0, NULL));
+    CHECK_OK(lb_balancer_acquire(b, NULL, 0, &l[2], &tag, NULL, 0, NULL));
+    CHECK(tag == 12);
+    CHECK(get_stats(b, st, ids, sizeof ids) == 3);
+    CHECK(st[0].in_flight == 1 && st[1].in_flight == 1 && st[2].in_flight == 1);
+
+    /* The lease names its node. */
+    tag = 0;
+    CHECK_OK(lb_lease_node(l[1], &tag, id, sizeof id, &size));
+    CHECK_STR(id, "b");
+    CHECK(tag == 11 && size == 2);
+    size = SENTINEL_SIZE;
+    tag = SENTINEL_TAG;
+    CHECK_RESULT(lb_lease_node(l[1], &tag, id, 1, &size), LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(size == 2 && tag == SENTINEL_TAG);
+    CHECK_RESULT(lb_lease_node(l[1], &tag, id, sizeof id, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_lease_node(NULL, &tag, NULL, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    uint64_t elapsed = SENTINEL_TAG;
+    CHECK_OK(lb_lease_elapsed(l[0], &elapsed));
+    CHECK(elapsed != SENTINEL_TAG);
+    CHECK_RESULT(lb_lease_elapsed(l[0], NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_lease_elapsed(NULL, &elapsed), LB_RESULT_NULL_PARAMETER);
+
+    /* finish: success, failure; a bad outcome leaves the lease with the caller. */
+    CHECK_RESULT(lb_lease_finish(l[0], 2, 1000), LB_RESULT_INVALID_OUTCOME);
+    CHECK_RESULT(lb_lease_finish(NULL, LB_OUTCOME_SUCCESS, 1000), LB_RESULT_NULL_PARAMETER);
+    CHECK_OK(lb_lease_finish(l[0], LB_OUTCOME_SUCCESS, 4000000));
+    CHECK_OK(lb_lease_finish(l[1], LB_OUTCOME_FAILURE, 8000000));
+    lb_lease_cancel(l[2]); /* cancelled: in-flight released, nothing counted */
+    lb_lease_cancel(NULL);
+    CHECK(get_stats(b, st, ids, sizeof ids) == 3);
+    CHECK(st[0].in_flight == 0 && st[0].requests == 1 && st[0].failures == 0);
+    CHECK(st[0].latency_ns == 4000000);
+    CHECK(st[1].in_flight == 0 && st[1].requests == 1 && st[1].failures == 1);
+    CHECK(st[1].latency_ns == 8000000);
+    CHECK(st[2].in_flight == 0 && st[2].requests == 0 && st[2].latency_ns == LB_LATENCY_NONE);
+
+    /* report: counts without in-flight; errors record nothing. */
+    CHECK_OK(lb_balancer_report(b, S("c"), LB_OUTCOME_SUCCESS, 2000000));
+    CHECK_RESULT(lb_balancer_report(b, S("x"), LB_OUTCOME_SUCCESS, 1), LB_RESULT_UNKNOWN_NODE);
+    CHECK_RESULT(lb_balancer_report(b, S("c"), 9, 1), LB_RESULT_INVALID_OUTCOME);
+    CHECK_RESULT(lb_balancer_report(b, "\xff", 1, LB_OUTCOME_SUCCESS, 1),
+                 LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_report(b, NULL, 1, LB_OUTCOME_SUCCESS, 1), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_report(NULL, S("c"), LB_OUTCOME_SUCCESS, 1),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK(get_stats(b, st, ids, sizeof ids) == 3);
+    CHECK(st[2].requests == 1 && st[2].failures == 0 && st[2].in_flight == 0);
+
+    /* stats buffer protocol, as lb_balancer_nodes. */
+    size_t count = SENTINEL_SIZE;
+    size = SENTINEL_SIZE;
+    CHECK_RESULT(lb_balancer_stats(b, NULL, 0, NULL, 0, &count, &size), LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(count == 3 && size == 6);
+    st[0].tag = SENTINEL_TAG;
+    CHECK_RESULT(lb_balancer_stats(b, st, 3, ids, 5, &count, &size), LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(st[0].tag == SENTINEL_TAG);
+    CHECK_RESULT(lb_balancer_stats(b, st, 2, ids, 6, &count, &size), LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK_RESULT(lb_balancer_stats(b, st, 3, ids, 6, NULL, &size), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_stats(b, st, 3, ids, 6, &count, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_stats(b, NULL, 3, ids, 6, &count, &size), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_stats(NULL, st, 3, ids, 6, &count, &size), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_stats(b, st, SIZE_MAX, ids, 6, &count, &size),
+                 LB_RESULT_INVALID_LENGTH);
+    CHECK_OK(lb_balancer_stats(b, st, 3, ids, 6, &count, &size));
+    CHECK(count == 3 && size == 6);
+
+    /* acquire errors: nothing written, nothing counted. */
+    lb_lease *lease = (lb_lease *)&lease;
+    lb_lease *const untouched = lease;
+    CHECK_RESULT(lb_balancer_acquire(b, NULL, 0, NULL, NULL, NULL, 0, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_acquire(NULL, NULL, 0, &lease, NULL, NULL, 0, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_acquire(b, NULL, 0, &lease, NULL, id, sizeof id, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_acquire(b, "k", SIZE_MAX, &lease, NULL, NULL, 0, NULL),
+                 LB_RESULT_INVALID_LENGTH);
+    size = SENTINEL_SIZE;
+    CHECK_RESULT(lb_balancer_acquire(b, NULL, 0, &lease, NULL, id, 1, &size),
+                 LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(size == 2 && lease == untouched);
+    CHECK(get_stats(b, st, ids, sizeof ids) == 3);
+    CHECK(st[0].in_flight == 0 && st[1].in_flight == 0 && st[2].in_flight == 0);
+    lb_balancer *ring = make("ring", NULL, abc, 3);
+    CHECK_RESULT(lb_balancer_acquire(ring, NULL, 0, &lease, NULL, NULL, 0, NULL),
+                 LB_RESULT_KEY_REQUIRED);
+    CHECK_OK(lb_balancer_acquire(ring, "user", 4, &lease, &tag, NULL, 0, NULL));
+    uint64_t picked = 0;
+    CHECK_OK(lb_balancer_pick(ring, "user", 4, &picked, NULL, 0, NULL));
+    CHECK(tag == picked);
+    lb_balancer *empty = make("round_robin", NULL, NULL, 0);
+    lb_lease *none = NULL;
+    CHECK_RESULT(lb_balancer_acquire(empty, NULL, 0, &none, NULL, NULL, 0, NULL),
+                 LB_RESULT_NO_NODES);
+    CHECK(none == NULL);
+    CHECK(get_stats(empty, st, ids, sizeof ids) == 0);
+
+    /* A lease outlives its node and its balancer. */
+    lb_lease *kept = NULL;
+    CHECK_OK(lb_balancer_acquire(b, NULL, 0, &kept, NULL, id, sizeof id, &size));
+    CHECK_OK(lb_balancer_remove(b, id, size - 1));
+    lb_balancer_free(b);
+    lb_balancer_free(ring);
+    lb_balancer_free(empty);
+    char kept_id[8];
+    CHECK_OK(lb_lease_node(kept, NULL, kept_id, sizeof kept_id, &size));
+    CHECK_STR(kept_id, id);
+    CHECK_OK(lb_lease_finish(kept, LB_OUTCOME_SUCCESS, 1));
+    lb_lease_cancel(lease);
+}
+
+/* The load-aware algorithms read the leases: least_connections avoids busy nodes. */
+static void test_least_connections_reads_leases(void) {
+    lb_node abc[] = {node("a", 1, 1), node("b", 1, 2), node("c", 1, 3)};
+    lb_balancer *b = make("least_connections", NULL, abc, 3);
+    lb_lease *held[2] = {NULL, NULL};
+    uint64_t t0 = 0, t1 = 0, t2 = 0;
+    CHECK_OK(lb_balancer_acquire(b, NULL, 0, &held[0], &t0, NULL, 0, NULL));
+    CHECK_OK(lb_balancer_acquire(b, NULL, 0, &held[1], &t1, NULL, 0, NULL));
+    CHECK(t0 != t1);
+    /* Two nodes have a request in flight: every pick goes to the idle third one. */
+    for (int i = 0; i < 10; i++) {
+        CHECK_OK(lb_balancer_pick(b, NULL, 0, &t2, NULL, 0, NULL));
+        CHECK(t2 != t0 && t2 != t1);
+    }
+    lb_lease_cancel(held[0]);
+    lb_lease_cancel(held[1]);
+    lb_balancer_free(b);
+}
+
+static void test_pick_hash(void) {
+    lb_node abc[] = {node("a", 1, 1), node("b", 1, 2), node("c", 1, 3)};
+    const char *hashed[] = {"ring_hash", "maglev", "rendezvous", "jump"};
+    for (size_t a = 0; a < 4; a++) {
+        lb_balancer *b = make(hashed[a], NULL, abc, 3);
+        for (uint64_t h = 1; h < 40; h++) {
+            uint64_t hash = h * UINT64_C(0x9E3779B97F4A7C15), tag = 0;
+            char id[8];
+            size_t size = 0, count = SENTINEL_SIZE, ids_size = 0;
+            CHECK_OK(lb_balancer_pick_hash(b, hash, &tag, id, sizeof id, &size));
+            lb_pick picks[4];
+            char ids[16];
+            CHECK_OK(lb_balancer_attempts_hash(b, hash, picks, 4, ids, sizeof ids, &ids_size,
+                                               &count));
+            /* The first attempt is the pick; all three nodes, each once. */
+            CHECK(count == 3 && ids_size == 6);
+            CHECK(picks[0].tag == tag);
+            CHECK_STR(picks[0].id, id);
+            CHECK(picks[0].tag + picks[1].tag + picks[2].tag == 6);
+            CHECK(picks[0].tag != picks[1].tag && picks[1].tag != picks[2].tag);
+        }
+        uint64_t tag = SENTINEL_TAG;
+        size_t size = SENTINEL_SIZE, count = SENTINEL_SIZE;
+        char id[1];
+        CHECK_RESULT(lb_balancer_pick_hash(b, 5, &tag, id, 1, &size), LB_RESULT_BUFFER_TOO_SMALL);
+        CHECK(size == 2 && tag == SENTINEL_TAG);
+        CHECK_RESULT(lb_balancer_pick_hash(b, 5, &tag, id, 1, NULL), LB_RESULT_NULL_PARAMETER);
+        CHECK_RESULT(lb_balancer_attempts_hash(b, 5, NULL, 1, NULL, 0, NULL, &count),
+                     LB_RESULT_NULL_PARAMETER);
+        CHECK_RESULT(lb_balancer_attempts_hash(b, 5, NULL, 0, NULL, 0, NULL, NULL),
+                     LB_RESULT_NULL_PARAMETER);
+        CHECK(count == SENTINEL_SIZE);
+        lb_balancer_free(b);
+    }
+    /* Algorithms that do not place hashes refuse them, whatever the outputs. */
+    lb_balancer *rr = make("round_robin", NULL, abc, 3);
+    uint64_t tag = SENTINEL_TAG;
+    size_t count = SENTINEL_SIZE;
+    lb_pick picks[1];
+    CHECK_RESULT(lb_balancer_pick_hash(rr, 1, &tag, NULL, 0, NULL), LB_RESULT_HASH_UNSUPPORTED);
+    CHECK_RESULT(lb_balancer_attempts_hash(rr, 1, picks, 1, NULL, 0, NULL, &count),
+                 LB_RESULT_HASH_UNSUPPORTED);
+    CHECK(tag == SENTINEL_TAG && count == SENTINEL_SIZE);
+    CHECK_RESULT(lb_balancer_pick_hash(NULL, 1, &tag, NULL, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    lb_balancer_free(rr);
+    lb_balancer *empty = make("maglev", NULL, NULL, 0);
+    CHECK_RESULT(lb_balancer_pick_hash(empty, 1, &tag, NULL, 0, NULL), LB_RESULT_NO_NODES);
+    lb_balancer_free(empty);
+}
+
 int main(void) {
     test_version_and_names();
     test_options();
@@ -543,5 +796,9 @@ int main(void) {
     test_batches_fail_like_a_pick();
     test_id_buffer_needs_its_size_output();
     test_buffer_too_small_still_picks();
+    test_new_options();
+    test_leases_report_stats();
+    test_least_connections_reads_leases();
+    test_pick_hash();
     return check_report("test_api");
 }

@@ -1,6 +1,7 @@
 // Tests lb.hpp, the C++17 RAII wrapper: ownership (move-only, freed once), exceptions with
 // the right codes, string_view keys, and the same answers as the C API and the core.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <cstdio>
@@ -45,12 +46,76 @@ static_assert(!std::is_copy_constructible_v<lb::balancer>, "unique ownership");
 static_assert(std::is_nothrow_move_constructible_v<lb::balancer>, "movable");
 static_assert(!std::is_copy_constructible_v<lb::options>, "unique ownership");
 
+// Leases (RAII: explicit success/failure, destructor cancels), report, stats, pick_hash.
+static void test_feedback() {
+    using std::chrono::milliseconds;
+    lb::balancer rr("round_robin", {{"a", 1, 10}, {"b", 2, 11}, {"c", 1, 12}});
+    static_assert(!std::is_copy_constructible_v<lb::lease>);
+    static_assert(std::is_nothrow_move_constructible_v<lb::lease>);
+    {
+        lb::lease l0 = rr.acquire();
+        lb::lease l1 = rr.acquire();
+        CHECK(l0.id() == "a" && l0.tag() == 10 && l1.id() == "b" && l0);
+        lb::lease l2 = rr.acquire();  // c: never ended explicitly
+        CHECK(l0.elapsed().count() >= 0);
+        auto st = rr.stats();
+        CHECK(st.size() == 3 && st[0].in_flight == 1 && st[1].in_flight == 1 && st[2].in_flight == 1);
+        l0.success(milliseconds(4));
+        CHECK(!l0);
+        EXPECT_ERROR(LB_RESULT_NULL_PARAMETER, l0.failure());  // already ended
+        l1.failure(milliseconds(8));
+        lb::lease moved = std::move(l2);
+        CHECK(!l2 && moved && moved.id() == "c");
+    }  // `moved` cancelled here
+    auto st = rr.stats();
+    CHECK(st.size() == 3);
+    CHECK(st[0].id == "a" && st[0].tag == 10 && st[0].requests == 1 && st[0].failures == 0);
+    CHECK(st[0].latency == std::chrono::nanoseconds(4000000));
+    CHECK(st[1].weight == 2 && st[1].requests == 1 && st[1].failures == 1);
+    CHECK(st[2].in_flight == 0 && st[2].requests == 0 && !st[2].latency);
+    rr.report("c", false, milliseconds(2));
+    EXPECT_ERROR(LB_RESULT_UNKNOWN_NODE, rr.report("x", true, milliseconds(1)));
+    st = rr.stats();
+    CHECK(st[2].in_flight == 0 && st[2].requests == 1 && st[2].failures == 1 && st[2].latency);
+    {
+        lb::lease measured = rr.acquire();
+        measured.success();  // latency measured since acquire
+    }
+    lb::lease empty;
+    CHECK(!empty);
+    empty.cancel();
+    EXPECT_ERROR(LB_RESULT_NULL_PARAMETER, empty.success(milliseconds(1)));
+
+    lb::balancer ring("ring", {{"a", 1, 1}});
+    EXPECT_ERROR(LB_RESULT_KEY_REQUIRED, ring.acquire());
+    CHECK(ring.acquire(std::string_view("k")).id() == "a");
+    EXPECT_ERROR(LB_RESULT_NO_NODES, lb::balancer("random").acquire());
+
+    // pick_hash agrees with attempts_hash; unhashed algorithms refuse.
+    lb::balancer maglev("maglev", {{"a", 1, 1}, {"b", 1, 2}, {"c", 1, 3}});
+    for (uint64_t h = 1; h < 30; h++) {
+        uint64_t hash = h * UINT64_C(0x9E3779B97F4A7C15);
+        auto tries = maglev.attempts_hash(hash, 10);
+        CHECK(tries.size() == 3 && tries[0] == maglev.pick_hash(hash));
+    }
+    EXPECT_ERROR(LB_RESULT_HASH_UNSUPPORTED, rr.pick_hash(1));
+    EXPECT_ERROR(LB_RESULT_HASH_UNSUPPORTED, rr.attempts_hash(1, 2));
+    // A lease outlives its balancer.
+    lb::lease kept;
+    {
+        lb::balancer temp("round_robin", {{"t", 1, 7}});
+        kept = temp.acquire();
+    }
+    CHECK(kept.id() == "t" && kept.tag() == 7);
+    kept.failure(milliseconds(1));
+}
+
 int main() {
     CHECK(lb::version() == std::to_string(LB_VERSION_MAJOR) + "." +
                                std::to_string(LB_VERSION_MINOR) + "." +
                                std::to_string(LB_VERSION_PATCH));
     auto names = lb::algorithms();
-    CHECK(names.size() == 6 && names.front() == "random" && names.back() == "ring");
+    CHECK(names.size() == 15 && names.front() == "random" && names.back() == "jump");
 
     // Seed 001's example through options and string_view keys.
     lb::options opts;
@@ -187,6 +252,8 @@ int main() {
     });
     updater.join();
     picker.join();
+
+    test_feedback();
 
     if (failures) {
         std::fprintf(stderr, "test_cpp: %d check(s) FAILED\n", failures.load());

@@ -1,7 +1,8 @@
 /* Two threads pick while a third changes membership (update, add, remove, set_weight), for
  * every algorithm. Every pick must succeed and name a node that exists in one of the sets,
  * with that node's own tag (a torn read would pair an id with the wrong tag), and ids copied
- * out must stay readable after the node is gone. Run plain, under ASan+UBSan and valgrind. */
+ * out must stay readable after the node is gone. Leases are taken and ended meanwhile. Run
+ * plain, under ASan+UBSan and valgrind. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +52,20 @@ static void *picker(void *arg) {
             fprintf(stderr, "pick %d: %s id=%s\n", i, lb_result_name(r), r ? "" : id);
             s->failures++;
         }
+        if (i % 8 == 0) { /* leases across membership changes; ended with either outcome */
+            lb_lease *lease = NULL;
+            r = lb_balancer_acquire(s->b, s->keyed ? key : NULL, s->keyed ? (size_t)n : 0, &lease,
+                                    &tag, id, sizeof id, &size);
+            if (r != LB_RESULT_OK || !is_known(id) || tag != tag_of(id)) {
+                fprintf(stderr, "acquire %d: %s\n", i, lb_result_name(r));
+                s->failures++;
+            } else if (i % 3 == 0) {
+                lb_lease_cancel(lease);
+            } else if (lb_lease_finish(lease, (i % 5) ? LB_OUTCOME_SUCCESS : LB_OUTCOME_FAILURE,
+                                       (uint64_t)i * 1000) != LB_RESULT_OK) {
+                s->failures++;
+            }
+        }
         if (i % 16 == 0) { /* retry orders are consistent snapshots too */
             size_t count = 0;
             r = lb_balancer_attempts(s->b, s->keyed ? key : NULL, s->keyed ? (size_t)n : 0, picks,
@@ -98,17 +113,27 @@ int main(int argc, char **argv) {
         lb_options *options = NULL;
         CHECK_OK(lb_options_new(&options));
         CHECK_OK(lb_options_set_int(options, S("vnodes"), 16)); /* keep ring rebuilds cheap */
+        CHECK_OK(lb_options_set_int(options, S("table_size"), 1031)); /* maglev: a prime */
+        CHECK_OK(lb_options_set_int(options, S("min_ring_size"), 64));  /* ring_hash */
+        CHECK_OK(lb_options_set_int(options, S("max_ring_size"), 1024));
         lb_node start[] = {node("a", 1), node("b", 1)};
         lb_balancer *b = NULL;
         CHECK_OK(lb_balancer_new(name, strlen(name), options, start, 2, &b));
         lb_options_free(options);
-        int keyed = strcmp(name, "source_hash") == 0 || strcmp(name, "ring") == 0;
+        /* Keyed algorithms say so on a pick without a key (the list grows with the core). */
+        int keyed = lb_balancer_pick(b, NULL, 0, NULL, NULL, 0, NULL) == LB_RESULT_KEY_REQUIRED;
         worker workers[3] = {{b, keyed, 1, 0}, {b, keyed, 2, 0}, {b, keyed, 3, 0}};
         pthread_t threads[3];
         CHECK(pthread_create(&threads[0], NULL, picker, &workers[0]) == 0);
         CHECK(pthread_create(&threads[1], NULL, picker, &workers[1]) == 0);
         CHECK(pthread_create(&threads[2], NULL, updater, &workers[2]) == 0);
         for (int t = 0; t < 3; t++) CHECK(pthread_join(threads[t], NULL) == 0);
+        /* Every lease ended: nothing is left in flight. */
+        lb_node_stats stats[8];
+        char ids[64];
+        size_t count = 0, ids_size = 0;
+        CHECK_OK(lb_balancer_stats(b, stats, 8, ids, sizeof ids, &count, &ids_size));
+        for (size_t i = 0; i < count; i++) CHECK(stats[i].in_flight == 0);
         int failures = workers[0].failures + workers[1].failures + workers[2].failures;
         if (failures) fprintf(stderr, "%s: %d failures\n", name, failures);
         CHECK(failures == 0);

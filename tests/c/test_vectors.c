@@ -81,6 +81,70 @@ static void check_picks(const char *op, const lb_pick *picks, size_t n, const js
     }
 }
 
+/* The case's leases, numbered in acquire order (NULL once ended). */
+#define MAX_LEASES 256
+static lb_lease *leases[MAX_LEASES];
+static size_t lease_count = 0;
+
+static lb_lease *take_lease(const json *step) {
+    const json *n = json_get(step, "lease");
+    if (!n || n->integer >= lease_count || !leases[n->integer]) {
+        FAIL("no open lease %llu", n ? (unsigned long long)n->integer : 0ULL);
+        return NULL;
+    }
+    lb_lease *lease = leases[n->integer];
+    leases[n->integer] = NULL;
+    return lease;
+}
+
+static lb_outcome outcome_of(const json *step) {
+    const json *ok = json_get(step, "ok");
+    return ok && ok->boolean ? LB_OUTCOME_SUCCESS : LB_OUTCOME_FAILURE;
+}
+
+static uint64_t latency_ns_of(const json *step) {
+    return json_get(step, "latency_ms")->integer * UINT64_C(1000000);
+}
+
+/* Checks lb_balancer_stats against [[id, in_flight, requests, failures], ...]. */
+static lb_result check_stats(const lb_balancer *b, const json *expect) {
+    size_t count = 0, size = 0;
+    lb_result r = lb_balancer_stats(b, NULL, 0, NULL, 0, &count, &size);
+    if (r != LB_RESULT_OK && r != LB_RESULT_BUFFER_TOO_SMALL) return r;
+    lb_node_stats *stats = calloc(count ? count : 1, sizeof *stats);
+    char *ids = malloc(size ? size : 1);
+    r = lb_balancer_stats(b, stats, count, ids, size, &count, &size);
+    if (r == LB_RESULT_OK) {
+        if (!expect || expect->len != count) {
+            FAIL("stats: %zu nodes, expected %zu", count, expect ? expect->len : 0);
+        } else {
+            for (size_t i = 0; i < count; i++) {
+                const json *e = &expect->items[i];
+                if (!same_bytes(stats[i].id, stats[i].id_len, &e->items[0]) ||
+                    stats[i].in_flight != e->items[1].integer ||
+                    stats[i].requests != e->items[2].integer ||
+                    stats[i].failures != e->items[3].integer)
+                    FAIL("stats[%zu]: got [%s, %zu, %llu, %llu], expected [%s, %llu, %llu, %llu]",
+                         i, stats[i].id, stats[i].in_flight,
+                         (unsigned long long)stats[i].requests,
+                         (unsigned long long)stats[i].failures, e->items[0].str,
+                         (unsigned long long)e->items[1].integer,
+                         (unsigned long long)e->items[2].integer,
+                         (unsigned long long)e->items[3].integer);
+                if (stats[i].tag != tag_of(stats[i].id, stats[i].id_len)) FAIL("stats tag");
+                /* A node with requests has a latency estimate; one without none. */
+                if ((stats[i].requests == 0) != (stats[i].latency_ns == LB_LATENCY_NONE))
+                    FAIL("stats[%zu]: latency %llu with %llu requests", i,
+                         (unsigned long long)stats[i].latency_ns,
+                         (unsigned long long)stats[i].requests);
+            }
+        }
+    }
+    free(stats);
+    free(ids);
+    return r;
+}
+
 /* Runs one step; returns the result code to compare with expect_error. */
 static lb_result run_step(const lb_balancer *b, const json *step, char *ids) {
     const char *op = json_get(step, "op")->str;
@@ -130,6 +194,44 @@ static lb_result run_step(const lb_balancer *b, const json *step, char *ids) {
         lb_node *nodes = nodes_of(json_get(step, "nodes"), &n);
         r = lb_balancer_update(b, nodes, n);
         free(nodes);
+    } else if (strcmp(op, "pick_hash") == 0) {
+        const char *text = json_get(step, "hash")->str;
+        char *end = NULL;
+        uint64_t hash = strtoull(text, &end, 10);
+        if (!end || *end) FAIL("pick_hash: hash %s is not decimal", text);
+        uint64_t tag = 0;
+        r = lb_balancer_pick_hash(b, hash, &tag, ids, IDS_CAP, &size);
+        if (r == LB_RESULT_OK) {
+            if (!same_bytes(ids, size - 1, expect))
+                FAIL("pick_hash: got %s, expected %s", ids, expect ? expect->str : "(error)");
+            if (tag != tag_of(ids, size - 1)) FAIL("pick_hash: tag of %s", ids);
+        }
+    } else if (strcmp(op, "acquire") == 0) {
+        uint64_t tag = 0;
+        lb_lease *lease = NULL;
+        r = lb_balancer_acquire(b, key ? key->str : NULL, key ? key->len : 0, &lease, &tag, ids,
+                                IDS_CAP, &size);
+        if (r == LB_RESULT_OK) {
+            if (!same_bytes(ids, size - 1, expect))
+                FAIL("acquire: got %s, expected %s", ids, expect ? expect->str : "(error)");
+            if (tag != tag_of(ids, size - 1)) FAIL("acquire: tag of %s", ids);
+            if (lease_count == MAX_LEASES) {
+                FAIL("more than %d leases", MAX_LEASES);
+                lb_lease_cancel(lease);
+            } else {
+                leases[lease_count++] = lease;
+            }
+        }
+    } else if (strcmp(op, "finish") == 0) {
+        lb_lease *lease = take_lease(step);
+        r = lease ? lb_lease_finish(lease, outcome_of(step), latency_ns_of(step)) : LB_RESULT_OK;
+    } else if (strcmp(op, "cancel") == 0) {
+        lb_lease_cancel(take_lease(step));
+        r = LB_RESULT_OK;
+    } else if (strcmp(op, "report") == 0) {
+        r = lb_balancer_report(b, id->str, id->len, outcome_of(step), latency_ns_of(step));
+    } else if (strcmp(op, "stats") == 0) {
+        r = check_stats(b, expect);
     } else {
         FAIL("unknown op %s", op);
         r = LB_RESULT_OK;
@@ -202,6 +304,11 @@ int main(int argc, char **argv) {
             }
         }
         lb_balancer_free(b);
+        /* Leases left open at the end of a case are cancelled (after their balancer is
+         * gone, which is allowed). */
+        for (size_t i = 0; i < lease_count; i++) lb_lease_cancel(leases[i]);
+        memset(leases, 0, sizeof leases);
+        lease_count = 0;
     }
     printf("test_vectors: %zu cases, %zu steps (%zu expected errors)\n", cases->len, steps_run,
            errors_checked);
