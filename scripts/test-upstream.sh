@@ -42,7 +42,7 @@ need() {
 }
 
 cargo build -q -p liblb-core --example placement
-placement=target/debug/examples/placement
+placement="${CARGO_TARGET_DIR:-target}/debug/examples/placement"
 
 run=()
 skipped=0
