@@ -5,7 +5,8 @@
 //!
 //! - [`Table`] + [`State`] (always available, `no_std` + `alloc`): an immutable selection table
 //!   built from a node list, and the lock-free per-balancer state (one atomic position counter,
-//!   one atomic SplitMix64 generator). A pick is one atomic add, or one hash plus one lookup.
+//!   an atomic SplitMix64 generator with one stream per thread). A pick is one atomic add, or
+//!   one hash plus one lookup.
 //! - [`Balancer`] (feature `std`): a thread-safe balancer that publishes a new `Table` on every
 //!   membership change with `arc-swap`, so readers never lock and never see a half-updated set.
 //!

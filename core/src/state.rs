@@ -1,4 +1,4 @@
-//! [`State`]: the lock-free mutable part of a balancer (position counter, random generator)
+//! [`State`]: the lock-free mutable part of a balancer (position counter, random streams)
 //! that outlives tables, so the round robin position and the random sequence carry on across
 //! membership changes.
 
@@ -12,7 +12,8 @@ use crate::sync::AtomicCounter;
 pub struct State {
     /// Round robin / smooth WRR position.
     pub(crate) position: AtomicCounter,
-    /// Shared SplitMix64 for the random algorithms.
+    /// SplitMix64 for the random algorithms: the seed's sequence for the first thread to draw,
+    /// a stream of its own for each other thread (see `rng`).
     pub(crate) rng: AtomicRng,
 }
 

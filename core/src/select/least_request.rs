@@ -15,14 +15,14 @@
 //! draw uniformly (one multiply, no table).
 //!
 //! In-flight counts come from leases (`Balancer::acquire`): a plain `pick` starts no request,
-//! so without leases this is weighted random. Cost: `choice_count` draws and as many atomic
-//! loads. `attempts`: the pick, then a sample without replacement by weight.
+//! so without leases this is weighted random. Cost: one atomic add (the first draw seeds the
+//! others, see `rng::Draws`), `choice_count` candidates and as many atomic loads. `attempts`: the pick, then a sample without replacement by weight.
 
 use super::sample::{self, WeightTree};
 use super::weighted_random::Alias;
 use super::{Ctx, Select, active_weights};
 use crate::options::MAX_CHOICE_COUNT;
-use crate::rng::bounded;
+use crate::rng::{Draws, bounded};
 use crate::{Node, Options};
 use alloc::vec::Vec;
 
@@ -73,13 +73,14 @@ impl Select for LeastRequest {
     }
 
     fn pick(&self, _key: &[u8], ctx: &Ctx<'_>) -> u32 {
-        self.active[self.choose(ctx)]
+        self.active[self.choose(ctx).0]
     }
 
     fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
-        out.push(self.choose(ctx) as u32);
-        let draw = || self.draw(ctx.rng.next());
-        sample::weighted_prefix(&self.tree, limit, draw, || ctx.rng.next(), out);
+        let (first, rng) = self.choose(ctx);
+        out.push(first as u32);
+        let draw = || self.draw(rng.next());
+        sample::weighted_prefix(&self.tree, limit, draw, || rng.next(), out);
         for slot in out.iter_mut() {
             *slot = self.active[*slot as usize];
         }
@@ -87,25 +88,28 @@ impl Select for LeastRequest {
 }
 
 impl LeastRequest {
-    /// The position of the lightest of `choices` distinct weighted draws.
+    /// The position of the lightest of `choices` distinct weighted draws, and the generator
+    /// those came from (one shared draw, see `Draws`) for a retry order to go on with.
     #[inline]
-    fn choose(&self, ctx: &Ctx<'_>) -> usize {
+    fn choose(&self, ctx: &Ctx<'_>) -> (usize, Draws) {
         let mut drawn = [0usize; MAX_CHOICE_COUNT as usize];
-        drawn[0] = self.draw(ctx.rng.next());
+        let first = ctx.rng.next();
+        let rng = Draws::after(first);
+        drawn[0] = self.draw(first);
         let mut best = drawn[0];
         for k in 1..self.choices {
-            let mut candidate = self.draw(ctx.rng.next());
+            let mut candidate = self.draw(rng.next());
             for _ in 0..REDRAWS {
                 if !drawn[..k].contains(&candidate) {
                     break;
                 }
-                candidate = self.draw(ctx.rng.next());
+                candidate = self.draw(rng.next());
             }
             drawn[k] = candidate;
             if self.lighter(ctx, candidate, best) {
                 best = candidate;
             }
         }
-        best
+        (best, rng)
     }
 }

@@ -12,11 +12,11 @@
 //! and Finagle.
 //!
 //! Options: `decay_ms` (default 10 s), `initial_latency_ms` (default 30). Picks read the clock
-//! (`is_timed`). Cost: two draws, two estimates (an `exp` each). `attempts`: the pick, then a
+//! (`is_timed`). Cost: one atomic add (the second draw follows from the first, see `rng::Draws`), two estimates (an `exp` each). `attempts`: the pick, then a
 //! uniformly random order of the others (lazy Fisher-Yates).
 
 use super::{Ctx, Select, sample};
-use crate::rng::bounded;
+use crate::rng::{Draws, bounded};
 use crate::{Node, Options};
 use alloc::vec::Vec;
 use core::time::Duration;
@@ -39,20 +39,23 @@ impl PeakEwma {
         latency * (load.in_flight() as f32 + 1.0)
     }
 
-    /// The cheaper of two distinct uniform draws, as a position.
+    /// The cheaper of two distinct uniform draws, as a position, and the generator they came
+    /// from (one shared draw, see `Draws`) for a retry order to go on with.
     #[inline]
-    fn choose(&self, ctx: &Ctx<'_>) -> usize {
+    fn choose(&self, ctx: &Ctx<'_>) -> (usize, Draws) {
         let n = self.active.len();
-        let a = bounded(ctx.rng.next(), n);
+        let first = ctx.rng.next();
+        let rng = Draws::after(first);
+        let a = bounded(first, n);
         if n == 1 {
-            return a;
+            return (a, rng);
         }
-        let b = bounded(ctx.rng.next(), n - 1);
+        let b = bounded(rng.next(), n - 1);
         let b = if b >= a { b + 1 } else { b };
         if self.cost(ctx, b) < self.cost(ctx, a) {
-            b
+            (b, rng)
         } else {
-            a
+            (a, rng)
         }
     }
 }
@@ -69,12 +72,12 @@ impl Select for PeakEwma {
     }
 
     fn pick(&self, _key: &[u8], ctx: &Ctx<'_>) -> u32 {
-        self.active[self.choose(ctx)]
+        self.active[self.choose(ctx).0]
     }
 
     fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
-        let first = self.choose(ctx);
-        sample::shuffle_prefix(self.active.len(), limit, first, || ctx.rng.next(), out);
+        let (first, rng) = self.choose(ctx);
+        sample::shuffle_prefix(self.active.len(), limit, first, || rng.next(), out);
         for slot in out.iter_mut() {
             *slot = self.active[*slot as usize];
         }

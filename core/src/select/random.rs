@@ -8,7 +8,7 @@
 
 use super::Ctx;
 use super::{Select, sample};
-use crate::rng::bounded;
+use crate::rng::{Draws, bounded};
 use crate::{Node, Options};
 use alloc::vec::Vec;
 
@@ -35,8 +35,9 @@ impl Select for Random {
 
     fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
         let n = self.active.len();
-        let first = bounded(ctx.rng.next(), n);
-        sample::shuffle_prefix(n, limit, first, || ctx.rng.next(), out);
+        let r = ctx.rng.next();
+        let rng = Draws::after(r);
+        sample::shuffle_prefix(n, limit, bounded(r, n), || rng.next(), out);
         for slot in out.iter_mut() {
             *slot = self.active[*slot as usize];
         }

@@ -13,6 +13,7 @@ use super::Ctx;
 use super::Select;
 use super::active_weights;
 use super::sample::{self, WeightTree};
+use crate::rng::Draws;
 use crate::{Node, Options};
 use alloc::vec::Vec;
 
@@ -93,10 +94,11 @@ impl Select for WeightedRandom {
     }
 
     fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
-        let first = self.alias.draw(ctx.rng.next());
-        let draw = || self.alias.draw(ctx.rng.next());
-        out.push(first as u32);
-        sample::weighted_prefix(&self.weights, limit, draw, || ctx.rng.next(), out);
+        let r = ctx.rng.next();
+        let rng = Draws::after(r);
+        let draw = || self.alias.draw(rng.next());
+        out.push(self.alias.draw(r) as u32);
+        sample::weighted_prefix(&self.weights, limit, draw, || rng.next(), out);
         for slot in out.iter_mut() {
             *slot = self.active[*slot as usize];
         }
