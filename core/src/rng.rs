@@ -9,18 +9,28 @@
 //!
 //! **Streams.** One counter shared by every thread would serialise them on one cache line (a
 //! side-by-side benchmark measured 2 threads at 0.54x the throughput of one). So a generator
-//! holds [`STREAMS`] counters, each on its own cache line: the first thread to draw claims
-//! stream 0, whose sequence is exactly the seed's — a seeded balancer used from one thread
-//! draws the same numbers in every language, whichever thread that is. Other threads claim a
-//! free stream of their own (seeded from `s` and the stream's number, see [`stream_seed`]);
-//! when all are claimed they share one, still taking distinct draws from its counter. A thread
-//! is known by the address of a thread-local (distinct among live threads; a new thread may
-//! inherit a finished one's stream, which only continues that sequence). Without `std` there
-//! are no thread-locals: every caller uses stream 0, one shared counter, as before.
+//! holds [`STREAMS`] counters, each on its own cache line:
+//!
+//! - stream 0 is the seed's own sequence; the first thread to draw claims it, so a seeded
+//!   balancer used from one thread draws the same numbers in every language, whichever thread
+//!   that is;
+//! - every live thread has a small process-wide index (the lowest free one, handed back when
+//!   the thread ends); thread `i` owns stream `1 + i` of every generator while `1 + i` is below
+//!   the last stream. Only its owner touches a stream, so a draw there is a plain load and
+//!   store of its counter, no read-modify-write, and no other core ever reads that line;
+//! - the last stream is nobody's: threads without a stream of their own (more threads than
+//!   streams) share it through an atomic add, which still hands out distinct draws.
+//!
+//! Streams other than 0 are seeded from `s` and their number ([`stream_seed`]). A thread that
+//! takes a finished thread's index continues that thread's streams (the index is handed over
+//! with release/acquire ordering, so it sees where they stopped). Without `std` there are no
+//! thread-locals: every caller shares stream 0 through an atomic add.
 
 use core::cell::Cell;
 
-use crate::sync::{AtomicCounter, AtomicUsize, Ordering, next_position};
+use crate::sync::{AtomicCounter, next_position};
+#[cfg(feature = "std")]
+use crate::sync::{AtomicUsize, Ordering};
 
 const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -53,8 +63,15 @@ impl SplitMix64 {
     }
 }
 
-/// Per-thread streams per generator (stream 0 is the seed's own sequence).
+/// Streams per generator: stream 0 (the seed's own sequence), one per thread index below
+/// `STREAMS - 2`, and a last one shared by threads without a stream of their own.
+/// Without `std` only stream 0 is used.
+#[cfg(feature = "std")]
 pub(crate) const STREAMS: usize = 8;
+#[cfg(not(feature = "std"))]
+pub(crate) const STREAMS: usize = 1;
+#[cfg(feature = "std")]
+const OVERFLOW: usize = STREAMS - 1;
 
 /// The seed of stream `j`: stream 0 is the generator's seed itself; the others start at a
 /// SplitMix64 output of it, far apart on the same γ-walk (overlap needs ~2^64 / draws luck).
@@ -67,105 +84,168 @@ pub(crate) fn stream_seed(seed: u64, j: usize) -> u64 {
     }
 }
 
-/// One stream: who claimed it and how far it has drawn. Aligned to 128 bytes (two cache lines,
-/// as adjacent-line prefetchers pair them) so streams never share a line.
+/// One stream: its seed and how far it has drawn. Aligned to 128 bytes (two cache lines, as
+/// adjacent-line prefetchers pair them) so streams never share a line.
 #[derive(Debug)]
 #[repr(align(128))]
 struct Stream {
     seed: u64,
-    /// The claiming thread's token; 0 while free.
-    owner: AtomicUsize,
     draws: AtomicCounter,
 }
 
-/// A SplitMix64 whose positions are atomic counters, one stream per thread: `next` is
-/// lock-free, `&self`, and threads do not contend on one counter.
+impl Stream {
+    /// Draw `k` of this stream.
+    #[inline]
+    fn output(&self, k: u64) -> u64 {
+        mix(self
+            .seed
+            .wrapping_add(k.wrapping_add(1).wrapping_mul(GAMMA)))
+    }
+
+    /// The next draw of a stream only its owner touches: a plain load and store, no
+    /// read-modify-write (the owner is the only writer and the only reader).
+    #[cfg(feature = "std")]
+    #[inline]
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "AtomicCounter is usize on targets without 64-bit atomics"
+    )]
+    fn next_owned(&self) -> u64 {
+        let k = self.draws.load(Ordering::Relaxed);
+        self.draws.store(k.wrapping_add(1), Ordering::Relaxed);
+        self.output(k as u64)
+    }
+
+    /// The next draw of a shared stream: callers get distinct draws (see `next_position`).
+    #[inline]
+    fn next_shared(&self) -> u64 {
+        self.output(next_position(&self.draws))
+    }
+}
+
+/// Stream 0's owner (its thread index + 1; 0 while unclaimed), on a line of its own: every
+/// draw reads it, only the one claim writes it, so it stays shared in every core's cache.
+#[cfg(feature = "std")]
+#[derive(Debug)]
+#[repr(align(128))]
+struct Home(AtomicUsize);
+
+/// A SplitMix64 with a stream per thread: `next` is lock-free and `&self`, and threads neither
+/// contend on one counter nor pay a read-modify-write on their own stream.
 #[derive(Debug)]
 pub(crate) struct AtomicRng {
+    #[cfg(feature = "std")]
+    home: Home,
     streams: [Stream; STREAMS],
 }
 
 impl AtomicRng {
     pub(crate) fn new(seed: u64) -> AtomicRng {
         AtomicRng {
+            #[cfg(feature = "std")]
+            home: Home(AtomicUsize::new(0)),
             streams: core::array::from_fn(|j| Stream {
                 seed: stream_seed(seed, j),
-                owner: AtomicUsize::new(0),
                 draws: AtomicCounter::new(0),
             }),
         }
     }
 
-    /// The next 64 random bits from the calling thread's stream; callers sharing a stream get
-    /// distinct draws (see `next_position`).
+    /// The next 64 random bits from the calling thread's stream.
+    #[cfg(feature = "std")]
     #[inline]
     pub(crate) fn next(&self) -> u64 {
-        let stream = self.stream(thread_token());
-        let k = next_position(&stream.draws);
-        mix(stream
-            .seed
-            .wrapping_add(k.wrapping_add(1).wrapping_mul(GAMMA)))
+        match thread_index().and_then(|i| self.owned(i)) {
+            Some(stream) => stream.next_owned(),
+            None => self.streams[OVERFLOW].next_shared(),
+        }
     }
 
-    /// The stream of the thread known by `token`: stream 0 if it is (or becomes) its owner,
-    /// else the first it owns or can claim probing from a slot picked by the token, else that
-    /// slot shared. A claim is one compare-exchange; `Relaxed` suffices because the owner field
-    /// orders nothing else (a lost race only moves the caller on to the next slot).
+    /// The next 64 random bits: without thread-locals, everyone shares stream 0.
+    #[cfg(not(feature = "std"))]
     #[inline]
-    fn stream(&self, token: usize) -> &Stream {
-        let home = &self.streams[0];
-        if claimed(home, token) {
-            return home;
-        }
-        self.other_stream(token)
+    pub(crate) fn next(&self) -> u64 {
+        self.streams[0].next_shared()
     }
 
-    #[cold]
-    #[inline(never)]
-    fn other_stream(&self, token: usize) -> &Stream {
-        let others = &self.streams[1..];
-        let start = (mix(token as u64) % others.len() as u64) as usize;
-        for i in 0..others.len() {
-            let stream = &others[(start + i) % others.len()];
-            if claimed(stream, token) {
-                return stream;
-            }
+    /// The stream the thread with index `i` owns: stream 0 if it is (or, first to draw,
+    /// becomes) its owner, else stream `1 + i` if there is one. The claim is one
+    /// compare-exchange; `Relaxed` suffices as it orders nothing else (the loser takes its own
+    /// stream, which nobody else touches).
+    #[cfg(feature = "std")]
+    #[inline]
+    fn owned(&self, i: usize) -> Option<&Stream> {
+        let token = i + 1;
+        let owner = self.home.0.load(Ordering::Relaxed);
+        if owner == token
+            || (owner == 0
+                && (self.home.0)
+                    .compare_exchange(0, token, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok())
+        {
+            return Some(&self.streams[0]);
         }
-        &others[start]
+        self.streams[1..OVERFLOW].get(i)
     }
 }
 
-/// Whether `stream` belongs to `token`, claiming it when free.
-#[inline]
-fn claimed(stream: &Stream, token: usize) -> bool {
-    let owner = stream.owner.load(Ordering::Relaxed);
-    owner == token
-        || (owner == 0
-            && stream
-                .owner
-                .compare_exchange(0, token, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok())
-}
-
-/// A nonzero number that tells the calling thread from every other live thread.
+/// The calling thread's index: the lowest not held by a live thread, handed back when it ends
+/// (a thread-local's destructor). `None` past the first `usize::BITS` live threads, or while
+/// the thread's locals are being destroyed.
 #[cfg(all(feature = "std", not(loom)))]
 #[inline]
-fn thread_token() -> usize {
-    std::thread_local!(static TOKEN: u8 = const { 0 });
-    TOKEN.with(|t| t as *const u8 as usize)
+fn thread_index() -> Option<usize> {
+    use core::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Bit `i` set: index `i` is held by a live thread.
+    static HELD: AtomicUsize = AtomicUsize::new(0);
+
+    struct Index(Option<usize>);
+
+    impl Index {
+        fn take() -> Index {
+            let mut held = HELD.load(Ordering::Relaxed);
+            loop {
+                let free = !held;
+                if free == 0 {
+                    return Index(None);
+                }
+                let bit = 1 << free.trailing_zeros();
+                // Acquire: pairs with the release of the thread that held it before, so this
+                // thread sees its streams' counters where that one left them.
+                match HELD.compare_exchange_weak(
+                    held,
+                    held | bit,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return Index(Some(free.trailing_zeros() as usize)),
+                    Err(now) => held = now,
+                }
+            }
+        }
+    }
+
+    impl Drop for Index {
+        fn drop(&mut self) {
+            if let Some(i) = self.0 {
+                HELD.fetch_and(!(1 << i), Ordering::Release);
+            }
+        }
+    }
+
+    std::thread_local!(static INDEX: Index = Index::take());
+    INDEX.try_with(|index| index.0).ok().flatten()
 }
 
+/// Under loom: indices in the order threads first draw, per model execution.
 #[cfg(all(feature = "std", loom))]
-fn thread_token() -> usize {
-    loom::thread_local!(static TOKEN: u8 = 0);
-    TOKEN.with(|t| t as *const u8 as usize)
-}
-
-/// Without `std` there are no thread-locals: one token, so every caller uses stream 0.
-#[cfg(not(feature = "std"))]
-#[inline]
-fn thread_token() -> usize {
-    1
+fn thread_index() -> Option<usize> {
+    loom::lazy_static! {
+        static ref NEXT: AtomicUsize = AtomicUsize::new(0);
+    }
+    loom::thread_local!(static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed));
+    Some(INDEX.with(|i| *i))
 }
 
 /// The numbers one pick needs after its first: a plain SplitMix64 seeded by that first draw
@@ -257,25 +337,62 @@ mod tests {
     }
 
     #[test]
-    fn streams_are_claimed_once_then_shared() {
+    #[cfg(feature = "std")]
+    fn streams_are_owned_by_index_home_by_the_first() {
         let a = AtomicRng::new(1);
-        // Tokens 1..=STREAMS claim every stream exactly once.
-        let mut seen = std::vec::Vec::new();
-        for token in 1..=STREAMS {
-            let s = a.stream(token) as *const Stream;
-            assert!(!seen.contains(&s), "token {token} took a claimed stream");
-            seen.push(s);
-            // Asking again returns the same stream.
-            assert!(core::ptr::eq(a.stream(token), s));
+        // Index 3 draws first: it owns stream 0, for good.
+        assert!(core::ptr::eq(a.owned(3).unwrap(), &a.streams[0]));
+        assert!(core::ptr::eq(a.owned(3).unwrap(), &a.streams[0]));
+        // Every other index below OVERFLOW - 1 owns stream 1 + i.
+        for i in (0..OVERFLOW - 1).filter(|&i| i != 3) {
+            assert!(
+                core::ptr::eq(a.owned(i).unwrap(), &a.streams[1 + i]),
+                "index {i}"
+            );
         }
-        // One more thread shares a stream that exists; its draws still come from a counter.
-        let extra = a.stream(STREAMS + 1) as *const Stream;
-        assert!(seen.contains(&extra));
+        // Past them, no stream of its own: such threads share the last stream's counter.
+        assert!(a.owned(OVERFLOW - 1).is_none());
+        let before = a.streams[OVERFLOW].draws.load(Ordering::Relaxed);
+        let _ = a.streams[OVERFLOW].next_shared();
+        assert_eq!(
+            a.streams[OVERFLOW].draws.load(Ordering::Relaxed),
+            before + 1
+        );
         // Distinct streams have distinct seeds.
         let mut seeds: std::vec::Vec<u64> = a.streams.iter().map(|s| s.seed).collect();
         seeds.sort_unstable();
         seeds.dedup();
         assert_eq!(seeds.len(), STREAMS);
+    }
+
+    #[test]
+    #[cfg(feature = "std")]
+    fn live_threads_hold_distinct_indices_handed_back_at_exit() {
+        use std::sync::{Arc, Barrier};
+        // Other tests run on other threads meanwhile, so only distinctness among threads
+        // alive together, and the hand-back, can be asserted.
+        let barrier = Arc::new(Barrier::new(4));
+        let threads: std::vec::Vec<_> = (0..4)
+            .map(|_| {
+                let barrier = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    let index = thread_index();
+                    barrier.wait(); // all four alive at once
+                    index
+                })
+            })
+            .collect();
+        let mut held: std::vec::Vec<usize> = threads
+            .into_iter()
+            .map(|t| t.join().unwrap().unwrap())
+            .collect();
+        held.sort_unstable();
+        held.dedup();
+        assert_eq!(held.len(), 4, "indices of live threads collide: {held:?}");
+        // Their indices went back: a hundred short-lived threads in a row never run out.
+        for _ in 0..100 {
+            assert!(std::thread::spawn(thread_index).join().unwrap().is_some());
+        }
     }
 
     #[test]
