@@ -180,15 +180,12 @@ fn least_request_follows_weights_under_equal_load() {
 
 #[test]
 fn least_request_avoids_the_loaded_node() {
-    let b = Balancer::new(Algorithm::LeastRequest, ["a", "b", "c"], seeded(3)).unwrap();
-    // Hold leases on "a" until it carries 5 requests.
-    let mut held = Vec::new();
-    while held.len() < 5 {
-        let lease = b.acquire(None).unwrap();
-        if lease.id() == "a" {
-            held.push(lease);
-        }
-    }
+    // Five requests on "a" while it is alone, then "b" and "c" join (counters follow ids).
+    let b = Balancer::new(Algorithm::LeastRequest, ["a"], seeded(3)).unwrap();
+    let held: Vec<_> = (0..5).map(|_| b.acquire(None).unwrap()).collect();
+    b.add(Node::new("b", 1)).unwrap();
+    b.add(Node::new("c", 1)).unwrap();
+    assert_eq!(b.stats()[0].in_flight, 5);
     // Two distinct candidates: "a" always meets a lighter one.
     assert!(b.pick_n(10_000).unwrap().ids().all(|id| id != "a"));
     drop(held);

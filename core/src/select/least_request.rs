@@ -4,8 +4,9 @@
 //! Source: Envoy `source/extensions/load_balancing_policies/least_request/` (and gRPC's
 //! `least_request_experimental`): draw `choice_count` candidates (default 2) and send the
 //! request to the one with the fewest active requests; ties keep the first drawn. Candidates
-//! here are distinct (a duplicate draw is redrawn a few times, so two choices really compare two
-//! nodes).
+//! here are distinct, so two choices really compare two nodes: with equal weights and two
+//! choices (the default) the second is drawn from the other `n - 1` nodes; otherwise a
+//! duplicate draw is redrawn a few times.
 //!
 //! Weights: candidates are drawn in proportion to weight (Vose alias table, as
 //! `weighted_random`), and compared by in-flight *relative to weight* — `a.in_flight · b.weight <
@@ -15,8 +16,9 @@
 //! draw uniformly (one multiply, no table).
 //!
 //! In-flight counts come from leases (`Balancer::acquire`): a plain `pick` starts no request,
-//! so without leases this is weighted random. Cost: one atomic add (the first draw seeds the
-//! others, see `rng::Draws`), `choice_count` candidates and as many atomic loads. `attempts`: the pick, then a sample without replacement by weight.
+//! so without leases this is weighted random. Cost: one draw from the balancer's generator (the
+//! first draw seeds the others, see `rng::Draws`), `choice_count` candidates and as many atomic
+//! loads. `attempts`: the pick, then a sample without replacement by weight.
 
 use super::sample::{self, WeightTree};
 use super::weighted_random::Alias;
@@ -92,6 +94,28 @@ impl LeastRequest {
     /// those came from (one shared draw, see `Draws`) for a retry order to go on with.
     #[inline]
     fn choose(&self, ctx: &Ctx<'_>) -> (usize, Draws) {
+        if self.choices == 2 && self.alias.is_none() {
+            return self.choose_two_uniform(ctx);
+        }
+        self.choose_any(ctx)
+    }
+
+    /// Two distinct uniform candidates, the default: the second is drawn from the other
+    /// `n - 1` positions directly, so there is nothing to redraw or remember.
+    #[inline]
+    fn choose_two_uniform(&self, ctx: &Ctx<'_>) -> (usize, Draws) {
+        let n = self.active.len();
+        let first = ctx.rng.next();
+        let rng = Draws::after(first);
+        let a = bounded(first, n);
+        let b = bounded(rng.next(), n - 1);
+        let b = if b >= a { b + 1 } else { b };
+        let load = |p: usize| ctx.loads[self.active[p] as usize].in_flight();
+        (if load(b) < load(a) { b } else { a }, rng)
+    }
+
+    /// `choices` distinct weighted draws (a duplicate is redrawn up to `REDRAWS` times).
+    fn choose_any(&self, ctx: &Ctx<'_>) -> (usize, Draws) {
         let mut drawn = [0usize; MAX_CHOICE_COUNT as usize];
         let first = ctx.rng.next();
         let rng = Draws::after(first);

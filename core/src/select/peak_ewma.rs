@@ -12,7 +12,8 @@
 //! and Finagle.
 //!
 //! Options: `decay_ms` (default 10 s), `initial_latency_ms` (default 30). Picks read the clock
-//! (`is_timed`). Cost: one atomic add (the second draw follows from the first, see `rng::Draws`), two estimates (an `exp` each). `attempts`: the pick, then a
+//! (`is_timed`). Cost: one draw from the balancer's generator (the second follows from it, see
+//! `rng::Draws`), two estimates (an `exp` each). `attempts`: the pick, then a
 //! uniformly random order of the others (lazy Fisher-Yates).
 
 use super::{Ctx, Select, sample};
