@@ -10,9 +10,9 @@
 //! and publish it with one atomic store: readers see the old set or the new one, never a mix,
 //! and a failed change publishes nothing.
 
-use crate::load::{Load, Outcome};
+use crate::load::Outcome;
 use crate::sync::publish::{Loaded, Mutex, Published};
-use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, State, Table};
+use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, State, Status, Table};
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -29,12 +29,12 @@ struct Snapshot {
     /// Node indices sorted by id, to find a node (and its load) by id in O(log n).
     by_id: Vec<u32>,
     clock: Arc<dyn Clock>,
-    /// The latency estimate's decay (`Options::decay`).
-    decay: Duration,
+    /// The balancer's state (leases end through it: health, bounded loads).
+    state: Arc<State>,
 }
 
 impl Snapshot {
-    fn new(nodes: Vec<Node>, table: Table, clock: Arc<dyn Clock>, decay: Duration) -> Snapshot {
+    fn new(nodes: Vec<Node>, table: Table, clock: Arc<dyn Clock>, state: Arc<State>) -> Snapshot {
         let mut by_id: Vec<u32> = (0..nodes.len() as u32).collect();
         by_id.sort_unstable_by(|a, b| nodes[*a as usize].id.cmp(&nodes[*b as usize].id));
         Snapshot {
@@ -42,7 +42,7 @@ impl Snapshot {
             table,
             by_id,
             clock,
-            decay,
+            state,
         }
     }
 
@@ -54,15 +54,11 @@ impl Snapshot {
             .map_err(|_| Error::UnknownNode(id.to_string()))
     }
 
-    /// The node's load.
-    fn load(&self, index: usize) -> &Load {
-        &self.table.loads()[index]
-    }
-
-    /// The clock reading for a pick: only algorithms that weigh latency read the clock.
+    /// The clock reading for a pick: read only for algorithms that weigh latency, or while
+    /// some node is ejected, down or warming.
     #[inline]
     fn now_for_pick(&self) -> u64 {
-        if self.table.algorithm().is_timed() {
+        if self.table.needs_clock(&self.state) {
             self.clock.now_ns()
         } else {
             0
@@ -128,7 +124,7 @@ pub struct Balancer {
     options: Options,
     clock: Arc<dyn Clock>,
     current: Published<Snapshot>,
-    state: State,
+    state: Arc<State>,
     /// Serialises writers only; picks never touch it.
     writer: Mutex<()>,
 }
@@ -161,6 +157,8 @@ pub struct NodeStats {
     pub failures: u64,
     /// Peak-EWMA latency as of its last sample; `None` before any.
     pub latency: Option<Duration>,
+    /// Its health now: healthy, warming (slow start), ejected (until when) or down.
+    pub status: Status,
 }
 
 /// A request in progress on one node: in-flight + 1 from [`Balancer::acquire`] until it ends.
@@ -218,7 +216,7 @@ impl Lease {
         if !core::mem::replace(&mut self.ended, true) {
             let snapshot = &self.snapshot;
             let now = snapshot.clock.now_ns();
-            snapshot.load(self.index).end(outcome, now, snapshot.decay);
+            (snapshot.table).end(self.index, outcome, &snapshot.state, now);
         }
     }
 }
@@ -331,12 +329,13 @@ impl Balancer {
     ) -> Result<Balancer> {
         let nodes: Vec<Node> = nodes.into_iter().map(Into::into).collect();
         let table = Table::build(algorithm, &options, &nodes)?;
-        let snapshot = Snapshot::new(nodes, table, clock.clone(), options.decay);
+        let state = Arc::new(State::for_options(&options));
+        let snapshot = Snapshot::new(nodes, table, clock.clone(), state.clone());
         Ok(Balancer {
             options,
             clock,
             current: Published::new(snapshot),
-            state: State::for_options(&options),
+            state,
             writer: Mutex::new(()),
         })
     }
@@ -386,7 +385,7 @@ impl Balancer {
         let snapshot = self.current.load_full();
         let now = snapshot.clock.now_ns();
         let index = snapshot.table.pick(key, &self.state, now)?;
-        snapshot.load(index).start();
+        snapshot.table.start(index, &self.state);
         Ok(Lease {
             snapshot,
             index,
@@ -402,19 +401,49 @@ impl Balancer {
         let snapshot = self.current.load();
         let index = snapshot.find(id)?;
         let now = snapshot.clock.now_ns();
-        snapshot.load(index).record(outcome, now, snapshot.decay);
+        snapshot.table.record(index, outcome, &self.state, now);
         Ok(())
+    }
+
+    /// Takes a node out of service until [`Balancer::mark_up`] (for callers running active
+    /// health checks): no rebuild, its weight and counters are kept, keyed algorithms move
+    /// only its keys. Fails on an unknown id.
+    pub fn mark_down(&self, id: &str) -> Result<()> {
+        self.set_down(id, true)
+    }
+
+    /// Puts a node marked down back in service (warming up first if slow start is on).
+    /// Fails on an unknown id.
+    pub fn mark_up(&self, id: &str) -> Result<()> {
+        self.set_down(id, false)
+    }
+
+    fn set_down(&self, id: &str, down: bool) -> Result<()> {
+        let snapshot = self.current.load();
+        let index = snapshot.find(id)?;
+        let now = snapshot.clock.now_ns();
+        snapshot.table.set_down(index, down, &self.state, now);
+        Ok(())
+    }
+
+    /// Whether picks currently ignore health because fewer than `panic_threshold` percent of
+    /// the nodes are healthy (Envoy's panic mode: traffic spreads over every node).
+    pub fn panic(&self) -> bool {
+        let snapshot = self.current.load();
+        snapshot.table.panic(&self.state, snapshot.clock.now_ns())
     }
 
     /// Each node's load, in insertion order.
     pub fn stats(&self) -> Vec<NodeStats> {
         let snapshot = self.current.load();
         let loads = snapshot.table.loads();
+        let now = snapshot.clock.now_ns();
         snapshot
             .nodes
             .iter()
             .zip(loads)
-            .map(|(node, load)| NodeStats {
+            .enumerate()
+            .map(|(index, (node, load))| NodeStats {
                 id: node.id.to_string(),
                 weight: node.weight,
                 tag: node.tag,
@@ -422,6 +451,7 @@ impl Balancer {
                 requests: load.requests(),
                 failures: load.failures(),
                 latency: load.latency(),
+                status: snapshot.table.status(index, now),
             })
             .collect()
     }
@@ -564,18 +594,29 @@ impl Balancer {
         let mut nodes = current.nodes.clone();
         edit(&mut nodes)?;
         // A node that stays keeps its load; a new one (or one re-added after removal)
-        // starts fresh.
+        // starts fresh, and warms up if slow start is on.
+        let mut joined = Vec::new();
         let loads = nodes
             .iter()
-            .map(|n| match current.find(&n.id) {
+            .enumerate()
+            .map(|(at, n)| match current.find(&n.id) {
                 Ok(i) => current.table.loads()[i].clone(),
-                Err(_) => Arc::default(),
+                Err(_) => {
+                    joined.push(at);
+                    Arc::default()
+                }
             })
             .collect();
         let table =
             Table::build_with_loads(current.table.algorithm(), &self.options, &nodes, loads)?;
-        let snapshot = Snapshot::new(nodes, table, self.clock.clone(), self.options.decay);
+        let now = self.clock.now_ns();
+        for at in joined {
+            table.warm_up(at, &self.state, now);
+        }
+        let snapshot = Snapshot::new(nodes, table, self.clock.clone(), self.state.clone());
         self.current.store(Arc::new(snapshot));
+        // Nodes came or went: the health summary (panic, what is pending) is rescanned.
+        self.state.health.touch();
         Ok(())
     }
 }

@@ -32,6 +32,7 @@ extern crate std;
 
 mod error;
 mod hash;
+mod health;
 mod load;
 mod node;
 mod options;
@@ -46,6 +47,7 @@ mod balancer;
 
 pub use error::{Error, Result};
 pub use hash::HashKind;
+pub use health::Status;
 pub use load::{Load, Outcome};
 pub use node::{Node, id_from_utf8, validate_id};
 pub use options::{Algorithm, OptionValue, Options};

@@ -16,6 +16,7 @@
 //! time in nanoseconds — in milliseconds, wrapping after 49.7 days, on targets without 64-bit
 //! atomics (thumbv7em), where two samples within one millisecond blend as if simultaneous.
 
+use crate::health::NodeHealth;
 use crate::sync::{AtomicCounter, AtomicU32, AtomicUsize, Ordering};
 use core::time::Duration;
 
@@ -32,6 +33,8 @@ pub struct Load {
     ewma: AtomicU32,
     /// When `ewma` was last set, in ticks of the caller's clock (see [`ticks`]).
     stamp: AtomicCounter,
+    /// Failure streak, ejections, manual down, warm-up (see `health`).
+    health: NodeHealth,
 }
 
 impl Default for Load {
@@ -42,6 +45,7 @@ impl Default for Load {
             failures: AtomicCounter::new(0),
             ewma: AtomicU32::new(NO_SAMPLE),
             stamp: AtomicCounter::new(0),
+            health: NodeHealth::default(),
         }
     }
 }
@@ -70,7 +74,7 @@ impl Outcome {
 }
 
 /// Nanoseconds per tick of the stored time stamps: 1 where the stamp is 64 bits wide.
-const TICK_NS: u64 = if cfg!(target_has_atomic = "64") {
+pub(crate) const TICK_NS: u64 = if cfg!(target_has_atomic = "64") {
     1
 } else {
     1_000_000
@@ -81,12 +85,12 @@ const TICK_NS: u64 = if cfg!(target_has_atomic = "64") {
     clippy::unnecessary_cast,
     reason = "AtomicCounter is usize without 64-bit atomics"
 )]
-fn ticks(now_ns: u64) -> u64 {
+pub(crate) fn ticks(now_ns: u64) -> u64 {
     ((now_ns / TICK_NS) as usize as u64) & (stamp_mask())
 }
 
 /// The values a stamp can hold.
-const fn stamp_mask() -> u64 {
+pub(crate) const fn stamp_mask() -> u64 {
     if cfg!(target_has_atomic = "64") {
         u64::MAX
     } else {
@@ -96,7 +100,7 @@ const fn stamp_mask() -> u64 {
 
 /// Ticks from `then` to `now`, modulo the stamp width; a stamp "in the future" (a racing
 /// update) counts as no time at all.
-fn elapsed(now: u64, then: u64) -> u64 {
+pub(crate) fn elapsed(now: u64, then: u64) -> u64 {
     let d = now.wrapping_sub(then) & stamp_mask();
     if d > stamp_mask() / 2 { 0 } else { d }
 }
@@ -147,6 +151,11 @@ impl Load {
         }
         let since = elapsed(ticks(now_ns), self.stamp());
         Some(f32::from_bits(bits) * keep(since, decay))
+    }
+
+    /// The node's health counters.
+    pub(crate) fn health(&self) -> &NodeHealth {
+        &self.health
     }
 
     /// A request to this node starts (in-flight + 1).

@@ -38,7 +38,7 @@ pub enum OptionValue<'a> {
 
 /// Balancer options. Options an algorithm does not use are accepted and ignored, so a
 /// deployment can switch algorithm by configuration alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Options {
     /// Seed for the random algorithms: the same seed gives the same single-threaded sequence in
     /// every language. `None` seeds from OS entropy, so two processes never march in lockstep.
@@ -61,6 +61,36 @@ pub struct Options {
     pub min_ring_size: u64,
     /// `ring_hash`'s largest ring (Envoy's `maximum_ring_size`): default and at most 8M.
     pub max_ring_size: u64,
+    /// Consecutive failures (leases finished as failures, or reported) that eject a node, as
+    /// Envoy's `consecutive_5xx`; default 5, 0 = never eject.
+    pub consecutive_failures: u32,
+    /// An ejection lasts this times the number of times the node was ejected (Envoy's
+    /// `base_ejection_time`); default 30 s. Option name `base_ejection_time_ms`.
+    pub base_ejection_time: Duration,
+    /// The longest an ejection lasts (Envoy's `max_ejection_time`); default 300 s. Option
+    /// name `max_ejection_time_ms`.
+    pub max_ejection_time: Duration,
+    /// At most this percentage of the nodes is ejected at once, but always at least one node
+    /// may be (Envoy's `max_ejection_percent`); default 10.
+    pub max_ejection_percent: u32,
+    /// When fewer than this percentage of the nodes is healthy, picks ignore health and use
+    /// every node (Envoy's `healthy_panic_threshold`); default 50, 0 = never.
+    pub panic_threshold: u32,
+    /// A node added to the balancer, back from ejection or marked up ramps its share up over
+    /// this window (Envoy's `slow_start_window`); default 0 = no slow start. Option name
+    /// `slow_start_window_ms`.
+    pub slow_start_window: Duration,
+    /// The ramp's shape: share = `max(min_weight_percent, (t / window)^(1 / aggression))`
+    /// (Envoy's `aggression`); default 1.0 (linear), must be > 0.
+    pub slow_start_aggression: f64,
+    /// The share a warming node starts at, in percent of its weight (Envoy's
+    /// `min_weight_percent`); default 10.
+    pub min_weight_percent: u32,
+    /// Bounded loads for the keyed algorithms (Envoy's `hash_balance_factor`, HAProxy's
+    /// `hash-balance-factor`; Mirrokni, Thorup & Zadimoghaddam 2018), in percent: a key goes to
+    /// the first node in its retry order whose in-flight count is below
+    /// `ceil(factor / 100 · (total in-flight + 1) · weight share)`. 0 = off; else at least 100.
+    pub hash_balance_factor: u32,
 }
 
 /// Most candidates `least_request` draws per pick.
@@ -78,6 +108,15 @@ impl Default for Options {
             table_size: maglev::DEFAULT_TABLE_SIZE,
             min_ring_size: ring_hash::DEFAULT_MIN_RING_SIZE,
             max_ring_size: ring_hash::DEFAULT_MAX_RING_SIZE,
+            consecutive_failures: 5,
+            base_ejection_time: Duration::from_secs(30),
+            max_ejection_time: Duration::from_secs(300),
+            max_ejection_percent: 10,
+            panic_threshold: 50,
+            slow_start_window: Duration::ZERO,
+            slow_start_aggression: 1.0,
+            min_weight_percent: 10,
+            hash_balance_factor: 0,
         }
     }
 }
@@ -94,7 +133,19 @@ impl Options {
         "table_size",
         "min_ring_size",
         "max_ring_size",
+        "consecutive_failures",
+        "base_ejection_time_ms",
+        "max_ejection_time_ms",
+        "max_ejection_percent",
+        "panic_threshold",
+        "slow_start_window_ms",
+        "slow_start_aggression",
+        "min_weight_percent",
+        "hash_balance_factor",
     ];
+
+    /// The options that take any number, not only integers (decimal text such as `"1.5"`).
+    pub const NUMBER_NAMES: &'static [&'static str] = &["slow_start_aggression"];
 
     /// Sets an option by name; unknown names and ill-typed values get specific errors and leave
     /// `self` unchanged.
@@ -145,9 +196,126 @@ impl Options {
                 changed.validate()?;
                 *self = changed;
             }
+            "consecutive_failures"
+            | "base_ejection_time_ms"
+            | "max_ejection_time_ms"
+            | "max_ejection_percent"
+            | "panic_threshold"
+            | "slow_start_window_ms"
+            | "slow_start_aggression"
+            | "min_weight_percent"
+            | "hash_balance_factor" => {
+                let option = option_name(name);
+                let mut changed = *self;
+                if name == "slow_start_aggression" {
+                    changed.slow_start_aggression = float_value(option, value)?;
+                } else {
+                    let v = int_value(option, value)?;
+                    let millis = Duration::from_millis(v);
+                    let small = u32::try_from(v)
+                        .map_err(|_| invalid(option, v.to_string(), "an integer below 2^32"));
+                    match name {
+                        "consecutive_failures" => changed.consecutive_failures = small?,
+                        "base_ejection_time_ms" => changed.base_ejection_time = millis,
+                        "max_ejection_time_ms" => changed.max_ejection_time = millis,
+                        "max_ejection_percent" => changed.max_ejection_percent = small?,
+                        "panic_threshold" => changed.panic_threshold = small?,
+                        "slow_start_window_ms" => changed.slow_start_window = millis,
+                        "min_weight_percent" => changed.min_weight_percent = small?,
+                        _ => changed.hash_balance_factor = small?,
+                    }
+                }
+                changed.validate()?;
+                *self = changed;
+            }
             _ => return Err(Error::UnknownOption(name.to_string())),
         }
         Ok(())
+    }
+
+    /// The numeric options (all but `seed`, `vnodes` and `hash`) whose value differs from the
+    /// default, as `(name, value)` with the value written as [`Options::set`] reads it — for
+    /// bindings' `repr` and configuration dumps, so a new option needs no change there.
+    pub fn changed_numbers(&self) -> alloc::vec::Vec<(&'static str, String)> {
+        let default = Options::default();
+        let ms = |d: Duration| d.as_millis().to_string();
+        let all = [
+            (
+                "choice_count",
+                self.choice_count.to_string(),
+                default.choice_count.to_string(),
+            ),
+            ("decay_ms", ms(self.decay), ms(default.decay)),
+            (
+                "initial_latency_ms",
+                ms(self.initial_latency),
+                ms(default.initial_latency),
+            ),
+            (
+                "table_size",
+                self.table_size.to_string(),
+                default.table_size.to_string(),
+            ),
+            (
+                "min_ring_size",
+                self.min_ring_size.to_string(),
+                default.min_ring_size.to_string(),
+            ),
+            (
+                "max_ring_size",
+                self.max_ring_size.to_string(),
+                default.max_ring_size.to_string(),
+            ),
+            (
+                "consecutive_failures",
+                self.consecutive_failures.to_string(),
+                default.consecutive_failures.to_string(),
+            ),
+            (
+                "base_ejection_time_ms",
+                ms(self.base_ejection_time),
+                ms(default.base_ejection_time),
+            ),
+            (
+                "max_ejection_time_ms",
+                ms(self.max_ejection_time),
+                ms(default.max_ejection_time),
+            ),
+            (
+                "max_ejection_percent",
+                self.max_ejection_percent.to_string(),
+                default.max_ejection_percent.to_string(),
+            ),
+            (
+                "panic_threshold",
+                self.panic_threshold.to_string(),
+                default.panic_threshold.to_string(),
+            ),
+            (
+                "slow_start_window_ms",
+                ms(self.slow_start_window),
+                ms(default.slow_start_window),
+            ),
+            (
+                "slow_start_aggression",
+                alloc::format!("{:?}", self.slow_start_aggression),
+                alloc::format!("{:?}", default.slow_start_aggression),
+            ),
+            (
+                "min_weight_percent",
+                self.min_weight_percent.to_string(),
+                default.min_weight_percent.to_string(),
+            ),
+            (
+                "hash_balance_factor",
+                self.hash_balance_factor.to_string(),
+                default.hash_balance_factor.to_string(),
+            ),
+        ];
+        all.into_iter()
+            .filter(|(_, value, default)| value != default)
+            .map(|(name, value, _)| (name, value))
+            .collect()
     }
 
     /// Checks values set directly through the public fields.
@@ -179,6 +347,51 @@ impl Options {
             let value = max.to_string();
             return Err(invalid("max_ring_size", value, "min_ring_size to 8388608"));
         }
+        for (option, value) in [
+            ("max_ejection_percent", self.max_ejection_percent),
+            ("panic_threshold", self.panic_threshold),
+            ("min_weight_percent", self.min_weight_percent),
+        ] {
+            if value > 100 {
+                return Err(invalid(option, value.to_string(), "a percentage, 0 to 100"));
+            }
+        }
+        // Durations beyond ~292 years do not fit the nanosecond clock.
+        for (option, value) in [
+            ("base_ejection_time_ms", self.base_ejection_time),
+            ("max_ejection_time_ms", self.max_ejection_time),
+            ("slow_start_window_ms", self.slow_start_window),
+        ] {
+            if value.as_nanos() > u128::from(MAX_DURATION_NS) {
+                let value = value.as_millis().to_string();
+                return Err(invalid(
+                    option,
+                    value,
+                    "at most 2^62 nanoseconds (~146 years)",
+                ));
+            }
+        }
+        if self.max_ejection_time < self.base_ejection_time {
+            let value = self.max_ejection_time.as_millis().to_string();
+            return Err(invalid(
+                "max_ejection_time_ms",
+                value,
+                "at least base_ejection_time_ms",
+            ));
+        }
+        let aggression = self.slow_start_aggression;
+        if !(aggression.is_finite() && aggression > 0.0) {
+            let value = alloc::format!("{aggression}");
+            return Err(invalid("slow_start_aggression", value, "a number above 0"));
+        }
+        if self.hash_balance_factor != 0 && self.hash_balance_factor < 100 {
+            let value = self.hash_balance_factor.to_string();
+            return Err(invalid(
+                "hash_balance_factor",
+                value,
+                "0 (off) or at least 100",
+            ));
+        }
         Ok(())
     }
 }
@@ -202,6 +415,20 @@ fn int_value(option: &'static str, value: OptionValue<'_>) -> Result<u64> {
             .map_err(|_| invalid(option, s.to_string(), "an unsigned 64-bit integer")),
     }
 }
+
+/// A number option: an integer, or decimal text such as `"1.5"`.
+fn float_value(option: &'static str, value: OptionValue<'_>) -> Result<f64> {
+    match value {
+        OptionValue::Int(i) => Ok(i as f64),
+        OptionValue::Str(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| invalid(option, s.to_string(), "a number above 0")),
+    }
+}
+
+/// The longest duration an option takes, in nanoseconds.
+pub(crate) const MAX_DURATION_NS: u64 = 1 << 62;
 
 fn invalid(option: &'static str, value: String, expected: &'static str) -> Error {
     Error::InvalidOptionValue {

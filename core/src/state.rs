@@ -4,8 +4,9 @@
 
 #[cfg(feature = "std")]
 use crate::Options;
+use crate::health::Summary;
 use crate::rng::AtomicRng;
-use crate::sync::AtomicCounter;
+use crate::sync::{AtomicCounter, AtomicUsize};
 
 /// The per-balancer mutable state: touched by picks with one atomic add, never locked.
 #[derive(Debug)]
@@ -15,6 +16,10 @@ pub struct State {
     /// SplitMix64 for the random algorithms: the seed's sequence for the first thread to draw,
     /// a stream of its own for each other thread (see `rng`).
     pub(crate) rng: AtomicRng,
+    /// Health as a whole: whether picks must check nodes, panic (see `health`).
+    pub(crate) health: Summary,
+    /// Requests in flight on all nodes, kept only with bounded loads (`hash_balance_factor`).
+    pub(crate) in_flight: AtomicUsize,
 }
 
 impl State {
@@ -23,6 +28,8 @@ impl State {
         State {
             position: AtomicCounter::new(0),
             rng: AtomicRng::new(seed),
+            health: Summary::default(),
+            in_flight: AtomicUsize::new(0),
         }
     }
 

@@ -2,10 +2,12 @@
 //! structures and their dispatch live in `select` (the registration list); the mutable state
 //! that outlives tables lives in `state`.
 
-use crate::load::Load;
+use crate::health::{Gate, Policy, Status};
+use crate::load::{Load, Outcome};
 use crate::node::{Node, validate_id};
 use crate::select::{Ctx, Selector};
 use crate::state::State;
+use crate::sync::Ordering;
 use crate::{Algorithm, Error, MAX_NODES, Options, Result};
 use alloc::string::ToString;
 use alloc::sync::Arc;
@@ -19,7 +21,19 @@ pub struct Table {
     /// Each node's load, indexed like the node list (shared with other tables holding the
     /// same node).
     loads: Vec<Arc<Load>>,
+    /// Indices of the nodes with weight > 0.
+    active: Vec<u32>,
+    /// Every node's weight, and the sum over active nodes (bounded loads' weight shares).
+    weights: Vec<u32>,
+    total_weight: u64,
+    /// Health options.
+    policy: Policy,
+    /// Latency-estimate decay (leases and reports).
+    decay: core::time::Duration,
 }
+
+/// Redraws of an unusable unkeyed pick before the table falls back to a scan.
+const REDRAWS: usize = 32;
 
 impl core::fmt::Debug for Table {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -72,12 +86,18 @@ impl Table {
         let active: Vec<u32> = (0..nodes.len() as u32)
             .filter(|i| nodes[*i as usize].weight > 0)
             .collect();
-        let selector =
-            (!active.is_empty()).then(|| Selector::build(algorithm, nodes, active, options));
+        let selector = (!active.is_empty())
+            .then(|| Selector::build(algorithm, nodes, active.clone(), options));
+        let weights: Vec<u32> = nodes.iter().map(|n| n.weight).collect();
         Ok(Table {
             algorithm,
             selector,
             loads,
+            total_weight: weights.iter().map(|w| u64::from(*w)).sum(),
+            weights,
+            active,
+            policy: Policy::new(options),
+            decay: options.decay,
         })
     }
 
@@ -116,16 +136,192 @@ impl Table {
     #[inline]
     pub fn pick(&self, key: Option<&[u8]>, state: &State, now_ns: u64) -> Result<usize> {
         let (selector, key) = self.ready(key)?;
-        Ok(selector.pick(key, &self.ctx(state, now_ns)) as usize)
+        let ctx = self.ctx(state, now_ns);
+        if !ctx.checking() && self.policy.balance_factor == 0 {
+            return Ok(selector.pick(key, &ctx) as usize);
+        }
+        Ok(self.pick_checked(selector, key, &ctx) as usize)
     }
 
     #[inline]
     fn ctx<'a>(&'a self, state: &'a State, now_ns: u64) -> Ctx<'a> {
+        let gate = if state.health.checking() {
+            let mut active = self.active.iter().map(|i| *i as usize);
+            (state.health).gate(now_ns, &self.loads, &mut active, &self.policy)
+        } else {
+            Gate::Open
+        };
         Ctx {
             state,
             loads: &self.loads,
             now_ns,
+            gate,
+            policy: &self.policy,
         }
+    }
+
+    /// Whether a pick needs the caller's clock: the algorithm weighs latency, or some node may
+    /// be ejected, down or warming. Callers with a costly clock read it only then.
+    #[inline]
+    pub fn needs_clock(&self, state: &State) -> bool {
+        self.algorithm.is_timed() || state.health.checking()
+    }
+
+    /// A pick that honours health and bounded loads (see `health`): for the load-aware
+    /// algorithms the selector checks its candidates; other unkeyed picks are redrawn until
+    /// one is taken (a uniform or weighted draw conditioned on being usable stays uniform or
+    /// weighted over the usable nodes; round robin skips); keyed picks walk the key's retry
+    /// order, so only an unusable node's keys move, and they return with it.
+    fn pick_checked(&self, selector: &Selector, key: &[u8], ctx: &Ctx<'_>) -> u32 {
+        if self.algorithm.is_keyed() {
+            return self.pick_keyed(selector, key, ctx);
+        }
+        if self.algorithm.health_aware() {
+            let index = selector.pick(key, ctx);
+            return if ctx.usable(index) {
+                index
+            } else {
+                self.first_usable(selector, key, ctx).unwrap_or(index)
+            };
+        }
+        let mut index = 0;
+        for _ in 0..REDRAWS {
+            index = selector.pick(key, ctx);
+            // Only a warming candidate takes a draw (so skipping an unusable node leaves the
+            // seeded sequence of the others as it was).
+            if ctx.accept(index, || ctx.rng.next()) {
+                return index;
+            }
+        }
+        self.first_usable(selector, key, ctx).unwrap_or(index)
+    }
+
+    /// The first node of the full retry order that may be chosen; `None` if none may
+    /// (possible only with `panic_threshold` 0).
+    #[cold]
+    fn first_usable(&self, selector: &Selector, key: &[u8], ctx: &Ctx<'_>) -> Option<u32> {
+        let mut order = Vec::new();
+        selector.attempts(key, ctx, self.active.len(), &mut order);
+        order.into_iter().find(|i| ctx.usable(*i))
+    }
+
+    /// A keyed pick: the first node in the key's retry order that is usable and, with bounded
+    /// loads, under its bound; if none is under its bound, the first usable one.
+    fn pick_keyed(&self, selector: &Selector, key: &[u8], ctx: &Ctx<'_>) -> u32 {
+        let bound = self.load_bound(ctx);
+        let fits = |i: u32| ctx.usable(i) && bound.is_none_or(|b| self.under(i, b, ctx));
+        let first = selector.pick(key, ctx);
+        if fits(first) {
+            return first;
+        }
+        let n = self.active.len();
+        let mut order = Vec::new();
+        let mut limit = 4.min(n);
+        loop {
+            order.clear();
+            selector.attempts(key, ctx, limit, &mut order);
+            if let Some(i) = order.iter().copied().find(|i| fits(*i)) {
+                return i;
+            }
+            if limit >= n || order.len() < limit {
+                break;
+            }
+            limit = (limit * 8).min(n);
+        }
+        order.into_iter().find(|i| ctx.usable(*i)).unwrap_or(first)
+    }
+
+    /// Bounded loads: total in-flight requests + 1 times the factor, or `None` when off.
+    fn load_bound(&self, ctx: &Ctx<'_>) -> Option<u128> {
+        let factor = self.policy.balance_factor;
+        (factor > 0).then(|| {
+            let total = ctx.state.in_flight.load(Ordering::Relaxed) as u128;
+            (total + 1) * u128::from(factor)
+        })
+    }
+
+    /// Whether node `i` is below `ceil(bound / 100 · weight share)`, i.e.
+    /// `in_flight < ceil(bound · w / (100 · W))`.
+    fn under(&self, i: u32, bound: u128, ctx: &Ctx<'_>) -> bool {
+        let w = u128::from(self.weights[i as usize]);
+        let total = 100 * u128::from(self.total_weight.max(1));
+        let cap = (bound * w).div_ceil(total);
+        (ctx.loads[i as usize].in_flight() as u128) < cap
+    }
+
+    /// A request starts on node `index` (in-flight + 1, and the balancer's total with bounded
+    /// loads). Pair with [`Table::end`].
+    pub fn start(&self, index: usize, state: &State) {
+        self.loads[index].start();
+        if self.policy.balance_factor > 0 {
+            state.in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A request started with [`Table::start`] ends at `now_ns`: `None` = cancelled (nothing
+    /// counted), else its outcome is recorded and may eject the node (see [`Table::record`]).
+    pub fn end(&self, index: usize, outcome: Option<Outcome>, state: &State, now_ns: u64) {
+        self.loads[index].end(None, now_ns, self.decay);
+        if self.policy.balance_factor > 0 {
+            state.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+        if let Some(outcome) = outcome {
+            self.record(index, outcome, state, now_ns);
+        }
+    }
+
+    /// Records an outcome for node `index` at `now_ns` (requests, failures, latency) without
+    /// touching in-flight; enough consecutive failures eject the node (`consecutive_failures`,
+    /// within `max_ejection_percent`). Returns whether this outcome ejected it.
+    pub fn record(&self, index: usize, outcome: Outcome, state: &State, now_ns: u64) -> bool {
+        self.loads[index].record(outcome, now_ns, self.decay);
+        let mut active = self.active.iter().map(|i| *i as usize);
+        (state.health).record(
+            index,
+            outcome.is_success(),
+            now_ns,
+            &self.loads,
+            &mut active,
+            &self.policy,
+        )
+    }
+
+    /// Marks node `index` down (`true`: no picks until marked up) or up (a warm-up starts
+    /// at `now_ns` when slow start is on). No rebuild; weights are kept.
+    pub fn set_down(&self, index: usize, down: bool, state: &State, now_ns: u64) {
+        let now = crate::load::ticks(now_ns);
+        self.loads[index].health().set_down(down, now);
+        state.health.touch();
+    }
+
+    /// Starts node `index`'s warm-up at `now_ns` (slow start for a node that just joined);
+    /// nothing when slow start is off.
+    pub fn warm_up(&self, index: usize, state: &State, now_ns: u64) {
+        if !self.policy.is_slow_start() {
+            return;
+        }
+        self.loads[index]
+            .health()
+            .warm_from(crate::load::ticks(now_ns));
+        state.health.touch();
+    }
+
+    /// Node `index`'s health at `now_ns`.
+    pub fn status(&self, index: usize, now_ns: u64) -> Status {
+        let now = crate::load::ticks(now_ns);
+        self.loads[index].health().status(now, &self.policy)
+    }
+
+    /// Whether picks at `now_ns` ignore health because too few nodes are healthy (the
+    /// summary is rescanned first if it is due).
+    pub fn panic(&self, state: &State, now_ns: u64) -> bool {
+        let _ = self.ctx(state, now_ns);
+        state.health.checking() && state.health.panic()
+    }
+
+    /// Marks the health summary stale (membership changed): the next pick rescans.
+    pub fn touch_health(&self, state: &State) {
+        state.health.touch();
     }
 
     /// The node for a caller's 64-bit key hash — what `pick` answers for a key with that hash —
@@ -164,8 +360,30 @@ impl Table {
     ) -> Result<()> {
         let (selector, key) = self.ready(key)?;
         if limit > 0 {
+            let ctx = self.ctx(state, now_ns);
             let mut order = Vec::with_capacity(limit.min(64));
-            selector.attempts(key, &self.ctx(state, now_ns), limit, &mut order);
+            if ctx.checking() {
+                // Usable nodes first, each group in retry order: widen the order until it holds
+                // `limit` usable nodes or every node.
+                let n = self.active.len();
+                let mut want = limit.min(n);
+                loop {
+                    order.clear();
+                    selector.attempts(key, &ctx, want, &mut order);
+                    let usable = order.iter().filter(|i| ctx.usable(**i)).count();
+                    if usable >= limit || order.len() < want || want >= n {
+                        break;
+                    }
+                    want = want.saturating_mul(4).min(n);
+                }
+                let (mut usable, unusable): (Vec<u32>, Vec<u32>) =
+                    order.into_iter().partition(|i| ctx.usable(*i));
+                usable.extend(unusable);
+                usable.truncate(limit);
+                order = usable;
+            } else {
+                selector.attempts(key, &ctx, limit, &mut order);
+            }
             out.extend_from_slice(&order);
         }
         Ok(())

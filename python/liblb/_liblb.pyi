@@ -19,6 +19,8 @@ class _NodeStats(TypedDict):
     requests: int
     failures: int
     latency: float | None
+    status: Literal["healthy", "warming", "ejected", "down"]
+    until: float | None
 
 __all__ = [
     "Balancer",
@@ -74,7 +76,11 @@ class Balancer:
     Options are keyword arguments named as in OPTIONS (the core's list; an int or a str each,
     None keeps the default): ``seed``, ``vnodes``, ``hash`` (one of HASHES), ``choice_count``,
     ``decay_ms``, ``initial_latency_ms``, ``table_size``, ``min_ring_size``,
-    ``max_ring_size``. docs/algorithms.md says which algorithm reads which.
+    ``max_ring_size``; health (every algorithm): ``consecutive_failures``,
+    ``base_ejection_time_ms``, ``max_ejection_time_ms``, ``max_ejection_percent``,
+    ``panic_threshold``, ``slow_start_window_ms``, ``slow_start_aggression`` (also a float),
+    ``min_weight_percent``, ``hash_balance_factor`` (keyed). docs/algorithms.md and
+    docs/health.md say which algorithm reads which.
     """
 
     def __new__(
@@ -91,6 +97,15 @@ class Balancer:
         table_size: int | str | None = None,
         min_ring_size: int | str | None = None,
         max_ring_size: int | str | None = None,
+        consecutive_failures: int | str | None = None,
+        base_ejection_time_ms: int | str | None = None,
+        max_ejection_time_ms: int | str | None = None,
+        max_ejection_percent: int | str | None = None,
+        panic_threshold: int | str | None = None,
+        slow_start_window_ms: int | str | None = None,
+        slow_start_aggression: float | int | str | None = None,
+        min_weight_percent: int | str | None = None,
+        hash_balance_factor: int | str | None = None,
     ) -> Balancer: ...
     @property
     def algorithm(self) -> str:
@@ -124,6 +139,13 @@ class Balancer:
         """Each node's load, in insertion order (``latency`` in seconds, or None)."""
     def add(self, id: str, weight: int = 1) -> None:
         """Adds a node at the end."""
+    def mark_down(self, id: str) -> None:
+        """Takes a node out of service until ``mark_up``: no rebuild, weight kept."""
+    def mark_up(self, id: str) -> None:
+        """Puts a node marked down back in service (warming up with slow start)."""
+    @property
+    def panic(self) -> bool:
+        """Whether picks ignore health: fewer than ``panic_threshold`` % of nodes healthy."""
     def remove(self, id: str) -> None:
         """Removes a node."""
     def set_weight(self, id: str, weight: int) -> None:

@@ -376,6 +376,13 @@ pub(crate) fn options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Options> {
                 .into()
             })?;
             options.set(&name, OptionValue::Int(int)).or_raise()?;
+        } else if value.is_instance_of::<PyFloat>() && Options::NUMBER_NAMES.contains(&&*name) {
+            // Options that take any number (`slow_start_aggression`): the float's shortest
+            // round-trip text, parsed by the core.
+            let float: f64 = value.extract()?;
+            options
+                .set(&name, OptionValue::Str(&float.to_string()))
+                .or_raise()?;
         } else if !Options::NAMES.contains(&&*name) {
             return Err(CoreError(Error::UnknownOption(name.into_owned())).into());
         } else {

@@ -22,6 +22,7 @@ use convert::{KeyBatch, with_key};
 use error::OrRaise;
 use liblb_core::{
     Algorithm, Balancer, DEFAULT_VNODES, HashKind, Lease, MAX_VNODES, Options, Outcome, Picks,
+    Status,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
@@ -219,6 +220,14 @@ impl PyBalancer {
             row.set_item("requests", s.requests)?;
             row.set_item("failures", s.failures)?;
             row.set_item("latency", s.latency.map(|l| l.as_secs_f64()))?;
+            let (status, until) = match s.status {
+                Status::Warming { until_ns, .. } | Status::Ejected { until_ns } => {
+                    (s.status.name(), Some(until_ns as f64 / 1e9))
+                }
+                other => (other.name(), None),
+            };
+            row.set_item("status", status)?;
+            row.set_item("until", until)?;
             Ok(row)
         });
         PyList::new(py, rows.collect::<PyResult<Vec<_>>>()?)
@@ -234,6 +243,24 @@ impl PyBalancer {
     ) -> PyResult<()> {
         let node = liblb_core::Node::new(convert::node_id(id)?, weight);
         py.detach(|| self.inner.add(node)).or_raise()
+    }
+
+    /// Takes a node out of service until `mark_up` (active health checks): no rebuild, its
+    /// weight and counters kept; keyed algorithms move only its keys.
+    fn mark_down(&self, id: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.mark_down(convert::node_id(id)?).or_raise()
+    }
+
+    /// Puts a node marked down back in service (warming up first with slow start).
+    fn mark_up(&self, id: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.mark_up(convert::node_id(id)?).or_raise()
+    }
+
+    /// Whether picks ignore health because fewer than `panic_threshold` percent of the nodes
+    /// are healthy (traffic spreads over every node).
+    #[getter]
+    fn panic(&self) -> bool {
+        self.inner.panic()
     }
 
     /// Removes a node.
@@ -303,41 +330,9 @@ impl PyBalancer {
             let _ = write!(out, ", hash={}", PyString::new(py, hash.name()).repr()?);
         }
         // The other options, by their names in `Options::NAMES`, where they differ from the
-        // default.
-        let default = Options::default();
-        let ms = |d: Duration| d.as_millis();
-        let rest = [
-            (
-                "choice_count",
-                u128::from(options.choice_count),
-                u128::from(default.choice_count),
-            ),
-            ("decay_ms", ms(options.decay), ms(default.decay)),
-            (
-                "initial_latency_ms",
-                ms(options.initial_latency),
-                ms(default.initial_latency),
-            ),
-            (
-                "table_size",
-                u128::from(options.table_size),
-                u128::from(default.table_size),
-            ),
-            (
-                "min_ring_size",
-                u128::from(options.min_ring_size),
-                u128::from(default.min_ring_size),
-            ),
-            (
-                "max_ring_size",
-                u128::from(options.max_ring_size),
-                u128::from(default.max_ring_size),
-            ),
-        ];
-        for (name, value, default) in rest {
-            if value != default {
-                let _ = write!(out, ", {name}={value}");
-            }
+        // default (the core writes them as `set` reads them).
+        for (name, value) in options.changed_numbers() {
+            let _ = write!(out, ", {name}={value}");
         }
         out.push(')');
         Ok(out)

@@ -144,8 +144,10 @@ def test_acquire_errors() -> None:
 def test_report_and_stats() -> None:
     b = liblb.Balancer("peak_ewma", [("a", 2), "b"], seed=1)
     assert b.stats() == [
-        {"id": "a", "weight": 2, "in_flight": 0, "requests": 0, "failures": 0, "latency": None},
-        {"id": "b", "weight": 1, "in_flight": 0, "requests": 0, "failures": 0, "latency": None},
+        {"id": "a", "weight": 2, "in_flight": 0, "requests": 0, "failures": 0, "latency": None,
+         "status": "healthy", "until": None},
+        {"id": "b", "weight": 1, "in_flight": 0, "requests": 0, "failures": 0, "latency": None,
+         "status": "healthy", "until": None},
     ]
     b.report("a", ok=True, latency=0.02)
     b.report("a", ok=False, latency=datetime.timedelta(milliseconds=20))
@@ -189,6 +191,9 @@ def test_every_core_option_is_accepted() -> None:
     values = {
         "seed": 1, "vnodes": 10, "hash": "xxh3", "choice_count": 3, "decay_ms": 500,
         "initial_latency_ms": 5, "table_size": 251, "min_ring_size": 64, "max_ring_size": 128,
+        "consecutive_failures": 3, "base_ejection_time_ms": 100, "max_ejection_time_ms": 1000,
+        "max_ejection_percent": 50, "panic_threshold": 30, "slow_start_window_ms": 2000,
+        "slow_start_aggression": 1.5, "min_weight_percent": 20, "hash_balance_factor": 150,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
     for algorithm in liblb.ALGORITHMS:
@@ -248,6 +253,9 @@ def test_repr_evaluates_back_with_every_option() -> None:
     values = {
         "seed": 1, "vnodes": 10, "hash": "xxh3", "choice_count": 3, "decay_ms": 500,
         "initial_latency_ms": 5, "table_size": 251, "min_ring_size": 64, "max_ring_size": 128,
+        "consecutive_failures": 3, "base_ejection_time_ms": 100, "max_ejection_time_ms": 1000,
+        "max_ejection_percent": 50, "panic_threshold": 30, "slow_start_window_ms": 2000,
+        "slow_start_aggression": 1.5, "min_weight_percent": 20, "hash_balance_factor": 150,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
     b = liblb.Balancer("maglev", NODES, **values)  # type: ignore[arg-type]

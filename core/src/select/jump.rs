@@ -194,7 +194,8 @@ mod tests {
     fn attempts_start_with_the_pick_and_are_distinct() {
         let jump = Jump::new((0..7).collect(), HashKind::Xxh3);
         let state = State::new(0);
-        let state = Ctx::bare(&state);
+        let policy = crate::health::Policy::new(&crate::Options::default());
+        let state = Ctx::bare(&state, &policy);
         for k in 0..200u32 {
             let key = k.to_le_bytes();
             let mut out = Vec::new();

@@ -246,7 +246,8 @@ mod tests {
         let all = Ketama::new(&nodes, &[0, 1, 2, 3, 4]);
         let without = Ketama::new(&nodes, &[0, 1, 3, 4]);
         let state = State::new(0);
-        let state = Ctx::bare(&state);
+        let policy = crate::health::Policy::new(&crate::Options::default());
+        let state = Ctx::bare(&state, &policy);
         for k in 0..if cfg!(miri) { 100u32 } else { 2000 } {
             let key = k.to_le_bytes();
             let before = all.pick(&key, &state);

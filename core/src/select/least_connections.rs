@@ -20,6 +20,7 @@
 //! limit).
 
 use super::{Ctx, Select, active_weights};
+use crate::health::Status;
 use crate::sync::{AtomicSigned, Ordering};
 use crate::{Node, Options};
 use alloc::vec::Vec;
@@ -44,13 +45,50 @@ impl LeastConnections {
         (load(a) * wb).cmp(&(load(b) * wa))
     }
 
-    /// nginx's choice, as a position in `active`.
+    /// `in_flight / (weight · share)` of position `a` against `b`, with health to check:
+    /// warming nodes count with their share of weight (in 1/1024ths).
+    fn compare_warm(&self, ctx: &Ctx<'_>, a: usize, b: usize) -> Order {
+        let load = |p: usize| ctx.loads[self.active[p] as usize].in_flight() as u128;
+        let weight = |p: usize| {
+            let share = match ctx.status(self.active[p]) {
+                Status::Warming { share, .. } => (share * 1024.0) as u128,
+                _ => 1024,
+            };
+            u128::from(self.weights[p]) * share.max(1)
+        };
+        (load(a) * weight(b)).cmp(&(load(b) * weight(a)))
+    }
+
+    /// nginx's choice, as a position in `active` (peers that may not be chosen are skipped,
+    /// as nginx skips down peers).
+    #[inline]
     fn choose(&self, ctx: &Ctx<'_>) -> usize {
+        if !ctx.checking() {
+            return self.choose_among(0, |_| true, |a, b| self.compare(ctx, a, b));
+        }
+        let usable = |p: usize| ctx.usable(self.active[p]);
+        match (0..self.active.len()).find(|p| usable(*p)) {
+            Some(start) => self.choose_among(start, usable, |a, b| self.compare_warm(ctx, a, b)),
+            None => 0,
+        }
+    }
+
+    /// The least loaded of the positions from `start` on that `usable` lets through, by
+    /// `compare`; ties broken by smooth WRR.
+    fn choose_among(
+        &self,
+        start: usize,
+        usable: impl Fn(usize) -> bool,
+        compare: impl Fn(usize, usize) -> Order,
+    ) -> usize {
         let n = self.active.len();
-        let mut best = 0;
+        let mut best = start;
         let mut many = false;
-        for p in 1..n {
-            match self.compare(ctx, p, best) {
+        for p in start + 1..n {
+            if !usable(p) {
+                continue;
+            }
+            match compare(p, best) {
                 Order::Less => (best, many) = (p, false),
                 Order::Equal => many = true,
                 Order::Greater => {}
@@ -66,7 +104,7 @@ impl LeastConnections {
         let mut best_current = i64::MIN;
         let mut total: i64 = 0;
         for p in first..n {
-            if self.compare(ctx, p, first) != Order::Equal {
+            if !usable(p) || compare(p, first) != Order::Equal {
                 continue;
             }
             let w = i64::from(self.weights[p]);
@@ -86,6 +124,7 @@ impl LeastConnections {
 }
 
 impl Select for LeastConnections {
+    const HEALTH_AWARE: bool = true;
     fn build(nodes: &[Node], active: Vec<u32>, _options: &Options) -> LeastConnections {
         LeastConnections {
             weights: active_weights(nodes, &active),

@@ -62,6 +62,7 @@ impl LeastRequest {
 }
 
 impl Select for LeastRequest {
+    const HEALTH_AWARE: bool = true;
     fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> LeastRequest {
         let weights = active_weights(nodes, &active);
         let equal = weights.windows(2).all(|w| w[0] == w[1]);
@@ -94,7 +95,7 @@ impl LeastRequest {
     /// those came from (one shared draw, see `Draws`) for a retry order to go on with.
     #[inline]
     fn choose(&self, ctx: &Ctx<'_>) -> (usize, Draws) {
-        if self.choices == 2 && self.alias.is_none() {
+        if self.choices == 2 && self.alias.is_none() && !ctx.checking() {
             return self.choose_two_uniform(ctx);
         }
         self.choose_any(ctx)
@@ -115,20 +116,35 @@ impl LeastRequest {
     }
 
     /// `choices` distinct weighted draws (a duplicate is redrawn up to `REDRAWS` times).
+    /// With health to check, each candidate is drawn until one is taken (`Ctx::accept`:
+    /// usable, and warming nodes thinned by their share).
     fn choose_any(&self, ctx: &Ctx<'_>) -> (usize, Draws) {
         let mut drawn = [0usize; MAX_CHOICE_COUNT as usize];
         let first = ctx.rng.next();
         let rng = Draws::after(first);
-        drawn[0] = self.draw(first);
+        let candidate = |r: u64| {
+            let mut c = self.draw(r);
+            if ctx.checking() {
+                for _ in 0..super::HEALTH_REDRAWS {
+                    if ctx.accept(self.active[c], || rng.next()) {
+                        break;
+                    }
+                    c = self.draw(rng.next());
+                }
+            }
+            c
+        };
+        drawn[0] = candidate(first);
         let mut best = drawn[0];
         for k in 1..self.choices {
-            let mut candidate = self.draw(rng.next());
+            let mut candidate_k = candidate(rng.next());
             for _ in 0..REDRAWS {
-                if !drawn[..k].contains(&candidate) {
+                if !drawn[..k].contains(&candidate_k) {
                     break;
                 }
-                candidate = self.draw(rng.next());
+                candidate_k = candidate(rng.next());
             }
+            let candidate = candidate_k;
             drawn[k] = candidate;
             if self.lighter(ctx, candidate, best) {
                 best = candidate;

@@ -24,6 +24,7 @@ pub(crate) mod source_hash;
 pub(crate) mod weighted_random;
 pub(crate) mod weighted_round_robin;
 
+use crate::health::{Gate, Policy, Status, unit};
 use crate::load::Load;
 use crate::state::State;
 use crate::{Node, Options};
@@ -37,16 +38,54 @@ pub(crate) struct Ctx<'a> {
     pub(crate) loads: &'a [Arc<Load>],
     /// Nanoseconds of the caller's monotonic clock (0 where the caller gives no time).
     pub(crate) now_ns: u64,
+    /// How this pick treats health (see `health`).
+    pub(crate) gate: Gate,
+    pub(crate) policy: &'a Policy,
 }
 
 impl<'a> Ctx<'a> {
     /// A context with no loads and no time, for selectors that read neither.
     #[cfg(test)]
-    pub(crate) fn bare(state: &'a State) -> Ctx<'a> {
+    pub(crate) fn bare(state: &'a State, policy: &'a Policy) -> Ctx<'a> {
         Ctx {
             state,
             loads: &[],
             now_ns: 0,
+            gate: Gate::Open,
+            policy,
+        }
+    }
+
+    /// Whether some node may be unusable or warming: picks must check their candidates.
+    #[inline]
+    pub(crate) fn checking(&self) -> bool {
+        matches!(self.gate, Gate::Check { .. })
+    }
+
+    /// The health of the node at `index` for this pick (always healthy when not checking).
+    #[inline]
+    pub(crate) fn status(&self, index: u32) -> Status {
+        match self.gate {
+            Gate::Open => Status::Healthy,
+            Gate::Check { now } => self.loads[index as usize].health().status(now, self.policy),
+        }
+    }
+
+    /// Whether the node at `index` may be chosen.
+    #[inline]
+    pub(crate) fn usable(&self, index: u32) -> bool {
+        self.status(index).usable()
+    }
+
+    /// Whether a candidate drawn at `index` is taken: usable, and if warming with the
+    /// probability of its current share (slow start by thinning: a draw proportional to
+    /// weight, thinned by share, is proportional to weight x share).
+    #[inline]
+    pub(crate) fn accept(&self, index: u32, random: impl FnOnce() -> u64) -> bool {
+        match self.status(index) {
+            Status::Healthy => true,
+            Status::Warming { share, .. } => unit(random()) < share,
+            Status::Ejected { .. } | Status::Down => false,
         }
     }
 }
@@ -59,6 +98,10 @@ impl core::ops::Deref for Ctx<'_> {
     }
 }
 
+/// Draws a health-aware selector makes for one candidate before taking an unusable one (the
+/// table then falls back to the first usable node in retry order).
+pub(crate) const HEALTH_REDRAWS: usize = 32;
+
 /// One algorithm's immutable selection structure.
 pub(crate) trait Select: Sized {
     /// Whether picks read the clock (`Ctx::now_ns`): callers skip reading it otherwise.
@@ -66,6 +109,11 @@ pub(crate) trait Select: Sized {
 
     /// Whether the key reduces to a 64-bit hash that callers may give instead (`by_hash`).
     const HASHED: bool = false;
+
+    /// Whether `pick` itself honours health (`Ctx::usable`, `Ctx::accept`), as the load-aware
+    /// algorithms must to compare only usable candidates. For the others the table does it:
+    /// unkeyed picks are redrawn until usable, keyed ones walk the key's retry order.
+    const HEALTH_AWARE: bool = false;
 
     /// Builds the structure for `active`: the indices into `nodes` of the nodes with
     /// weight > 0, in insertion order, never empty. `options` are already validated.
@@ -175,6 +223,13 @@ macro_rules! algorithms {
             pub fn is_timed(self) -> bool {
                 match self {
                     $(Algorithm::$variant => <$module::$ty as Select>::TIMED,)*
+                }
+            }
+
+            /// Whether the algorithm's own picks honour health (see `Select::HEALTH_AWARE`).
+            pub(crate) fn health_aware(self) -> bool {
+                match self {
+                    $(Algorithm::$variant => <$module::$ty as Select>::HEALTH_AWARE,)*
                 }
             }
 

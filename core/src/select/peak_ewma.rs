@@ -47,6 +47,9 @@ impl PeakEwma {
         let n = self.active.len();
         let first = ctx.rng.next();
         let rng = Draws::after(first);
+        if ctx.checking() {
+            return (self.choose_checked(ctx, first, &rng), rng);
+        }
         let a = bounded(first, n);
         if n == 1 {
             return (a, rng);
@@ -61,8 +64,34 @@ impl PeakEwma {
     }
 }
 
+impl PeakEwma {
+    /// `choose` with health to check: two distinct candidates, each drawn until taken
+    /// (`Ctx::accept`); one if no second is found.
+    fn choose_checked(&self, ctx: &Ctx<'_>, first: u64, rng: &Draws) -> usize {
+        let n = self.active.len();
+        let take = |r: u64, not: Option<usize>| {
+            let mut c = bounded(r, n);
+            for _ in 0..super::HEALTH_REDRAWS {
+                if Some(c) != not && ctx.accept(self.active[c], || rng.next()) {
+                    return Some(c);
+                }
+                c = bounded(rng.next(), n);
+            }
+            None
+        };
+        let Some(a) = take(first, None) else {
+            return bounded(first, n);
+        };
+        match take(rng.next(), Some(a)) {
+            Some(b) if self.cost(ctx, b) < self.cost(ctx, a) => b,
+            _ => a,
+        }
+    }
+}
+
 impl Select for PeakEwma {
     const TIMED: bool = true;
+    const HEALTH_AWARE: bool = true;
 
     fn build(_nodes: &[Node], active: Vec<u32>, options: &Options) -> PeakEwma {
         PeakEwma {
