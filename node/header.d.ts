@@ -49,6 +49,24 @@ export interface BalancerOptions {
   min_ring_size?: number | bigint | string | null
   /** `ring_hash`'s largest ring (default and at most 8388608). */
   max_ring_size?: number | bigint | string | null
+  /** Consecutive failures (failed leases or reports) that eject a node (default 5; 0 = never). */
+  consecutive_failures?: number | bigint | string | null
+  /** An ejection lasts this many ms times the times ejected (default 30000). */
+  base_ejection_time_ms?: number | bigint | string | null
+  /** The longest ejection, in ms (default 300000). */
+  max_ejection_time_ms?: number | bigint | string | null
+  /** At most this % of nodes ejected at once, at least one (default 10). */
+  max_ejection_percent?: number | bigint | string | null
+  /** Below this % of healthy nodes, picks ignore health (panic; default 50, 0 = never). */
+  panic_threshold?: number | bigint | string | null
+  /** Slow start: new, returning or marked-up nodes ramp up over this many ms (default 0 = off). */
+  slow_start_window_ms?: number | bigint | string | null
+  /** Slow start curve: share = (t / window)^(1 / aggression), > 0 (default 1, linear). */
+  slow_start_aggression?: number | string | null
+  /** Slow start's first share, in % of the weight (default 10). */
+  min_weight_percent?: number | bigint | string | null
+  /** Bounded loads for keyed algorithms, in % (e.g. 125; default 0 = off; else >= 100). */
+  hash_balance_factor?: number | bigint | string | null
 }
 
 /** Every error thrown by liblb itself has one of these codes. */

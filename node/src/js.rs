@@ -284,6 +284,14 @@ pub fn options(env: &Env, value: Option<Unknown<'_>>) -> Result<Options> {
                 text = string(env, &item, &what)?;
                 OptionValue::Str(&text)
             }
+            ValueType::Number if Options::NUMBER_NAMES.contains(&name.as_str()) => {
+                // Options that take any number (`slow_start_aggression`): the shortest
+                // round-trip text, parsed (and range-checked) by the core.
+                // SAFETY: the value's type was just checked to be a number.
+                let number: f64 = unsafe { item.cast::<f64>() }.or_throw()?;
+                text = number.to_string();
+                OptionValue::Str(&text)
+            }
             ValueType::Number => {
                 OptionValue::Int(integer(env, &item, &what, 9_007_199_254_740_991.0)? as u64)
             }

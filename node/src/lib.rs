@@ -21,7 +21,7 @@ mod js;
 
 use error::{OrThrow, Result};
 use js::{Id, Ids, KeyBuf};
-use liblb_core::{Algorithm, Outcome};
+use liblb_core::{Algorithm, Outcome, Status};
 use napi::bindgen_prelude::{Either, Null};
 use napi::{Env, Unknown};
 use napi_derive::napi;
@@ -50,6 +50,12 @@ pub struct NodeStats {
     pub failures: f64,
     /// The peak-EWMA latency estimate in milliseconds, or null before any sample.
     pub latency: Either<f64, Null>,
+    /// Its health: 'healthy', 'warming' (slow start), 'ejected' or 'down'.
+    #[napi(ts_type = "'healthy' | 'warming' | 'ejected' | 'down'")]
+    pub status: String,
+    /// When an ejection or a warm-up ends, in milliseconds of the balancer's monotonic clock;
+    /// null otherwise.
+    pub until_ms: Either<f64, Null>,
 }
 
 /// A request in progress on one node, from `Balancer.acquire()` until it ends: `finish()` it
@@ -185,6 +191,30 @@ impl Balancer {
         self.inner.add((id.as_str(), weight)).or_throw()
     }
 
+    /// Takes a node out of service until `markUp` (active health checks): no rebuild, its
+    /// weight and counters kept; keyed algorithms move only its keys. Throws `LB_UNKNOWN_NODE`
+    /// for an unknown id.
+    #[napi(js_name = "markDown", catch_unwind, ts_args_type = "id: string")]
+    pub fn mark_down(&self, env: Env, id: Unknown) -> Result<()> {
+        let id = js::id(&env, &id, "id")?;
+        self.inner.mark_down(&id).or_throw()
+    }
+
+    /// Puts a node marked down back in service (warming up first with slow start). Throws
+    /// `LB_UNKNOWN_NODE` for an unknown id.
+    #[napi(js_name = "markUp", catch_unwind, ts_args_type = "id: string")]
+    pub fn mark_up(&self, env: Env, id: Unknown) -> Result<()> {
+        let id = js::id(&env, &id, "id")?;
+        self.inner.mark_up(&id).or_throw()
+    }
+
+    /// Whether picks ignore health because fewer than `panic_threshold` percent of the nodes
+    /// are healthy (traffic spreads over every node).
+    #[napi(getter, catch_unwind)]
+    pub fn panic(&self) -> bool {
+        self.inner.panic()
+    }
+
     /// Removes a node. Throws `LB_UNKNOWN_NODE` if there is none with this id.
     #[napi(catch_unwind, ts_args_type = "id: string")]
     pub fn remove(&self, env: Env, id: Unknown) -> Result<()> {
@@ -285,6 +315,13 @@ impl Balancer {
                 latency: match s.latency {
                     Some(l) => Either::A(l.as_secs_f64() * 1000.0),
                     None => Either::B(Null),
+                },
+                status: s.status.name().to_string(),
+                until_ms: match s.status {
+                    Status::Warming { until_ns, .. } | Status::Ejected { until_ns } => {
+                        Either::A(until_ns as f64 / 1e6)
+                    }
+                    _ => Either::B(Null),
                 },
             })
             .collect()
