@@ -280,6 +280,11 @@ typedef struct lb_pick {
 typedef uint32_t lb_outcome;
 
 /**
+ * A node's health in `lb_node_stats.status`. (A plain `uint32_t`.)
+ */
+typedef uint32_t lb_node_status;
+
+/**
  * One node's load, listed by `lb_balancer_stats`.
  */
 typedef struct lb_node_stats {
@@ -316,6 +321,15 @@ typedef struct lb_node_stats {
      * `LB_LATENCY_NONE` before any sample.
      */
     uint64_t latency_ns;
+    /**
+     * Its health: `LB_NODE_HEALTHY`, `LB_NODE_WARMING`, `LB_NODE_EJECTED` or `LB_NODE_DOWN`.
+     */
+    lb_node_status status;
+    /**
+     * When a warm-up or an ejection ends, in nanoseconds of the balancer's monotonic clock;
+     * 0 for the other states.
+     */
+    uint64_t until_ns;
 } lb_node_stats;
 
 /**
@@ -327,6 +341,26 @@ typedef struct lb_node_stats {
  * The request failed.
  */
 #define LB_OUTCOME_FAILURE 1
+
+/**
+ * In service at its full weight.
+ */
+#define LB_NODE_HEALTHY 0
+
+/**
+ * In service, ramping up to its weight (slow start) until `until_ns`.
+ */
+#define LB_NODE_WARMING 1
+
+/**
+ * Ejected after consecutive failures until `until_ns`.
+ */
+#define LB_NODE_EJECTED 2
+
+/**
+ * Marked down with `lb_balancer_mark_down`.
+ */
+#define LB_NODE_DOWN 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -691,6 +725,35 @@ lb_result lb_balancer_report(const struct lb_balancer *balancer,
                              size_t id_len,
                              lb_outcome outcome,
                              uint64_t latency_ns);
+
+/**
+ * Takes the node with this id out of service until `lb_balancer_mark_up` (for callers with
+ * active health checks): no rebuild, its weight and counters are kept, keyed algorithms move
+ * only its keys.
+ *
+ * Errors (nothing changes): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`,
+ * `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_NODE`. Thread-safe; never locks.
+ */
+lb_result lb_balancer_mark_down(const struct lb_balancer *balancer,
+                                const char *id,
+                                size_t id_len);
+
+/**
+ * Puts a node marked down back in service (warming up first if slow start is on). Errors as
+ * `lb_balancer_mark_down`. Thread-safe; never locks.
+ */
+lb_result lb_balancer_mark_up(const struct lb_balancer *balancer,
+                              const char *id,
+                              size_t id_len);
+
+/**
+ * Writes to `*panic_out` whether picks ignore health because fewer than `panic_threshold`
+ * percent of the nodes are healthy (traffic then spreads over every node).
+ *
+ * Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_balancer_panic(const struct lb_balancer *balancer,
+                            bool *panic_out);
 
 /**
  * Lists each node's load in insertion order, drained nodes included, with the same

@@ -131,6 +131,10 @@ struct node_stats {
     uint64_t requests = 0;
     uint64_t failures = 0;
     std::optional<std::chrono::nanoseconds> latency;
+    /// LB_NODE_HEALTHY, LB_NODE_WARMING, LB_NODE_EJECTED or LB_NODE_DOWN.
+    lb_node_status status = LB_NODE_HEALTHY;
+    /// When a warm-up or ejection ends (balancer's monotonic clock); empty otherwise.
+    std::optional<std::chrono::nanoseconds> until;
 };
 
 /// A request in progress on one node, from balancer::acquire (its in-flight count is one
@@ -352,6 +356,23 @@ public:
                                          ok ? LB_OUTCOME_SUCCESS : LB_OUTCOME_FAILURE, ns));
     }
 
+    /// Takes a node out of service until mark_up() (no rebuild, weight kept).
+    void mark_down(std::string_view id) {
+        detail::check(lb_balancer_mark_down(get(), id.data(), id.size()));
+    }
+
+    /// Puts a node marked down back in service (warming up first with slow start).
+    void mark_up(std::string_view id) {
+        detail::check(lb_balancer_mark_up(get(), id.data(), id.size()));
+    }
+
+    /// Whether picks ignore health: fewer than panic_threshold % of the nodes are healthy.
+    bool panic() const {
+        bool out = false;
+        detail::check(lb_balancer_panic(get(), &out));
+        return out;
+    }
+
     /// Each node's load in insertion order (one consistent node set).
     std::vector<node_stats> stats() const {
         size_t count = 0, size = 0;
@@ -370,7 +391,10 @@ public:
         for (size_t i = 0; i < count; i++) {
             const lb_node_stats &s = out[i];
             node_stats n{std::string(s.id, s.id_len), s.weight, s.tag, s.in_flight, s.requests,
-                         s.failures, std::nullopt};
+                         s.failures, std::nullopt, s.status, std::nullopt};
+            if (s.status == LB_NODE_WARMING || s.status == LB_NODE_EJECTED)
+                n.until = std::chrono::nanoseconds(
+                    static_cast<std::chrono::nanoseconds::rep>(s.until_ns));
             if (s.latency_ns != LB_LATENCY_NONE)
                 n.latency = std::chrono::nanoseconds(
                     static_cast<std::chrono::nanoseconds::rep>(s.latency_ns));

@@ -15,7 +15,7 @@ use crate::ptr::{
 use core::ffi::{c_char, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 use core::time::Duration;
-use liblb_core::{Algorithm, Balancer, Lease, MAX_NODES, Node, Outcome};
+use liblb_core::{Algorithm, Balancer, Lease, MAX_NODES, Node, Outcome, Status};
 use std::ffi::CString;
 use std::sync::Mutex;
 
@@ -1033,6 +1033,70 @@ pub extern "C" fn lb_balancer_report(
     }
 }
 
+/// Takes the node with this id out of service until `lb_balancer_mark_up` (for callers with
+/// active health checks): no rebuild, its weight and counters are kept, keyed algorithms move
+/// only its keys.
+///
+/// Errors (nothing changes): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`,
+/// `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_NODE`. Thread-safe; never locks.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_mark_down(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
+        let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
+        balancer.mark_down(id)?;
+        Ok(())
+    }
+}
+
+/// Puts a node marked down back in service (warming up first if slow start is on). Errors as
+/// `lb_balancer_mark_down`. Thread-safe; never locks.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_mark_up(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
+        let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
+        balancer.mark_up(id)?;
+        Ok(())
+    }
+}
+
+/// Writes to `*panic_out` whether picks ignore health because fewer than `panic_threshold`
+/// percent of the nodes are healthy (traffic then spreads over every node).
+///
+/// Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_panic(
+    balancer: *const lb_balancer,
+    panic_out: *mut bool,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
+        let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(panic_out)?) };
+        out.write(balancer.panic());
+        Ok(())
+    }
+}
+
+/// A node's health in `lb_node_stats.status`. (A plain `uint32_t`.)
+pub type lb_node_status = u32;
+/// In service at its full weight.
+pub const LB_NODE_HEALTHY: lb_node_status = 0;
+/// In service, ramping up to its weight (slow start) until `until_ns`.
+pub const LB_NODE_WARMING: lb_node_status = 1;
+/// Ejected after consecutive failures until `until_ns`.
+pub const LB_NODE_EJECTED: lb_node_status = 2;
+/// Marked down with `lb_balancer_mark_down`.
+pub const LB_NODE_DOWN: lb_node_status = 3;
+
 /// One node's load, listed by `lb_balancer_stats`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -1054,6 +1118,11 @@ pub struct lb_node_stats {
     /// The peak-EWMA latency estimate as of its last sample, in nanoseconds, or
     /// `LB_LATENCY_NONE` before any sample.
     pub latency_ns: u64,
+    /// Its health: `LB_NODE_HEALTHY`, `LB_NODE_WARMING`, `LB_NODE_EJECTED` or `LB_NODE_DOWN`.
+    pub status: lb_node_status,
+    /// When a warm-up or an ejection ends, in nanoseconds of the balancer's monotonic clock;
+    /// 0 for the other states.
+    pub until_ns: u64,
 }
 
 /// Lists each node's load in insertion order, drained nodes included, with the same
@@ -1107,6 +1176,12 @@ pub extern "C" fn lb_balancer_stats(
             let latency_ns = s.latency.map_or(LB_LATENCY_NONE, |l| {
                 u64::try_from(l.as_nanos()).map_or(most, |ns| ns.min(most))
             });
+            let (status, until_ns) = match s.status {
+                Status::Healthy => (LB_NODE_HEALTHY, 0),
+                Status::Warming { until_ns, .. } => (LB_NODE_WARMING, until_ns),
+                Status::Ejected { until_ns } => (LB_NODE_EJECTED, until_ns),
+                Status::Down => (LB_NODE_DOWN, 0),
+            };
             stats_out.write(
                 i,
                 lb_node_stats {
@@ -1118,6 +1193,8 @@ pub extern "C" fn lb_balancer_stats(
                     requests: s.requests,
                     failures: s.failures,
                     latency_ns,
+                    status,
+                    until_ns,
                 },
             );
         }

@@ -1235,6 +1235,8 @@ fn stats(b: &Handle) -> Vec<Stat> {
         requests: 0,
         failures: 0,
         latency_ns: 0,
+        status: u32::MAX,
+        until_ns: u64::MAX,
     };
     let mut out = vec![blank; count];
     let mut buf = vec![0 as c_char; size];

@@ -150,6 +150,11 @@ enum Op {
         latency_ms: u8,
         bad: bool,
     },
+    /// `lb_balancer_mark_down` (`down`) or `lb_balancer_mark_up`, mirrored.
+    Health {
+        id: Id,
+        down: bool,
+    },
     /// `lb_balancer_stats`, checked against the mirror's counters.
     Stats,
     /// A call with a NULL balancer handle.
@@ -846,6 +851,8 @@ impl Harness {
             requests: 0,
             failures: 0,
             latency_ns: 0,
+            status: u32::MAX,
+            until_ns: u64::MAX,
         };
         let mut out = vec![blank; count];
         let mut ids = vec![0 as c_char; size];
@@ -935,6 +942,33 @@ impl Harness {
                             lb_result::UnknownNode
                         }
                     },
+                };
+                assert_eq!(r, expected);
+            }
+            Op::Health { id, down } => {
+                let bytes = id.bytes();
+                let (ptr, len) = (bytes.as_ptr().cast(), bytes.len());
+                let r = if *down {
+                    lb_balancer_mark_down(self.handle, ptr, len)
+                } else {
+                    lb_balancer_mark_up(self.handle, ptr, len)
+                };
+                let expected = match core::str::from_utf8(&bytes) {
+                    Err(_) => lb_result::InvalidUtf8,
+                    Ok(s) => {
+                        let mirrored = if *down {
+                            self.mirror.mark_down(s)
+                        } else {
+                            self.mirror.mark_up(s)
+                        };
+                        match mirrored {
+                            Ok(()) => lb_result::Ok,
+                            Err(e) => {
+                                assert!(!self.model.iter().any(|n| n.id == s), "{e}");
+                                lb_result::UnknownNode
+                            }
+                        }
+                    }
                 };
                 assert_eq!(r, expected);
             }

@@ -735,6 +735,91 @@ static void test_least_connections_reads_leases(void) {
     lb_balancer_free(b);
 }
 
+/* Health: failures reported eject a node (stats say until when), mark_down/mark_up for a
+ * keyed algorithm move only that node's keys and bring them back, panic, bad input. */
+static void test_health(void) {
+    lb_options *o = NULL;
+    CHECK_OK(lb_options_new(&o));
+    CHECK_OK(lb_options_set_int(o, S("consecutive_failures"), 2));
+    CHECK_OK(lb_options_set_int(o, S("max_ejection_percent"), 100));
+    CHECK_OK(lb_options_set_str(o, S("slow_start_aggression"), S("1.5")));
+    CHECK_RESULT(lb_options_set_str(o, S("slow_start_aggression"), S("0")),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_int(o, S("hash_balance_factor"), 99),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    lb_node abcd[] = {node("a", 1, 1), node("b", 1, 2), node("c", 1, 3), node("d", 1, 4)};
+    lb_balancer *rr = make("round_robin", o, abcd, 4);
+    lb_balancer *ring = make("ring", o, abcd, 4);
+    lb_options_free(o);
+
+    lb_node_stats st[8];
+    char ids[64];
+    bool panic = true;
+    CHECK_OK(lb_balancer_panic(rr, &panic));
+    CHECK(!panic);
+    for (int i = 0; i < 2; i++)
+        CHECK_OK(lb_balancer_report(rr, S("a"), LB_OUTCOME_FAILURE, 1000));
+    CHECK(get_stats(rr, st, ids, sizeof ids) == 4);
+    CHECK(st[0].status == LB_NODE_EJECTED && st[0].until_ns > 0);
+    CHECK(st[1].status == LB_NODE_HEALTHY && st[1].until_ns == 0);
+    for (int i = 0; i < 40; i++) {
+        uint64_t tag = 0;
+        CHECK_OK(lb_balancer_pick(rr, NULL, 0, &tag, NULL, 0, NULL));
+        CHECK(tag != 1);
+    }
+    /* Three of four ejected: panic, every node in rotation again. */
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(lb_balancer_report(rr, S("b"), LB_OUTCOME_FAILURE, 0));
+        CHECK_OK(lb_balancer_report(rr, S("c"), LB_OUTCOME_FAILURE, 0));
+    }
+    bool seen[5] = {false, false, false, false, false};
+    for (int i = 0; i < 8; i++) {
+        uint64_t tag = 0;
+        CHECK_OK(lb_balancer_pick(rr, NULL, 0, &tag, NULL, 0, NULL));
+        CHECK(tag >= 1 && tag <= 4);
+        seen[tag] = true;
+    }
+    CHECK(seen[1] && seen[2] && seen[3] && seen[4]);
+    CHECK_OK(lb_balancer_panic(rr, &panic));
+    CHECK(panic);
+
+    /* Keyed: only the down node's keys move, and they come back. */
+    uint64_t before[200], during[200], after[200];
+    char key[16];
+    for (int k = 0; k < 200; k++) {
+        int n = snprintf(key, sizeof key, "key-%d", k);
+        CHECK_OK(lb_balancer_pick(ring, key, (size_t)n, &before[k], NULL, 0, NULL));
+    }
+    CHECK_OK(lb_balancer_mark_down(ring, S("c")));
+    CHECK(get_stats(ring, st, ids, sizeof ids) == 4);
+    CHECK(st[2].status == LB_NODE_DOWN);
+    for (int k = 0; k < 200; k++) {
+        int n = snprintf(key, sizeof key, "key-%d", k);
+        CHECK_OK(lb_balancer_pick(ring, key, (size_t)n, &during[k], NULL, 0, NULL));
+        CHECK(during[k] != 3);
+        CHECK(during[k] == before[k] || before[k] == 3);
+    }
+    CHECK_OK(lb_balancer_mark_up(ring, S("c")));
+    for (int k = 0; k < 200; k++) {
+        int n = snprintf(key, sizeof key, "key-%d", k);
+        CHECK_OK(lb_balancer_pick(ring, key, (size_t)n, &after[k], NULL, 0, NULL));
+        CHECK(after[k] == before[k]);
+    }
+
+    /* Bad input changes nothing. */
+    CHECK_RESULT(lb_balancer_mark_down(ring, S("zz")), LB_RESULT_UNKNOWN_NODE);
+    CHECK_RESULT(lb_balancer_mark_up(ring, "\xff", 1), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_mark_down(NULL, S("a")), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_mark_down(ring, NULL, 1), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_panic(ring, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_panic(NULL, &panic), LB_RESULT_NULL_PARAMETER);
+    CHECK(get_stats(ring, st, ids, sizeof ids) == 4);
+    for (int i = 0; i < 4; i++)
+        CHECK(st[i].status == LB_NODE_HEALTHY);
+    lb_balancer_free(rr);
+    lb_balancer_free(ring);
+}
+
 static void test_pick_hash(void) {
     lb_node abc[] = {node("a", 1, 1), node("b", 1, 2), node("c", 1, 3)};
     const char *hashed[] = {"ring_hash", "maglev", "rendezvous", "jump"};
@@ -800,5 +885,6 @@ int main(void) {
     test_leases_report_stats();
     test_least_connections_reads_leases();
     test_pick_hash();
+    test_health();
     return check_report("test_api");
 }

@@ -86,6 +86,16 @@ static void test_feedback() {
     empty.cancel();
     EXPECT_ERROR(LB_RESULT_NULL_PARAMETER, empty.success(milliseconds(1)));
 
+    // Health: mark_down/mark_up, status and until in stats, panic.
+    CHECK(!rr.panic());
+    rr.mark_down("b");
+    st = rr.stats();
+    CHECK(st[1].status == LB_NODE_DOWN && !st[1].until && st[0].status == LB_NODE_HEALTHY);
+    for (int i = 0; i < 10; i++) CHECK(rr.pick().id != "b");
+    rr.mark_up("b");
+    CHECK(rr.stats()[1].status == LB_NODE_HEALTHY);
+    EXPECT_ERROR(LB_RESULT_UNKNOWN_NODE, rr.mark_down("x"));
+
     lb::balancer ring("ring", {{"a", 1, 1}});
     EXPECT_ERROR(LB_RESULT_KEY_REQUIRED, ring.acquire());
     CHECK(ring.acquire(std::string_view("k")).id() == "a");
