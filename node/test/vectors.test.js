@@ -43,6 +43,14 @@ function run(balancer, leases, step) {
       return leases[step.lease].cancel()
     case 'report':
       return balancer.report(step.id, { ok: step.ok, latencyMs: step.latency_ms })
+    case 'mark_down':
+      return balancer.markDown(step.id)
+    case 'mark_up':
+      return balancer.markUp(step.id)
+    case 'panic':
+      return balancer.panic
+    case 'health':
+      return balancer.stats().map((s) => [s.id, s.status])
     case 'stats':
       return balancer.stats().map((s) => [s.id, s.inFlight, s.requests, s.failures])
     default:

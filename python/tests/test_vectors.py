@@ -62,6 +62,14 @@ def run_step(balancer: liblb.Balancer, leases: list[liblb.Lease], step: dict[str
         return leases[step["lease"]].cancel()
     if op == "report":
         return balancer.report(step["id"], ok=step["ok"], latency=step["latency_ms"] / 1000)
+    if op == "mark_down":
+        return balancer.mark_down(step["id"])
+    if op == "mark_up":
+        return balancer.mark_up(step["id"])
+    if op == "panic":
+        return balancer.panic
+    if op == "health":
+        return [[s["id"], s["status"]] for s in balancer.stats()]
     if op == "stats":
         return [[s["id"], s["in_flight"], s["requests"], s["failures"]] for s in balancer.stats()]
     raise AssertionError(f"unknown op {op!r} in {VECTORS}")

@@ -145,6 +145,38 @@ static lb_result check_stats(const lb_balancer *b, const json *expect) {
     return r;
 }
 
+/* The "health" op: every node's status name, in order. */
+static lb_result check_health(const lb_balancer *b, const json *expect) {
+    static const char *const names[] = {"healthy", "warming", "ejected", "down"};
+    size_t count = 0, size = 0;
+    lb_result r = lb_balancer_stats(b, NULL, 0, NULL, 0, &count, &size);
+    if (r != LB_RESULT_OK && r != LB_RESULT_BUFFER_TOO_SMALL) return r;
+    lb_node_stats *stats = calloc(count ? count : 1, sizeof *stats);
+    char *ids = malloc(size ? size : 1);
+    r = lb_balancer_stats(b, stats, count, ids, size, &count, &size);
+    if (r == LB_RESULT_OK) {
+        if (!expect || expect->len != count) {
+            FAIL("health: %zu nodes, expected %zu", count, expect ? expect->len : 0);
+        } else {
+            for (size_t i = 0; i < count; i++) {
+                const json *e = &expect->items[i];
+                const char *name = stats[i].status < 4 ? names[stats[i].status] : "?";
+                if (!same_bytes(stats[i].id, stats[i].id_len, &e->items[0]) ||
+                    strcmp(name, e->items[1].str) != 0)
+                    FAIL("health[%zu]: got [%s, %s], expected [%s, %s]", i, stats[i].id, name,
+                         e->items[0].str, e->items[1].str);
+                /* Ejected and warming nodes say until when; the others say 0. */
+                bool timed = stats[i].status == LB_NODE_EJECTED ||
+                             stats[i].status == LB_NODE_WARMING;
+                if (timed != (stats[i].until_ns != 0)) FAIL("health[%zu]: until_ns", i);
+            }
+        }
+    }
+    free(stats);
+    free(ids);
+    return r;
+}
+
 /* Runs one step; returns the result code to compare with expect_error. */
 static lb_result run_step(const lb_balancer *b, const json *step, char *ids) {
     const char *op = json_get(step, "op")->str;
@@ -232,6 +264,17 @@ static lb_result run_step(const lb_balancer *b, const json *step, char *ids) {
         r = lb_balancer_report(b, id->str, id->len, outcome_of(step), latency_ns_of(step));
     } else if (strcmp(op, "stats") == 0) {
         r = check_stats(b, expect);
+    } else if (strcmp(op, "health") == 0) {
+        r = check_health(b, expect);
+    } else if (strcmp(op, "mark_down") == 0) {
+        r = lb_balancer_mark_down(b, id->str, id->len);
+    } else if (strcmp(op, "mark_up") == 0) {
+        r = lb_balancer_mark_up(b, id->str, id->len);
+    } else if (strcmp(op, "panic") == 0) {
+        bool panic = false;
+        r = lb_balancer_panic(b, &panic);
+        if (r == LB_RESULT_OK && (!expect || expect->kind != JSON_BOOL || panic != expect->boolean))
+            FAIL("panic: got %d", panic);
     } else {
         FAIL("unknown op %s", op);
         r = LB_RESULT_OK;

@@ -264,6 +264,7 @@ fn cases() -> Vec<Case> {
         ),
     ];
     out.extend(feedback_cases());
+    out.extend(health_cases());
     // Every algorithm over an empty node list answers "no nodes".
     for algorithm in Algorithm::NAMES {
         out.push(Case {
@@ -401,6 +402,85 @@ fn feedback_cases() -> Vec<Case> {
     out
 }
 
+fn health() -> Value {
+    json!({"op": "health"})
+}
+
+fn node_op(op: &str, id: &str) -> Value {
+    json!({"op": op, "id": id})
+}
+
+/// Health (issue 12): ejection by reported and leased failures, its cap, panic, mark_down /
+/// mark_up for every algorithm (keyed ones move only the down node's keys), bounded loads.
+/// Ejections last 30 s by default, far longer than a replay, so no clock is needed.
+fn health_cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    let abcd = uniform(&["a", "b", "c", "d"]);
+    let mut eject = vec![health()];
+    eject.extend([report("a", false, 1), report("a", false, 1), health()]);
+    eject.extend(unkeyed(8));
+    // The cap (10%, at least one): b's failures do not eject it while a is out.
+    eject.extend([report("b", false, 1), report("b", false, 1), health(), json!({"op": "panic"})]);
+    // A failed lease counts too.
+    eject.extend([acquire(None), acquire(None), finish(0, true, 1), finish(1, false, 1)]);
+    eject.extend([health(), attempts(None, 4), stats()]);
+    out.push(Case {
+        name: "health-eject-round-robin".into(),
+        algorithm: "round_robin",
+        options: json!({"consecutive_failures": 2}),
+        nodes: abcd.clone(),
+        steps: eject,
+    });
+    let mut panic = Vec::new();
+    for id in ["a", "b", "c"] {
+        panic.extend([report(id, false, 0), json!({"op": "panic"})]);
+    }
+    panic.push(health());
+    panic.extend(unkeyed(8));
+    out.push(Case {
+        name: "health-panic-weighted-random".into(),
+        algorithm: "weighted_random",
+        options: json!({"consecutive_failures": 1, "max_ejection_percent": 100, "seed": 11}),
+        nodes: vec![("a".into(), 1), ("b".into(), 2), ("c".into(), 3), ("d".into(), 4)],
+        steps: panic,
+    });
+    let ks = keys(24);
+    for algorithm in Algorithm::ALL {
+        let mut steps = Vec::new();
+        let batch = |steps: &mut Vec<Value>| {
+            if algorithm.is_keyed() {
+                steps.push(json!({"op": "pick_many", "keys": &ks}));
+            } else {
+                steps.extend(unkeyed(6));
+            }
+        };
+        batch(&mut steps);
+        steps.extend([node_op("mark_down", "10.0.0.3:80"), health()]);
+        batch(&mut steps);
+        steps.push(attempts(algorithm.is_keyed().then_some("key-1"), 5));
+        steps.extend([node_op("mark_down", "nope"), node_op("mark_up", "10.0.0.3:80")]);
+        batch(&mut steps);
+        out.push(Case {
+            name: format!("health-mark-down-{}", algorithm.name()),
+            algorithm: algorithm.name(),
+            options: json!({"seed": 4}),
+            nodes: (1..=5).map(|i| (format!("10.0.0.{i}:80"), 1)).collect(),
+            steps,
+        });
+    }
+    let mut bounded: Vec<Value> = (0..10).map(|_| acquire(Some("hot"))).collect();
+    bounded.extend([stats(), pick(Some("hot")), json!({"op": "cancel", "lease": 0})]);
+    bounded.push(acquire(Some("hot")));
+    out.push(Case {
+        name: "health-bounded-loads-maglev".into(),
+        algorithm: "maglev",
+        options: json!({"hash_balance_factor": 125, "table_size": 251}),
+        nodes: abcd,
+        steps: bounded,
+    });
+    out
+}
+
 /// Builds the balancer a case describes.
 pub fn build(algorithm: &str, options: &Value, nodes: &Value) -> Result<Balancer, Error> {
     let algorithm: Algorithm = algorithm.parse()?;
@@ -512,6 +592,21 @@ pub fn run_step(b: &Balancer, leases: &mut Leases, step: &Value) -> Result<Value
             b.report(str_of(step, "id"), outcome(step))?;
             Value::Null
         }
+        "mark_down" => {
+            b.mark_down(str_of(step, "id"))?;
+            Value::Null
+        }
+        "mark_up" => {
+            b.mark_up(str_of(step, "id"))?;
+            Value::Null
+        }
+        "panic" => json!(b.panic()),
+        "health" => Value::Array(
+            b.stats()
+                .iter()
+                .map(|s| json!([s.id, s.status.name()]))
+                .collect(),
+        ),
         "stats" => Value::Array(
             b.stats()
                 .iter()
