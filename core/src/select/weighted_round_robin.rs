@@ -12,9 +12,10 @@
 //! single thread sees exactly nginx's order, concurrent threads share it without a lock.
 //!
 //! Building the schedule: running nginx's loop costs O(n·Σw) (128 ms for 1000 nodes of weights
-//! 1..100). The tournament below (`Classes::schedule`) gives the same sequence in O(Σw + (Σ distinct weights + e)·log d),
-//! d the number of distinct weights and e the certificate failures below (1.4 ms there, 51x
-//! less than the loop in the same run; `cargo bench -p liblb-bench --bench build`):
+//! 1..100). The tournament below (`Classes::schedule`) gives the same sequence in
+//! O(Σw + (Σ distinct weights + e)·log d), d the number of distinct weights and e the
+//! certificate failures (1.4 ms there, 51x less than the loop in the same run; `cargo bench -p
+//! liblb-bench --bench build`):
 //!
 //! 1. *Equal weights take turns.* Before the choice at step t (from 1), nginx's `current` of node
 //!    i is `t·w_i − Σw·k_i`, k_i its earlier picks. Two nodes of equal weight differ by
