@@ -5,7 +5,8 @@
 #   ketama  <- libmemcached (libmemcached-dev): tests/upstream/ketama.c
 #   ketama-ports <- PyPI uhashring and npm hashring (same continuum, their own point counts)
 #   jump    <- Guava's Hashing.consistentHash (libguava-java + a JDK): tests/upstream/Jump.java
-#   nginx   <- nginx `hash $arg_key consistent` (nginx-light) on loopback
+#   nginx   <- nginx `hash $arg_key consistent` and its default smooth weighted round robin
+#              (nginx-light) on loopback
 #
 #   ./scripts/test-upstream.sh [ketama|ketama-ports|nginx|jump]...   (default: all)
 #
@@ -75,7 +76,7 @@ for system in "${systems[@]}"; do
       if need "command -v nginx" nginx-light; then
         run+=(nginx)
       else
-        echo "SKIPPED: nginx_chash vs nginx (nginx-light cannot be installed here)"
+        echo "SKIPPED: nginx_chash, weighted_round_robin vs nginx (nginx-light not installable)"
         skipped=$((skipped + 1))
       fi
       ;;

@@ -5,7 +5,8 @@
 
 SYSTEM is one of: ketama (libmemcached, via tests/upstream/ketama.c built in WORKDIR),
 ketama-ports (PyPI uhashring, importable, and npm hashring in WORKDIR/node_modules),
-nginx (a live nginx on loopback), jump (Guava's Hashing.consistentHash via
+nginx (a live nginx on loopback: `hash $arg_key consistent` for nginx_chash, its default
+smooth weighted round robin for weighted_round_robin), jump (Guava's Hashing.consistentHash via
 tests/upstream/Jump.java). Each generates node sets and keys from a fixed seed, asks the
 upstream and liblb (core/examples/placement.rs) for every key, and fails on the first
 difference. Expectations are never stored: they come from the upstream program at test time.
@@ -212,7 +213,7 @@ http {{
     uwsgi_temp_path {work}/tmp;
     scgi_temp_path {work}/tmp;
     upstream pool {{
-        hash $arg_key consistent;
+{balance}
 {servers}
     }}
     server {{
@@ -243,9 +244,10 @@ def nginx_servers(rng, n, weights, base_port):
     return servers
 
 
-def nginx_run(servers, front, keys, down=None):
-    """Starts nginx with `servers` (server `down` marked down), sends one request per key,
-    returns the backend indices."""
+def nginx_run(servers, front, keys, down=None, balance="hash $arg_key consistent;"):
+    """Starts nginx with `servers` (server `down` marked down) balanced by `balance` (empty:
+    nginx's default smooth weighted round robin), sends one request per key, one after another
+    on one connection, returns the backend indices."""
     import http.client
     import time
     import urllib.parse
@@ -256,6 +258,7 @@ def nginx_run(servers, front, keys, down=None):
     conf = NGINX_CONF.format(
         work=WORKDIR,
         front=front,
+        balance=f"        {balance}" if balance else "",
         servers="\n".join(
             f"        server {text} weight={w}{' down' if i == down else ''};"
             for i, (text, _, w) in enumerate(servers)
@@ -337,6 +340,34 @@ def compare_nginx():
     )
 
 
+def compare_nginx_wrr():
+    """nginx's default balancing, smooth weighted round robin (`ngx_http_upstream_get_peer`),
+    against weighted_round_robin: the same servers in the same order over three periods and a
+    bit, from one worker. Ties (equal weights, equal current weights) are where nginx's rule,
+    the first server in order, decides."""
+    rng = random.Random(13)
+    base = rng.randint(20000, 50000)
+    cases = [("5,1,1", [5, 1, 1]), ("6 equal", [1] * 6), ("ties", [3, 3, 2, 2, 1, 1, 3])]
+    cases.append(("one heavy", [1, 20, 1, 1, 1, 1]))
+    for n in [2, 4, 7, 16, 30]:
+        cases.append((f"{n} weights 1..5", [rng.randint(1, 5) for _ in range(n)]))
+    cases.append(("12 weights 1..40", [rng.randint(1, 40) for _ in range(12)]))
+    total = 0
+    for number, (name, weights) in enumerate(cases):
+        base_port = base + 100 * number
+        servers = nginx_servers(rng, len(weights), lambda i: weights[i], base_port)
+        count = 3 * sum(weights) + 5
+        upstream = nginx_run(servers, base_port, ["x"] * count, balance="")
+        expected = [servers[i][0] for i in upstream]
+        actual = liblb("weighted_round_robin", [(s[0], s[2]) for s in servers], ["key "] * count)
+        check("nginx", f"smooth WRR {name} {weights}", expected, actual, range(count))
+        total += count
+    print(
+        f"weighted_round_robin: {total} picks over {len(cases)} upstream blocks follow nginx's "
+        f"smooth weighted round robin"
+    )
+
+
 # --- jump: Guava's Hashing.consistentHash --------------------------------------------------
 
 LCG = 2862933555777941757
@@ -396,7 +427,7 @@ def main():
     systems = {
         "ketama": compare_ketama,
         "ketama-ports": compare_ketama_ports,
-        "nginx": compare_nginx,
+        "nginx": lambda: (compare_nginx(), compare_nginx_wrr()),
         "jump": compare_jump,
     }
     for system in sys.argv[3:]:
