@@ -174,7 +174,7 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
                 if *value != ScenarioName::Help {
                     let v = value.to_possible_value().expect("no variant is skipped");
                     let help = v.get_help().map(ToString::to_string).unwrap_or_default();
-                    writeln!(out, "  {:<12} {help}", v.get_name())?;
+                    writeln!(out, "  {:<13} {help}", v.get_name())?;
                 }
             }
             Ok(())
