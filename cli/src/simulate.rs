@@ -326,6 +326,11 @@ fn secs(ns: u64) -> String {
 /// The failing-node scenario: two runs per algorithm (ejection on and off), one table, an SVG.
 fn failing(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     no_nodes(&args, "failing-node")?;
+    if args.requests.is_some() {
+        return Err(Failure::Usage(
+            "failing-node runs for --duration-s of virtual time; --requests belongs to slow-node and hot-key".into(),
+        ));
+    }
     let params = failing_node::Params {
         backends: args.backends,
         servers: args.servers,
