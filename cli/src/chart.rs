@@ -7,6 +7,7 @@
 //! backend, against its share of capacity (the black line).
 
 use crate::slow_node::{Params, Run, backend_id};
+use crate::{failing_node, hot_key};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -172,4 +173,241 @@ fn shares(area: &Area<'_>, params: &Params, runs: &[Run]) -> DrawResult {
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
+}
+
+/// A distinct colour for each of up to 16 lines (then they repeat).
+fn line_colour(i: usize) -> RGBColor {
+    const COLOURS: [RGBColor; 16] = [
+        RGBColor(228, 26, 28),
+        RGBColor(55, 126, 184),
+        RGBColor(77, 175, 74),
+        RGBColor(152, 78, 163),
+        RGBColor(255, 127, 0),
+        RGBColor(166, 86, 40),
+        RGBColor(247, 129, 191),
+        RGBColor(90, 90, 90),
+        RGBColor(27, 158, 119),
+        RGBColor(217, 95, 2),
+        RGBColor(117, 112, 179),
+        RGBColor(231, 41, 138),
+        RGBColor(102, 166, 30),
+        RGBColor(230, 171, 2),
+        RGBColor(0, 0, 128),
+        RGBColor(128, 0, 0),
+    ];
+    COLOURS[i % COLOURS.len()]
+}
+
+/// One line of a time-series panel: its colour index and points.
+struct Line {
+    colour: usize,
+    points: Vec<(f64, f64)>,
+}
+
+/// A time-series panel: `lines` over `0..x_max` seconds, `shade` (a time span) in grey.
+fn panel(
+    area: &Area<'_>,
+    caption: &str,
+    y_desc: &str,
+    x_max: f64,
+    lines: &[Line],
+    shade: Option<(f64, f64)>,
+) -> DrawResult {
+    let top = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .fold(0.0, f64::max)
+        .max(1.0)
+        * 1.08;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 17))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(65)
+        .build_cartesian_2d(0.0..x_max, 0.0..top)?;
+    if let Some((from, until)) = shade {
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(from, 0.0), (until, top)],
+            RGBColor(235, 235, 235).filled(),
+        )))?;
+    }
+    chart
+        .configure_mesh()
+        .x_desc("time, s (virtual)")
+        .y_desc(y_desc)
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| {
+            if top > 20.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.1}")
+            }
+        })
+        .draw()?;
+    for line in lines {
+        let style = line_colour(line.colour).stroke_width(2);
+        chart.draw_series(LineSeries::new(line.points.iter().copied(), style))?;
+    }
+    Ok(())
+}
+
+/// A legend column: one coloured line and name per entry.
+fn legend(area: &Area<'_>, names: &[String]) -> DrawResult {
+    for (i, name) in names.iter().enumerate() {
+        let y = 60 + 22 * i as i32;
+        let style = line_colour(i).stroke_width(3);
+        area.draw(&PathElement::new(vec![(5, y), (30, y)], style))?;
+        area.draw(&Text::new(
+            name.clone(),
+            (36, y - 7),
+            ("sans-serif", 14).into_font(),
+        ))?;
+    }
+    Ok(())
+}
+
+/// `lb simulate --scenario failing-node --svg FILE`. Left: the share of requests failed per
+/// second with ejection off, per algorithm; right: backend-0's share of the requests per
+/// second with ejection on (while it fails, every one of them fails). Grey: the failure.
+pub(crate) fn draw_failing(
+    path: &Path,
+    params: &failing_node::Params,
+    runs: &[failing_node::Run],
+) -> Result<(), String> {
+    let root = SVGBackend::new(path, (1280, 560)).into_drawing_area();
+    let fail = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let title = format!(
+        "failing-node: {} backends, backend-0 fails every request from {} s to {} s, Poisson arrivals at {:.0}% of capacity, seed {}",
+        params.backends,
+        params.fail_from_s,
+        params.fail_until_s,
+        params.utilisation * 100.0,
+        params.seed
+    );
+    let root = root
+        .titled(&title, ("sans-serif", 20))
+        .map_err(|e| fail(&e))?;
+    let (charts, key) = root.split_horizontally(1090);
+    let (left, right) = charts.split_horizontally(545);
+    let mut names: Vec<String> = Vec::new();
+    let (mut failed, mut share) = (Vec::new(), Vec::new());
+    for run in runs {
+        let colour = match names.iter().position(|n| n == run.algorithm.name()) {
+            Some(i) => i,
+            None => {
+                names.push(run.algorithm.name().to_string());
+                names.len() - 1
+            }
+        };
+        let per_second = |f: &dyn Fn(&failing_node::Bin) -> f64| Line {
+            colour,
+            // Seconds after the last arrival hold only completions: left out.
+            points: run
+                .bins
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (i as f64 + 0.5, f(b)))
+                .take_while(|(t, _)| *t < params.duration_s)
+                .collect(),
+        };
+        if run.ejection {
+            share.push(per_second(&|b| {
+                b.to_failing as f64 * 100.0 / b.arrivals.max(1) as f64
+            }));
+        } else {
+            failed.push(per_second(&|b| {
+                b.failed as f64 * 100.0 / b.done.max(1) as f64
+            }));
+        }
+    }
+    let shade = Some((params.fail_from_s, params.fail_until_s));
+    let x_max = params.duration_s;
+    panel(
+        &left,
+        "requests failed per second, ejection off",
+        "% of requests ended",
+        x_max,
+        &failed,
+        shade,
+    )
+    .map_err(|e| fail(&e))?;
+    panel(
+        &right,
+        "backend-0's share per second, ejection on",
+        "% of requests arrived",
+        x_max,
+        &share,
+        shade,
+    )
+    .map_err(|e| fail(&e))?;
+    legend(&key, &names).map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
+}
+
+/// `lb simulate --scenario hot-key --svg FILE`: the most requests at any backend per second,
+/// per keyed algorithm, with bounded loads off (left) and on (right).
+pub(crate) fn draw_hot(
+    path: &Path,
+    params: &hot_key::Params,
+    runs: &[hot_key::Run],
+) -> Result<(), String> {
+    let root = SVGBackend::new(path, (1280, 560)).into_drawing_area();
+    let fail = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let title = format!(
+        "hot-key: {} backends, key-0 carries {:.0}% of the requests, Poisson arrivals at {:.0}% of capacity, {} requests, seed {}",
+        params.backends,
+        params.hot_share * 100.0,
+        params.utilisation * 100.0,
+        params.requests,
+        params.seed
+    );
+    let root = root
+        .titled(&title, ("sans-serif", 20))
+        .map_err(|e| fail(&e))?;
+    let (charts, key) = root.split_horizontally(1090);
+    let (left, right) = charts.split_horizontally(545);
+    let mut names: Vec<String> = Vec::new();
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for run in runs {
+        let colour = match names.iter().position(|n| n == run.algorithm.name()) {
+            Some(i) => i,
+            None => {
+                names.push(run.algorithm.name().to_string());
+                names.len() - 1
+            }
+        };
+        let line = Line {
+            colour,
+            points: run
+                .peak
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (i as f64 + 0.5, *p as f64))
+                .collect(),
+        };
+        if run.factor == 0 { &mut off } else { &mut on }.push(line);
+    }
+    let x_max = runs.iter().map(|r| r.peak.len()).max().unwrap_or(1).max(1) as f64;
+    panel(
+        &left,
+        "most requests at one backend, bounded loads off",
+        "requests (waiting or in service)",
+        x_max,
+        &off,
+        None,
+    )
+    .map_err(|e| fail(&e))?;
+    panel(
+        &right,
+        &format!("the same, hash_balance_factor {}", params.factor),
+        "requests (waiting or in service)",
+        x_max,
+        &on,
+        None,
+    )
+    .map_err(|e| fail(&e))?;
+    legend(&key, &names).map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
 }

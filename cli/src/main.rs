@@ -8,8 +8,15 @@
 //! - `lb simulate --scenario slow-node [--svg FILE]` simulates requests on backends of which
 //!   one is 10x slower, routed through leases, and prints each algorithm's p50/p99/p99.9
 //!   latency, shares and longest queue (`--scenario help` lists the scenarios).
+//! - `lb simulate --scenario failing-node` (one backend fails every request for a while):
+//!   requests failed, time to eject and to return, per algorithm with ejection on and off;
+//!   `--scenario hot-key` (one key carries 30% of the requests): latency, longest queue and
+//!   keys moved per keyed algorithm with bounded loads off and on.
 
 mod chart;
+mod events;
+mod failing_node;
+mod hot_key;
 mod simulate;
 mod slow_node;
 
@@ -54,7 +61,7 @@ enum Command {
     /// Print the node chosen for each key (or --count picks for unkeyed algorithms).
     Pick(PickArgs),
     /// Simulate algorithms: distribution, key movement and speed; latency under load
-    /// (--scenario slow-node).
+    /// (--scenario slow-node), ejection (failing-node), bounded loads (hot-key).
     Simulate(simulate::SimulateArgs),
 }
 
@@ -62,7 +69,7 @@ enum Command {
 #[derive(Args, Clone, Default)]
 pub(crate) struct OptionArgs {
     /// Seed for the random algorithms (default: OS entropy). `simulate --scenario slow-node`
-    /// seeds its workload with it too (default 1).
+    /// (failing-node, hot-key) seeds its workload with it too (default 1).
     #[arg(long)]
     seed: Option<u64>,
     /// Ring points per unit of weight.

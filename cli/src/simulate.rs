@@ -5,6 +5,10 @@
 //! - `slow-node`: a discrete-event simulation of requests on backends, one of them 10x slower,
 //!   each request routed through a lease and its latency fed back (see `slow_node`): the
 //!   load-aware algorithms against the blind ones. `--svg FILE` draws it (see `chart`).
+//! - `failing-node`: one backend fails every request for a while, then recovers (see
+//!   `failing_node`): passive ejection on and off, for every algorithm.
+//! - `hot-key`: one key carries a large share of the requests (see `hot_key`): the keyed
+//!   algorithms with bounded loads off and on.
 //!
 //! The `seeds` scenario is the seeds' own node lists: seed 000's three weighted servers
 //! (2, 7, 1) and seed 002's seven endpoints. For each algorithm the table shows every node's
@@ -15,7 +19,7 @@
 //! and the time per pick.
 
 use crate::slow_node::{self, Params};
-use crate::{Failure, OptionArgs, chart, parse_node};
+use crate::{Failure, OptionArgs, chart, failing_node, hot_key, parse_node};
 use clap::{Args, ValueEnum};
 use liblb_core::{Algorithm, Balancer, Error, Node};
 use std::hint::black_box;
@@ -32,34 +36,56 @@ pub(crate) struct SimulateArgs {
     /// ID[=WEIGHT],... Default: the seeds' node lists.
     #[arg(long)]
     nodes: Option<String>,
-    /// seeds: number of keys (= picks) per algorithm.
-    #[arg(long, default_value_t = 100_000)]
-    keys: usize,
-    /// Only this algorithm (repeatable); default: all (slow-node: all unkeyed).
+    /// seeds: number of keys (= picks) per algorithm (default 100000); failing-node, hot-key:
+    /// the key population (default 10000).
+    #[arg(long)]
+    keys: Option<usize>,
+    /// Only this algorithm (repeatable); default: all (slow-node: all unkeyed; hot-key: all
+    /// keyed).
     #[arg(long, short, value_parser = crate::algorithm_parser())]
     algorithm: Vec<Algorithm>,
-    /// slow-node: number of backends (backend-0 is the slow one).
+    /// slow-node, failing-node, hot-key: number of backends (backend-0 is the slow or the
+    /// failing one).
     #[arg(long, default_value_t = 10)]
     backends: usize,
-    /// slow-node: servers per backend (each backend is a FIFO queue before k servers).
+    /// slow-node, failing-node, hot-key: servers per backend (each backend is a FIFO queue
+    /// before k servers).
     #[arg(long, default_value_t = 1)]
     servers: usize,
-    /// slow-node: mean service time of a normal backend, ms (exponentially distributed).
+    /// slow-node, failing-node, hot-key: mean service time of a normal backend, ms
+    /// (exponentially distributed).
     #[arg(long, default_value_t = 10.0)]
     service_ms: f64,
     /// slow-node: how many times slower backend-0's mean service time is.
     #[arg(long, default_value_t = 10.0)]
     slowdown: f64,
-    /// slow-node: arrival rate as a share of the backends' total capacity (0 to 1).
+    /// slow-node, failing-node, hot-key: arrival rate as a share of the backends' total
+    /// capacity (0 to 1).
     #[arg(long, default_value_t = 0.7)]
     utilisation: f64,
-    /// slow-node: requests per algorithm.
-    #[arg(long, default_value_t = 200_000)]
-    requests: usize,
-    /// slow-node: write an SVG of the latency CDFs and the shares per backend to FILE.
+    /// slow-node, hot-key: requests per run (default: slow-node 200000, hot-key 50000).
+    #[arg(long)]
+    requests: Option<usize>,
+    /// failing-node: backend-0 fails every request from this time (seconds of virtual time)...
+    #[arg(long, default_value_t = 10.0)]
+    fail_from_s: f64,
+    /// failing-node: ...until this time, then recovers.
+    #[arg(long, default_value_t = 60.0)]
+    fail_until_s: f64,
+    /// failing-node: how long a failing request takes, ms.
+    #[arg(long, default_value_t = 1.0)]
+    fail_ms: f64,
+    /// failing-node: length of the run, seconds of virtual time.
+    #[arg(long, default_value_t = 110.0)]
+    duration_s: f64,
+    /// hot-key: the hot key's share of the requests (0 to 1).
+    #[arg(long, default_value_t = 0.3)]
+    hot_share: f64,
+    /// slow-node, failing-node, hot-key: write an SVG of the run to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
-    /// Balancer options (slow-node: --seed also seeds the workload; default 1).
+    /// Balancer options (slow-node, failing-node, hot-key: --seed also seeds the workload;
+    /// default 1).
     #[command(flatten)]
     options: OptionArgs,
 }
@@ -71,6 +97,12 @@ enum ScenarioName {
     Seeds,
     /// Requests on N backends, one 10x slower, routed through leases: latency per algorithm.
     SlowNode,
+    /// One backend fails every request for a while, then recovers: passive ejection on and
+    /// off, per algorithm.
+    FailingNode,
+    /// One key carries a large share of the requests: keyed algorithms with bounded loads
+    /// (hash_balance_factor) off and on.
+    HotKey,
     /// List the scenarios.
     Help,
 }
@@ -128,19 +160,21 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
         ScenarioName::Seeds => {
             if args.svg.is_some() {
                 return Err(Failure::Usage(
-                    "--svg draws the slow-node scenario (--scenario slow-node)".into(),
+                    "--svg draws the slow-node, failing-node and hot-key scenarios".into(),
                 ));
             }
             seeds(args, out)
         }
         ScenarioName::SlowNode => slow(args, out),
+        ScenarioName::FailingNode => failing(args, out),
+        ScenarioName::HotKey => hot(args, out),
         ScenarioName::Help => {
             writeln!(out, "scenarios (--scenario NAME):")?;
             for value in ScenarioName::value_variants() {
                 if *value != ScenarioName::Help {
                     let v = value.to_possible_value().expect("no variant is skipped");
                     let help = v.get_help().map(ToString::to_string).unwrap_or_default();
-                    writeln!(out, "  {:<10} {help}", v.get_name())?;
+                    writeln!(out, "  {:<13} {help}", v.get_name())?;
                 }
             }
             Ok(())
@@ -161,7 +195,7 @@ fn slow(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         service_ms: args.service_ms,
         slowdown: args.slowdown,
         utilisation: args.utilisation,
-        requests: args.requests,
+        requests: args.requests.unwrap_or(200_000),
         seed: args.options.seed.unwrap_or(1),
     };
     params.validate().map_err(Failure::Usage)?;
@@ -260,6 +294,265 @@ fn slow(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The algorithms chosen with `-a` (default: all).
+fn chosen(args: &SimulateArgs) -> Vec<Algorithm> {
+    if args.algorithm.is_empty() {
+        Algorithm::ALL.to_vec()
+    } else {
+        args.algorithm.clone()
+    }
+}
+
+/// Rejects `--nodes` (the seeds scenario's) in a backend scenario.
+fn no_nodes(args: &SimulateArgs, scenario: &str) -> Result<(), Failure> {
+    match args.nodes {
+        Some(_) => Err(Failure::Usage(format!(
+            "--nodes belongs to the seeds scenario; {scenario} takes --backends"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Seconds, printed short: `30`, `40.1`.
+fn secs(ns: u64) -> String {
+    let s = ns as f64 / 1e9;
+    if (s - s.round()).abs() < 5e-4 {
+        format!("{s:.0}")
+    } else {
+        format!("{s:.3}")
+    }
+}
+
+/// The failing-node scenario: two runs per algorithm (ejection on and off), one table, an SVG.
+fn failing(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    no_nodes(&args, "failing-node")?;
+    if args.requests.is_some() {
+        return Err(Failure::Usage(
+            "failing-node runs for --duration-s of virtual time; --requests belongs to slow-node and hot-key".into(),
+        ));
+    }
+    let params = failing_node::Params {
+        backends: args.backends,
+        servers: args.servers,
+        service_ms: args.service_ms,
+        utilisation: args.utilisation,
+        keys: args.keys.unwrap_or(10_000),
+        fail_ms: args.fail_ms,
+        fail_from_s: args.fail_from_s,
+        fail_until_s: args.fail_until_s,
+        duration_s: args.duration_s,
+        seed: args.options.seed.unwrap_or(1),
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let algorithms = chosen(&args);
+    let on = args.options.options()?;
+    let off = liblb_core::Options {
+        consecutive_failures: 0,
+        ..on
+    };
+    writeln!(
+        out,
+        "== failing-node: {} backends x {} server(s), FIFO, exponential service times with mean {} ms; backend-0 fails every request ({} ms each) from {} s to {} s ==",
+        params.backends,
+        params.servers,
+        params.service_ms,
+        params.fail_ms,
+        params.fail_from_s,
+        params.fail_until_s
+    )?;
+    writeln!(
+        out,
+        "Poisson arrivals at {:.0}% of capacity ({:.1} of {:.1} req/s) for {} s; each request carries one of {} keys, drawn uniformly (keyed algorithms route by it); no retries; seed {}",
+        params.utilisation * 100.0,
+        params.rate(),
+        params.capacity(),
+        params.duration_s,
+        params.keys,
+        params.seed
+    )?;
+    writeln!(
+        out,
+        "ejection on: consecutive_failures {}, base_ejection_time {} ms x times ejected (max {} ms), max_ejection_percent {}, panic_threshold {}; off: consecutive_failures=0",
+        on.consecutive_failures,
+        on.base_ejection_time.as_millis(),
+        on.max_ejection_time.as_millis(),
+        on.max_ejection_percent,
+        on.panic_threshold
+    )?;
+    let keys = failing_node::keys(params.keys);
+    let mut runs = Vec::new();
+    for algorithm in &algorithms {
+        runs.push(failing_node::run(*algorithm, &params, on, &keys)?);
+        runs.push(failing_node::run(*algorithm, &params, off, &keys)?);
+    }
+    writeln!(
+        out,
+        "\n{:<22} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>9}  ejections of backend-0 (at s+for s)",
+        "algorithm", "ejection", "failed", "b0 share", "eject ms", "leaked", "back s", "max queue"
+    )?;
+    for run in &runs {
+        let eject_ms = run.ejections.first().map_or("-".to_string(), |(at, _)| {
+            format!("{:.1}", (at - params.fail_start_ns()) as f64 / 1e6)
+        });
+        let back = run
+            .back_ns
+            .map_or("-".to_string(), |ns| format!("{:.3}", ns as f64 / 1e9));
+        let ejections = if run.ejections.is_empty() {
+            "-".to_string()
+        } else {
+            run.ejections
+                .iter()
+                .map(|(at, until)| format!("{}+{}", secs(*at), secs(until - at)))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        writeln!(
+            out,
+            "{:<22} {:>8} {:>8} {:>8.2}% {:>9} {:>8} {:>8} {:>9}  {ejections}",
+            run.algorithm.name(),
+            if run.ejection { "on" } else { "off" },
+            run.failed,
+            run.failing_share() * 100.0,
+            eject_ms,
+            run.leaked,
+            back,
+            run.max_queue.iter().max().copied().unwrap_or(0),
+        )?;
+    }
+    writeln!(
+        out,
+        "(failed: requests that failed, all on backend-0; b0 share: its share of the requests \
+         that arrived while it was failing; eject ms: from the failure's start to its first \
+         ejection; leaked: requests sent to it while ejected; back s: from its recovery to its \
+         first successful request; max queue: most requests at one backend, waiting or in \
+         service)"
+    )?;
+    if let Some(path) = &args.svg {
+        chart::draw_failing(path, &params, &runs).map_err(Failure::Usage)?;
+        writeln!(out, "\nwrote {}", path.display())?;
+    }
+    Ok(())
+}
+
+/// The hot-key scenario: two runs per keyed algorithm (bounded loads off and on), one table,
+/// an SVG.
+fn hot(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    no_nodes(&args, "hot-key")?;
+    let options = args.options.options()?;
+    let params = hot_key::Params {
+        backends: args.backends,
+        servers: args.servers,
+        service_ms: args.service_ms,
+        utilisation: args.utilisation,
+        requests: args.requests.unwrap_or(50_000),
+        keys: args.keys.unwrap_or(10_000),
+        hot_share: args.hot_share,
+        factor: match options.hash_balance_factor {
+            0 => 125,
+            f => f,
+        },
+        seed: args.options.seed.unwrap_or(1),
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let (algorithms, unkeyed): (Vec<Algorithm>, Vec<Algorithm>) =
+        chosen(&args).into_iter().partition(|a| a.is_keyed());
+    if algorithms.is_empty() {
+        return Err(Failure::Usage(
+            "hot-key runs keyed algorithms only (bounded loads bound where keys go)".into(),
+        ));
+    }
+    writeln!(
+        out,
+        "== hot-key: {} backends x {} server(s), FIFO, exponential service times with mean {} ms; key-0 carries {:.0}% of the requests, the others spread uniformly over {} keys ==",
+        params.backends,
+        params.servers,
+        params.service_ms,
+        params.hot_share * 100.0,
+        params.keys - 1
+    )?;
+    writeln!(
+        out,
+        "Poisson arrivals at {:.0}% of capacity ({:.1} of {:.1} req/s); {} requests per run; seed {}",
+        params.utilisation * 100.0,
+        params.rate(),
+        params.capacity(),
+        params.requests,
+        params.seed
+    )?;
+    writeln!(
+        out,
+        "bounded: hash_balance_factor {} (a key goes to the first node of its retry order with in-flight below ceil({} x (total in-flight + 1) / {}))",
+        params.factor,
+        params.factor as f64 / 100.0,
+        params.backends
+    )?;
+    if !unkeyed.is_empty() {
+        let names: Vec<&str> = unkeyed.iter().map(|a| a.name()).collect();
+        writeln!(
+            out,
+            "skipped (unkeyed: no key to bound): {}",
+            names.join(", ")
+        )?;
+    }
+    let keys = failing_node::keys(params.keys);
+    let mut runs = Vec::new();
+    for algorithm in &algorithms {
+        let usual = hot_key::usual_nodes(*algorithm, &params, options, &keys)?;
+        for factor in [0, params.factor] {
+            runs.push(hot_key::run(
+                *algorithm, &params, options, factor, &keys, &usual,
+            )?);
+        }
+    }
+    writeln!(
+        out,
+        "\n{:<22} {:>6} {:>10} {:>10} {:>9} {:>10} {:>8} {:>9} {:>9} {:>10}",
+        "algorithm",
+        "factor",
+        "p50 ms",
+        "p99 ms",
+        "max queue",
+        "over bound",
+        "hot node",
+        "hot share",
+        "hot moved",
+        "cold moved"
+    )?;
+    for run in &runs {
+        writeln!(
+            out,
+            "{:<22} {:>6} {:>10.1} {:>10.1} {:>9} {:>10} {:>8} {:>8.1}% {:>8.1}% {:>9.2}%",
+            run.algorithm.name(),
+            match run.factor {
+                0 => "off".to_string(),
+                f => f.to_string(),
+            },
+            run.quantile_ms(0.5),
+            run.quantile_ms(0.99),
+            run.max_queue.iter().max().copied().unwrap_or(0),
+            run.over_bound,
+            format!("b{}", run.hot_node),
+            run.hot_node_share() * 100.0,
+            run.hot_moved_share() * 100.0,
+            run.cold_moved_share() * 100.0,
+        )?;
+    }
+    writeln!(
+        out,
+        "(latency: arrival to completion; max queue: most requests at one backend, waiting or in \
+         service; over bound: requests that took their backend over ceil({} x total in-flight \
+         / {}); hot node: key-0's usual node, and its share of the requests; moved: requests \
+         served away from their key's usual node, for key-0 and for the other keys)",
+        params.factor as f64 / 100.0,
+        params.backends
+    )?;
+    if let Some(path) = &args.svg {
+        chart::draw_hot(path, &params, &runs).map_err(Failure::Usage)?;
+        writeln!(out, "\nwrote {}", path.display())?;
+    }
+    Ok(())
+}
+
 /// The seeds scenario: one table per algorithm and node list.
 fn seeds(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     let algorithms = if args.algorithm.is_empty() {
@@ -267,7 +560,7 @@ fn seeds(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     } else {
         args.algorithm.clone()
     };
-    let keys: Vec<String> = (0..args.keys.max(1))
+    let keys: Vec<String> = (0..args.keys.unwrap_or(100_000).max(1))
         .map(|i| format!("client-{i}"))
         .collect();
     for scenario in scenarios(args.nodes.as_deref())? {

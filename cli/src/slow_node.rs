@@ -220,14 +220,14 @@ struct Waiting {
 }
 
 /// An Exp(1) draw from 64 random bits: −ln(1 − U), U uniform on [0, 1) with 53 bits.
-fn exp1(rng: &mut SplitMix64) -> f64 {
+pub(crate) fn exp1(rng: &mut SplitMix64) -> f64 {
     let u = (rng.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
     -(1.0 - u).ln()
 }
 
 /// The balancer's seed for a workload seed: a SplitMix64 output, so its stream and the
 /// workload's (which starts at `seed`) do not overlap in any run of practical length.
-fn balancer_seed(seed: u64) -> u64 {
+pub(crate) fn balancer_seed(seed: u64) -> u64 {
     SplitMix64::new(seed ^ 0x6c62_2d62_616c_616e).next()
 }
 

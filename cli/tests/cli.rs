@@ -255,3 +255,242 @@ fn scenarios_are_listed_and_bad_parameters_named() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--backends"));
 }
+
+/// A table of `lb simulate` read back: the cells of each row after the header line that
+/// contains `header`, up to the first blank or `(` line.
+fn table_rows(text: &str, header: &str) -> Vec<Vec<String>> {
+    let start = text
+        .lines()
+        .position(|l| l.starts_with("algorithm") && l.contains(header))
+        .unwrap_or_else(|| panic!("a table with {header:?} in:\n{text}"));
+    text.lines()
+        .skip(start + 1)
+        .take_while(|l| !l.trim().is_empty() && !l.starts_with('('))
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+fn num(cell: &str) -> f64 {
+    cell.trim_end_matches('%')
+        .parse()
+        .unwrap_or_else(|_| panic!("{cell:?} is not a number"))
+}
+
+/// Writes `drawn` to docs/NAME when LB_BLESS is set, then checks the committed picture is
+/// this run's (a change that moves it fails here; then update README.md's table too).
+fn check_blessed(name: &str, drawn: &str, text: &str) {
+    let head = drawn.trim_start();
+    assert!(
+        head.starts_with("<svg") || head.starts_with("<?xml"),
+        "{head:.80}"
+    );
+    assert!(drawn.trim_end().ends_with("</svg>"));
+    let committed = format!("{}/../docs/{name}", env!("CARGO_MANIFEST_DIR"));
+    if std::env::var_os("LB_BLESS").is_some() {
+        std::fs::write(&committed, drawn).unwrap();
+    }
+    assert!(
+        std::fs::read_to_string(&committed).unwrap() == drawn,
+        "docs/{name} is stale: rerun with LB_BLESS=1 and update README.md's table from:\n{text}"
+    );
+}
+
+/// Runs `lb simulate` with `args` and `--svg`, returning the output and the SVG.
+fn simulate_with_svg(name: &str, args: &[&str]) -> (String, String) {
+    let dir = std::env::temp_dir().join(format!("lb-cli-test-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join(name);
+    let mut all = vec!["simulate"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--svg", svg.to_str().unwrap()]);
+    let o = lb(&all);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    (stdout(&o), drawn)
+}
+
+/// The bar on the default failing-node scenario (backend-0 fails from 10 s to 60 s,
+/// default ejection options): with ejection on, every algorithm stops sending it requests
+/// after `consecutive_failures` failures, sends it none while ejected, takes it back after the
+/// base ejection time, ejects it again for twice as long when it still fails, and gets a
+/// success from it once that ejection ends; with `consecutive_failures=0` it keeps its share.
+#[test]
+fn failing_node_ejects_returns_and_draws_an_svg() {
+    let (text, drawn) = simulate_with_svg("failing-node.svg", &["--scenario", "failing-node"]);
+    let rows = table_rows(&text, "eject ms");
+    let defaults = liblb_core::Options::default();
+    let base = defaults.base_ejection_time.as_secs_f64();
+    let streak = f64::from(defaults.consecutive_failures);
+    let (from_s, until_s, backends) = (10.0, 60.0, 10.0);
+    assert_eq!(rows.len(), 2 * liblb_core::Algorithm::NAMES.len(), "{text}");
+    for (row, name) in rows.chunks(2).zip(liblb_core::Algorithm::NAMES) {
+        let (on, off) = (&row[0], &row[1]);
+        assert_eq!((on[0].as_str(), on[1].as_str()), (*name, "on"), "{text}");
+        assert_eq!((off[0].as_str(), off[1].as_str()), (*name, "off"), "{text}");
+        // Ejected after exactly the streak; again after it returns: two streaks failed.
+        assert_eq!(num(&on[2]), 2.0 * streak, "{name}: {text}");
+        assert!(num(&on[3]) < 0.1, "{name} share {}", on[3]);
+        assert!(num(&on[4]) < 1000.0, "{name} ejected after {} ms", on[4]);
+        assert_eq!(num(&on[5]), 0.0, "{name} got requests while ejected");
+        // Ejections "AT+FOR,AT+FOR": base, then twice base from when it returned.
+        let ejections: Vec<(f64, f64)> = on[8]
+            .split(',')
+            .map(|e| {
+                let (at, length) = e.split_once('+').unwrap();
+                (num(at), num(length))
+            })
+            .collect();
+        assert_eq!(ejections.len(), 2, "{name}: {}", on[8]);
+        assert_eq!(ejections[0].1, base, "{name}");
+        assert_eq!(ejections[1].1, 2.0 * base, "{name}");
+        assert!(ejections[0].0 >= from_s && ejections[0].0 < from_s + 1.0);
+        let returned = ejections[0].0 + base;
+        assert!(ejections[1].0 >= returned && ejections[1].0 < returned + 1.0);
+        // Back once the second ejection ends, not when the backend recovered.
+        let end = ejections[1].0 + ejections[1].1;
+        let back = until_s + num(&on[6]);
+        assert!(
+            back >= end && back < end + 1.0,
+            "{name}: back at {back}, end {end}"
+        );
+        // No ejection: it keeps its share (at least 80% of 1/n; the load-aware algorithms
+        // send a fast-failing backend more), every one of those requests failing.
+        assert!(num(&off[3]) > 80.0 / backends, "{name}: {}", off[3]);
+        assert!(num(&off[2]) > 100.0 * num(&on[2]), "{name}");
+        assert_eq!(off[8], "-");
+    }
+    for name in liblb_core::Algorithm::NAMES {
+        assert!(drawn.contains(name), "{name} missing from the SVG");
+    }
+    check_blessed("failing-node.svg", &drawn, &text);
+}
+
+/// The bar on the default hot-key scenario (key-0 carries 30% of the requests): with
+/// `hash_balance_factor` 125 no request takes a backend over its bound and p99 falls far
+/// below the unbounded run's, whose hot node's queue grows for the whole run; without the
+/// factor no key ever leaves its usual node.
+#[test]
+fn hot_key_bounded_loads_hold_the_bound_and_draw_an_svg() {
+    let (text, drawn) = simulate_with_svg("hot-key.svg", &["--scenario", "hot-key"]);
+    let rows = table_rows(&text, "over bound");
+    let keyed: Vec<&str> = liblb_core::Algorithm::ALL
+        .iter()
+        .filter(|a| a.is_keyed())
+        .map(|a| a.name())
+        .collect();
+    assert_eq!(rows.len(), 2 * keyed.len(), "{text}");
+    for (row, name) in rows.chunks(2).zip(&keyed) {
+        let (off, on) = (&row[0], &row[1]);
+        assert_eq!((off[0].as_str(), off[1].as_str()), (*name, "off"), "{text}");
+        assert_eq!((on[0].as_str(), on[1].as_str()), (*name, "125"), "{text}");
+        // Unbounded: the hot node goes over the bound, nothing moves.
+        assert!(num(&off[5]) > 0.0, "{name}");
+        assert_eq!((num(&off[8]), num(&off[9])), (0.0, 0.0), "{name}");
+        assert!(num(&off[7]) > 30.0, "{name}: hot node share {}", off[7]);
+        // Bounded: never over, the hot key spread, p99 at least 100x lower.
+        assert_eq!(num(&on[5]), 0.0, "{name}: {text}");
+        assert!(num(&on[8]) > 0.0, "{name}");
+        assert!(num(&on[3]) * 100.0 < num(&off[3]), "{name}: {text}");
+        assert!(num(&on[4]) * 100.0 < num(&off[4]), "{name}: {text}");
+        // The usual node is the algorithm's, the same in both runs.
+        assert_eq!(off[6], on[6]);
+    }
+    for name in &keyed {
+        assert!(drawn.contains(name), "{name} missing from the SVG");
+    }
+    check_blessed("hot-key.svg", &drawn, &text);
+}
+
+/// Short runs: same seed, same output; another seed, another workload. With a 1 s base
+/// ejection time the backoff shows within seconds: 1 s, then 2 s.
+#[test]
+fn failing_node_and_hot_key_are_deterministic() {
+    let run = |args: &[&str], seed: &str| {
+        let mut all = vec!["simulate", "--seed", seed];
+        all.extend_from_slice(args);
+        let o = lb(&all);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        stdout(&o)
+    };
+    let failing = [
+        "--scenario",
+        "failing-node",
+        "--duration-s",
+        "8",
+        "--fail-from-s",
+        "1",
+        "--fail-until-s",
+        "2.5",
+        "-o",
+        "base_ejection_time_ms=1000",
+        "-a",
+        "round_robin",
+        "-a",
+        "ring",
+    ];
+    let first = run(&failing, "42");
+    assert_eq!(first, run(&failing, "42"));
+    assert_ne!(first, run(&failing, "43"));
+    let rows = table_rows(&first, "eject ms");
+    assert_eq!(rows.len(), 4, "{first}");
+    for row in rows.iter().filter(|r| r[1] == "on") {
+        let lengths: Vec<&str> = row[8]
+            .split(',')
+            .map(|e| e.split_once('+').unwrap().1)
+            .collect();
+        assert_eq!(lengths, ["1", "2"], "{first}");
+    }
+    let hot = [
+        "--scenario",
+        "hot-key",
+        "--requests",
+        "3000",
+        "-a",
+        "jump",
+        "-a",
+        "maglev",
+    ];
+    let first = run(&hot, "42");
+    assert_eq!(first, run(&hot, "42"));
+    assert_ne!(first, run(&hot, "43"));
+    assert_eq!(table_rows(&first, "over bound").len(), 4, "{first}");
+}
+
+#[test]
+fn failing_node_and_hot_key_name_bad_parameters() {
+    let fails = |args: &[&str], needle: &str| {
+        let mut all = vec!["simulate"];
+        all.extend_from_slice(args);
+        let o = lb(&all);
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    };
+    fails(
+        &["--scenario", "failing-node", "--fail-until-s", "200"],
+        "--fail-until-s",
+    );
+    fails(
+        &["--scenario", "failing-node", "--fail-ms", "0"],
+        "--fail-ms",
+    );
+    fails(
+        &["--scenario", "failing-node", "--nodes", "3"],
+        "--backends",
+    );
+    fails(
+        &["--scenario", "hot-key", "--hot-share", "1.5"],
+        "--hot-share",
+    );
+    fails(&["--scenario", "hot-key", "-a", "round_robin"], "keyed");
+    fails(
+        &["--scenario", "hot-key", "-o", "hash_balance_factor=50"],
+        "hash_balance_factor",
+    );
+    let o = lb(&["simulate", "--scenario", "help"]);
+    let text = stdout(&o);
+    for name in ["seeds", "slow-node", "failing-node", "hot-key"] {
+        assert!(text.contains(name), "{name} missing from:\n{text}");
+    }
+}

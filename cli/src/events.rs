@@ -1,0 +1,167 @@
+//! The discrete-event engine under `--scenario failing-node` and `--scenario hot-key`: Poisson
+//! arrivals, each routed by the real [`Balancer`] through [`Balancer::acquire`] (with its key),
+//! queued FIFO at the chosen backend in front of `servers` servers, and finished with its
+//! outcome and latency when its service ends. Virtual time only: the balancer reads a
+//! [`ManualClock`] set to each event's time, so a run takes the same course on any machine.
+//!
+//! What a backend does with a request (how long it takes, whether it fails) and what is
+//! measured is the scenario's [`Model`]. The workload draws (gap, work, key) come from one
+//! SplitMix64 seeded with the workload seed and do not depend on the routing, so every
+//! algorithm faces the same arrivals (common random numbers), as in `slow_node`.
+
+use crate::slow_node::exp1;
+use liblb_core::{Balancer, Lease, ManualClock, Outcome, SplitMix64};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
+
+/// The arrivals: their rate, how many or until when, and which key each carries.
+pub(crate) struct Workload<'a> {
+    pub seed: u64,
+    /// Mean gap between arrivals, nanoseconds.
+    pub gap_ns: f64,
+    /// At most this many arrivals...
+    pub requests: usize,
+    /// ...and none at or after this time (nanoseconds).
+    pub end_ns: u64,
+    /// The key population (bytes passed to `acquire`; unkeyed algorithms ignore them).
+    pub keys: &'a [Vec<u8>],
+    /// Maps a uniform draw in [0, 1) to a key index.
+    pub key_of: &'a dyn Fn(f64) -> usize,
+}
+
+/// A scenario's backends and measurements.
+pub(crate) trait Model {
+    /// Servers per backend.
+    fn servers(&self) -> usize;
+    /// A request with `work` (an Exp(1) draw) starts service on `backend` at `now`: its
+    /// service time in nanoseconds and whether it succeeds.
+    fn serve(&self, backend: usize, now: u64, work: f64) -> (u64, bool);
+    /// A request for `key` was routed to `backend` at `now`; `at_backend` requests are now
+    /// there (waiting or in service, this one included), `total` in the whole system.
+    fn routed(&mut self, now: u64, backend: usize, key: usize, at_backend: usize, total: usize);
+    /// A request routed to `backend` at `arrived` ended at `now` (its lease already finished).
+    fn done(&mut self, now: u64, backend: usize, arrived: u64, success: bool, balancer: &Balancer);
+}
+
+/// A request being served, ordered by completion time then arrival order (see `slow_node`).
+struct InService {
+    done_ns: u64,
+    seq: u64,
+    arrived_ns: u64,
+    backend: usize,
+    success: bool,
+    lease: Lease,
+}
+
+impl PartialEq for InService {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for InService {}
+impl PartialOrd for InService {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for InService {
+    /// Reversed: `BinaryHeap` pops the earliest completion first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.done_ns, other.seq).cmp(&(self.done_ns, self.seq))
+    }
+}
+
+struct Waiting {
+    seq: u64,
+    arrived_ns: u64,
+    work: f64,
+    lease: Lease,
+}
+
+/// A uniform draw in [0, 1) with 53 bits.
+fn unit(rng: &mut SplitMix64) -> f64 {
+    (rng.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// Starts `w`'s service on backend `b` at `now`.
+fn begin(model: &impl Model, w: Waiting, b: usize, now: u64, heap: &mut BinaryHeap<InService>) {
+    let (service, success) = model.serve(b, now, w.work);
+    heap.push(InService {
+        done_ns: now + service,
+        seq: w.seq,
+        arrived_ns: w.arrived_ns,
+        backend: b,
+        success,
+        lease: w.lease,
+    });
+}
+
+/// Runs the workload through `balancer` (whose clock is `clock`) on `backends` backends until
+/// every request has ended. Returns the number of requests.
+pub(crate) fn run(
+    balancer: &Balancer,
+    clock: &ManualClock,
+    backends: usize,
+    workload: &Workload<'_>,
+    model: &mut impl Model,
+) -> Result<u64, liblb_core::Error> {
+    let servers = model.servers();
+    let mut rng = SplitMix64::new(workload.seed);
+    let mut busy = vec![0usize; backends];
+    let mut queues: Vec<VecDeque<Waiting>> = (0..backends).map(|_| VecDeque::new()).collect();
+    let mut in_service = BinaryHeap::new();
+    let mut total = 0usize;
+
+    let gap = |rng: &mut SplitMix64| (exp1(rng) * workload.gap_ns).round() as u64;
+    let mut next_arrival = gap(&mut rng);
+    let mut issued = 0u64;
+    loop {
+        let next_done = in_service.peek().map(|s: &InService| s.done_ns);
+        let more = issued < workload.requests as u64 && next_arrival < workload.end_ns;
+        // A completion at the same instant goes first (it frees a server).
+        if more && next_done.is_none_or(|done| next_arrival < done) {
+            let now = next_arrival;
+            clock.set(Duration::from_nanos(now));
+            let key = (workload.key_of)(unit(&mut rng)).min(workload.keys.len() - 1);
+            let work = exp1(&mut rng);
+            let lease = balancer.acquire(Some(&workload.keys[key]))?;
+            let b = lease.tag() as usize;
+            let waiting = Waiting {
+                seq: issued,
+                arrived_ns: now,
+                work,
+                lease,
+            };
+            total += 1;
+            if busy[b] < servers {
+                busy[b] += 1;
+                begin(model, waiting, b, now, &mut in_service);
+            } else {
+                queues[b].push_back(waiting);
+            }
+            model.routed(now, b, key, busy[b] + queues[b].len(), total);
+            issued += 1;
+            next_arrival = now + gap(&mut rng);
+        } else if let Some(done) = in_service.pop() {
+            let now = done.done_ns;
+            clock.set(Duration::from_nanos(now));
+            let latency = Duration::from_nanos(now - done.arrived_ns);
+            done.lease.finish(if done.success {
+                Outcome::Success(latency)
+            } else {
+                Outcome::Failure(latency)
+            });
+            total -= 1;
+            let b = done.backend;
+            model.done(now, b, done.arrived_ns, done.success, balancer);
+            match queues[b].pop_front() {
+                Some(next) => begin(model, next, b, now, &mut in_service),
+                None => busy[b] -= 1,
+            }
+        } else {
+            break;
+        }
+    }
+    Ok(issued)
+}
