@@ -366,7 +366,8 @@ impl Balancer {
     /// [`Error::HashUnsupported`].
     pub fn pick_hash(&self, hash: u64) -> Result<Picked> {
         let snapshot = self.current.load();
-        let index = snapshot.table.pick_hash(hash)?;
+        let now = snapshot.now_for_pick();
+        let index = snapshot.table.pick_hash_at(hash, &self.state, now)?;
         Ok(Picked { snapshot, index })
     }
 
@@ -374,7 +375,8 @@ impl Balancer {
     pub fn attempts_hash(&self, hash: u64, limit: usize) -> Result<Picks> {
         let snapshot = self.current.load_full();
         let mut indices = Vec::new();
-        snapshot.table.attempts_hash(hash, limit, &mut indices)?;
+        let now = snapshot.now_for_pick();
+        (snapshot.table).attempts_hash_at(hash, &self.state, now, limit, &mut indices)?;
         Ok(Picks { snapshot, indices })
     }
 

@@ -208,9 +208,23 @@ impl Table {
     /// A keyed pick: the first node in the key's retry order that is usable and, with bounded
     /// loads, under its bound; if none is under its bound, the first usable one.
     fn pick_keyed(&self, selector: &Selector, key: &[u8], ctx: &Ctx<'_>) -> u32 {
+        let first = selector.pick(key, ctx);
+        self.first_fitting(first, ctx, |limit, order| {
+            selector.attempts(key, ctx, limit, order)
+        })
+    }
+
+    /// `first` if it is usable and under its bound (bounded loads), else the first such node
+    /// of the retry order `attempts` writes (asked for a growing prefix, so a far node costs
+    /// more only when the near ones do not fit); if none is under its bound, the first usable.
+    fn first_fitting(
+        &self,
+        first: u32,
+        ctx: &Ctx<'_>,
+        mut attempts: impl FnMut(usize, &mut Vec<u32>),
+    ) -> u32 {
         let bound = self.load_bound(ctx);
         let fits = |i: u32| ctx.usable(i) && bound.is_none_or(|b| self.under(i, b, ctx));
-        let first = selector.pick(key, ctx);
         if fits(first) {
             return first;
         }
@@ -219,7 +233,7 @@ impl Table {
         let mut limit = 4.min(n);
         loop {
             order.clear();
-            selector.attempts(key, ctx, limit, &mut order);
+            attempts(limit, &mut order);
             if let Some(i) = order.iter().copied().find(|i| fits(*i)) {
                 return i;
             }
@@ -229,6 +243,44 @@ impl Table {
             limit = (limit * 8).min(n);
         }
         order.into_iter().find(|i| ctx.usable(*i)).unwrap_or(first)
+    }
+
+    /// [`Table::pick_hash`] honouring health and bounded loads as keyed picks do: a hash whose
+    /// node is unusable goes to the next usable node of its retry order (`attempts_hash`).
+    pub fn pick_hash_at(&self, hash: u64, state: &State, now_ns: u64) -> Result<usize> {
+        let first = self.pick_hash(hash)?;
+        let ctx = self.ctx(state, now_ns);
+        if !ctx.checking() && self.policy.balance_factor == 0 {
+            return Ok(first);
+        }
+        let selector = self.selector.as_ref().ok_or(Error::NoNodes)?;
+        let index = self.first_fitting(first as u32, &ctx, |limit, order| {
+            selector.attempts_by_hash(hash, limit, order);
+        });
+        Ok(index as usize)
+    }
+
+    /// [`Table::attempts_hash`] with usable nodes first (each group in retry order).
+    pub fn attempts_hash_at(
+        &self,
+        hash: u64,
+        state: &State,
+        now_ns: u64,
+        limit: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
+        let ctx = self.ctx(state, now_ns);
+        if !ctx.checking() {
+            return self.attempts_hash(hash, limit, out);
+        }
+        let mut order = Vec::new();
+        self.attempts_hash(hash, self.active.len(), &mut order)?;
+        let (mut usable, unusable): (Vec<u32>, Vec<u32>) =
+            order.into_iter().partition(|i| ctx.usable(*i));
+        usable.extend(unusable);
+        usable.truncate(limit);
+        out.extend_from_slice(&usable);
+        Ok(())
     }
 
     /// Bounded loads: total in-flight requests + 1 times the factor, or `None` when off.

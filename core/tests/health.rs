@@ -445,3 +445,82 @@ fn health_options_are_checked() {
         .unwrap();
     assert_eq!(o.slow_start_aggression, 1.5);
 }
+
+#[test]
+fn an_ejected_nodes_keys_move_to_their_next_node_and_come_back() {
+    let ids: Vec<String> = (0..8).map(|i| format!("10.0.0.{i}")).collect();
+    let keys: Vec<String> = (0..1000).map(|i| format!("key-{i}")).collect();
+    for algorithm in Algorithm::ALL.into_iter().filter(|a| a.is_keyed()) {
+        let clock = Arc::new(ManualClock::new(secs(5)));
+        let nodes: Vec<Node> = ids.iter().map(|id| Node::new(id.as_str(), 1)).collect();
+        let b = Balancer::with_clock(algorithm, nodes, options(&[]), clock.clone()).unwrap();
+        let place = |b: &Balancer| -> Vec<String> {
+            keys.iter()
+                .map(|k| b.pick(Some(k.as_bytes())).unwrap().id().to_string())
+                .collect()
+        };
+        let before = place(&b);
+        let failing = "10.0.0.5";
+        for _ in 0..5 {
+            b.report(failing, Outcome::Failure(Duration::ZERO)).unwrap();
+        }
+        let during = place(&b);
+        for (i, key) in keys.iter().enumerate() {
+            if before[i] == failing {
+                let order = b.attempts(Some(key.as_bytes()), 2).unwrap();
+                assert_eq!(order.ids().next(), Some(during[i].as_str()), "{algorithm}");
+                assert_ne!(during[i], failing, "{algorithm}");
+            } else {
+                assert_eq!(during[i], before[i], "{algorithm}: {key} moved");
+            }
+        }
+        clock.advance(secs(30));
+        assert_eq!(place(&b), before, "{algorithm}: keys did not come back");
+    }
+}
+
+#[test]
+fn hashes_of_a_down_node_go_to_their_next_node() {
+    let ids: Vec<String> = (0..6).map(|i| format!("h{i}")).collect();
+    for algorithm in Algorithm::ALL.into_iter().filter(|a| a.takes_hash()) {
+        let nodes: Vec<Node> = ids.iter().map(|id| Node::new(id.as_str(), 1)).collect();
+        let b = Balancer::new(algorithm, nodes, options(&[])).unwrap();
+        let hashes: Vec<u64> = (0..500u64)
+            .map(|h| h.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .collect();
+        let before: Vec<String> = hashes
+            .iter()
+            .map(|h| b.pick_hash(*h).unwrap().id().to_string())
+            .collect();
+        let orders: Vec<Vec<String>> = hashes
+            .iter()
+            .map(|h| {
+                b.attempts_hash(*h, 6)
+                    .unwrap()
+                    .ids()
+                    .map(str::to_string)
+                    .collect()
+            })
+            .collect();
+        b.mark_down("h2").unwrap();
+        for (i, h) in hashes.iter().enumerate() {
+            let now = b.pick_hash(*h).unwrap().id().to_string();
+            let expected = orders[i].iter().find(|id| *id != "h2").unwrap();
+            assert_eq!(
+                &now,
+                if before[i] == "h2" {
+                    expected
+                } else {
+                    &before[i]
+                },
+                "{algorithm}"
+            );
+            let order = b.attempts_hash(*h, 6).unwrap();
+            assert_eq!(order.ids().last(), Some("h2"), "{algorithm}");
+        }
+        b.mark_up("h2").unwrap();
+        for (i, h) in hashes.iter().enumerate() {
+            assert_eq!(b.pick_hash(*h).unwrap().id(), before[i], "{algorithm}");
+        }
+    }
+}
