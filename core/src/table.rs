@@ -52,12 +52,23 @@ fn validate_nodes(nodes: &[Node]) -> Result<()> {
     for node in nodes {
         validate_id(&node.id)?;
     }
-    let mut ids: Vec<&str> = nodes.iter().map(|n| &*n.id).collect();
-    ids.sort_unstable();
-    match ids.windows(2).find(|w| w[0] == w[1]) {
-        Some(w) => Err(Error::DuplicateNode(w[0].to_string())),
-        None => Ok(()),
+    // Sort 64-bit hashes of the ids rather than the ids themselves (a million string
+    // comparisons is most of a large build); only equal hashes compare the ids.
+    let mut hashed: Vec<(u64, u32)> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (xxhash_rust::xxh3::xxh3_64(n.id.as_bytes()), i as u32))
+        .collect();
+    hashed.sort_unstable();
+    let id = |at: &(u64, u32)| &*nodes[at.1 as usize].id;
+    for run in hashed.chunk_by(|a, b| a.0 == b.0).filter(|run| run.len() > 1) {
+        let mut ids: Vec<&str> = run.iter().map(id).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Error::DuplicateNode(w[0].to_string()));
+        }
     }
+    Ok(())
 }
 
 impl Table {
