@@ -29,6 +29,11 @@
 //! Their TypeScript declarations live in `header.d.ts` (an interface merged with the generated
 //! class). `pickMany` finds its environment's batch helpers in the addon's instance data.
 //!
+//! `pick` is then wrapped, when the module loads, by the JavaScript function of `ids.rs`, which
+//! calls this native `pick` for an instance's first pick and afterwards a per-instance native
+//! function that needs no receiver check (the fourth method registered here,
+//! `__liblbFastPick`, makes it and is taken off the prototype by that script).
+//!
 //! This uses napi-rs internals (`napi::__private::register_class`, `CallbackInfo::unwrap_raw`),
 //! which is why `Cargo.toml` pins `napi` and `napi-derive` to exact versions.
 
@@ -57,8 +62,13 @@ napi::ctor::declarative::ctor! {
             | PropertyAttributes::Configurable;
         type Callback =
             unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
-        let hot: [(&str, Callback); 3] =
-            [("pick", pick), ("pickMany", pick_many), ("attempts", attempts)];
+        // `__liblbFastPick` is taken off the prototype by `ids::PICK` when the module loads.
+        let hot: [(&str, Callback); 4] = [
+            ("pick", pick),
+            ("pickMany", pick_many),
+            ("attempts", attempts),
+            ("__liblbFastPick", fast_pick),
+        ];
         let props = hot
             .into_iter()
             .filter_map(|(name, callback)| {
@@ -113,8 +123,10 @@ const RUN: &str = r"(function (exports) {
 /// It also defines `Balancer.prototype.run` (see [`RUN`]).
 #[napi(module_exports)]
 pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
-    let install: Function<Object, ()> = env.run_script(RUN)?;
-    install.call(exports)?;
+    for script in [RUN, crate::ids::PICK] {
+        let install: Function<Object, ()> = env.run_script(script)?;
+        install.call(exports)?;
+    }
     let helpers = Helpers::install(&env)?;
     // SAFETY: a valid env from napi-rs. No finalizer: the helpers are freed by their own
     // environment cleanup hook (see `Helpers::install`), after the last call in this environment.
@@ -176,6 +188,15 @@ unsafe fn enter<const N: usize, R: ToNapiValue>(
 unsafe extern "C" fn pick(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: called by napi as a `napi_callback`.
     unsafe { enter(env, info, |b, env, [key]| b.pick_impl(env, key)) }
+}
+
+/// `Balancer.prototype.__liblbFastPick()`: the record of `ids::PICK`.
+unsafe extern "C" fn fast_pick(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by napi as a `napi_callback`.
+    unsafe { enter(env, info, |b, env, []| b.fast_pick_impl(env)) }
 }
 
 /// `Balancer.prototype.pickMany(keys)`.
