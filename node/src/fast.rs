@@ -30,9 +30,9 @@
 //! class). `pickMany` finds its environment's batch helpers in the addon's instance data.
 //!
 //! `pick` is then wrapped, when the module loads, by the JavaScript function of `ids.rs`, which
-//! calls this native `pick` for an instance's first pick and afterwards a per-instance native
-//! function that needs no receiver check (the fourth method registered here,
-//! `__liblbFastPick`, makes it and is taken off the prototype by that script).
+//! calls this native `pick` for an instance's first pick and afterwards a native function that
+//! needs no receiver check, given the instance's handle (the fourth method registered here,
+//! `__liblbFastPick`, makes the handle and is taken off the prototype by that script).
 //!
 //! This uses napi-rs internals (`napi::__private::register_class`, `CallbackInfo::unwrap_raw`),
 //! which is why `Cargo.toml` pins `napi` and `napi-derive` to exact versions.
@@ -41,7 +41,7 @@ use crate::Balancer;
 use crate::batch::Helpers;
 use crate::error::{Code, Error, OrThrow, Result, type_error};
 use napi::bindgen_prelude::{CallbackInfo, Function, JsError, Object, ToNapiValue, panic_to_error};
-use napi::{Env, Unknown, sys};
+use napi::{Env, JsValue, Unknown, sys};
 use napi_derive::napi;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
@@ -123,9 +123,25 @@ const RUN: &str = r"(function (exports) {
 /// It also defines `Balancer.prototype.run` (see [`RUN`]).
 #[napi(module_exports)]
 pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
-    for script in [RUN, crate::ids::PICK] {
-        let install: Function<Object, ()> = env.run_script(script)?;
-        install.call(exports)?;
+    let install: Function<Object, ()> = env.run_script(RUN)?;
+    install.call(exports)?;
+    // `Balancer.prototype.pick`'s JavaScript half, given its two private native functions.
+    let install: Unknown = env.run_script(crate::ids::PICK)?;
+    let [fast_pick, fast_ids] = crate::ids::functions(&env)?;
+    let (mut receiver, mut result) = (ptr::null_mut(), ptr::null_mut());
+    let args = [exports.raw(), fast_pick, fast_ids];
+    // SAFETY: a valid env; `install` is the function the script evaluated to; `args` outlives
+    // the call; out-pointers to locals.
+    unsafe {
+        napi::check_status!(sys::napi_get_undefined(env.raw(), &mut receiver))?;
+        napi::check_status!(sys::napi_call_function(
+            env.raw(),
+            receiver,
+            install.raw(),
+            args.len(),
+            args.as_ptr(),
+            &mut result
+        ))?;
     }
     let helpers = Helpers::install(&env)?;
     // SAFETY: a valid env from napi-rs. No finalizer: the helpers are freed by their own

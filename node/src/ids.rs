@@ -8,18 +8,19 @@
 //! lives on the JavaScript side:
 //!
 //! - `Balancer.prototype.pick` is a small JavaScript function ([`PICK`]) that keeps, per
-//!   balancer, a private record `{ f, g, ids }` in a `WeakMap` closed over by the function (no
-//!   other code can reach it). The first pick on an instance goes through the native,
-//!   receiver-checked `pick`; only after that call succeeded — so `this` is a `Balancer` — does it
-//!   make the record with the native `__liblbFastPick` (receiver-checked too).
-//! - `f(key?)` is a native function made for that one balancer: its data ([`FastPick`]) holds an
-//!   `Arc` of the core balancer, so it needs no receiver at all. It picks, then answers the
-//!   node's *index* (a small integer: no allocation) when the JavaScript array `ids` it last
-//!   handed out holds that node's string, or else the id string itself, after putting it into
-//!   its array (a new, empty one when the membership changed).
-//! - On a string answer the JavaScript side refreshes `ids = g()` (`g` returns `f`'s current
-//!   array), so `ids` is always the array `f` fills; a number `i` is answered only when `ids[i]`
-//!   is the string of node `i` of the membership the pick came from.
+//!   balancer, a private record `{ handle, ids }` in a `WeakMap` closed over by the function, with
+//!   two native functions no other code can reach (`fastPick`, `fastIds`). The first pick on an
+//!   instance goes through the native, receiver-checked `pick`; only after that call succeeded —
+//!   so `this` is a `Balancer` — does it make the record, with a handle from the native,
+//!   receiver-checked `__liblbFastPick`.
+//! - The handle is an external owning a [`FastPick`]: an `Arc` of the core balancer and the id
+//!   strings, so `fastPick(handle, key?)` needs no receiver at all. It picks, then answers the
+//!   node's *index* (a small integer: no allocation) when the JavaScript array it last handed
+//!   out holds that node's string, or else the id string itself, after putting it into its array
+//!   (a new, empty one when the membership changed).
+//! - On a string answer the JavaScript side refreshes `ids = fastIds(handle)` (that array), so
+//!   `ids` is always the array `fastPick` fills; a number `i` is answered only when `ids[i]` is
+//!   the string of node `i` of the membership the pick came from.
 //!
 //! Which membership an array belongs to is a [`Membership`] token attached to the core's snapshot
 //! ([`liblb_core::Picked::attachment`]): unique in the process and never reused, so an index is
@@ -28,8 +29,9 @@
 //!
 //! Napi values and references belong to one environment (the main thread or one worker) and may
 //! only be used on its thread. A `Balancer` is only reachable from the JavaScript thread that
-//! created it, and `f` and `g` only from the closure on that thread; they are finalized there,
-//! and only then is a [`FastPick`] dropped (deleting its array's reference in its environment).
+//! created it, and its handle only from the closure on that thread; the handle is finalized
+//! there, and only then is its [`FastPick`] dropped (deleting its array's reference in its
+//! environment).
 
 use crate::Balancer;
 use crate::error::{Code, Error, OrThrow, Result};
@@ -41,13 +43,12 @@ use std::cell::RefCell;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `Balancer.prototype.pick`, installed over the native one when the module loads (see the
 /// module docs). `nativePick` and `makeFast` are the native, receiver-checked methods.
-pub const PICK: &str = r"(function (exports) {
+pub const PICK: &str = r"(function (exports, fastPick, fastIds) {
   const proto = exports.Balancer.prototype
   const nativePick = proto.pick
   const makeFast = proto.__liblbFastPick
@@ -55,16 +56,16 @@ pub const PICK: &str = r"(function (exports) {
   const fastOf = new WeakMap()
   const firstPick = (self, key) => {
     const answer = nativePick.call(self, key)
-    fastOf.set(self, makeFast.call(self))
+    fastOf.set(self, { handle: makeFast.call(self), ids: [] })
     return answer
   }
   Object.defineProperty(proto, 'pick', {
     value: function pick(key) {
       const fast = fastOf.get(this)
       if (fast === undefined) return firstPick(this, key)
-      const answer = key === undefined ? fast.f() : fast.f(key)
+      const answer = key === undefined ? fastPick(fast.handle) : fastPick(fast.handle, key)
       if (typeof answer === 'number') return fast.ids[answer]
-      fast.ids = fast.g()
+      fast.ids = fastIds(fast.handle)
       return answer
     },
     writable: true,
@@ -104,14 +105,14 @@ impl Drop for Strings {
     }
 }
 
-/// What one balancer's `f` and `g` share: the core balancer and its id strings.
+/// What one balancer's handle owns: the core balancer and its id strings.
 pub struct FastPick {
     core: Arc<liblb_core::Balancer>,
     strings: RefCell<Option<Strings>>,
 }
 
 impl FastPick {
-    /// `f(key?)`: the picked node's index into the array `g` returns when that array holds its
+    /// `fastPick(handle, key?)`: the picked node's index into the array `fastIds` returns when that array holds its
     /// string, else the id string itself (now also in that array).
     fn pick(&self, env: &Env, key: Option<Unknown>) -> Result<sys::napi_value> {
         let mut buf = KeyBuf::new();
@@ -163,7 +164,7 @@ impl FastPick {
         Ok(string)
     }
 
-    /// `g()`: the array `f` fills (an empty one before the first pick).
+    /// `fastIds(handle)`: the array `fastPick` fills (an empty one before the first pick).
     fn ids(&self, env: &Env) -> Result<sys::napi_value> {
         let raw = env.raw();
         let mut array = ptr::null_mut();
@@ -209,94 +210,66 @@ fn id_string(env: sys::napi_env, picked: &Picked) -> Result<sys::napi_value> {
 }
 
 impl Balancer {
-    /// `__liblbFastPick()`: this balancer's `{ f, g, ids }` record (see the module docs).
+    /// `__liblbFastPick()`: this balancer's handle for `fastPick` and `fastIds` (see the module
+    /// docs): an external owning a [`FastPick`], released when the handle is collected.
     pub(crate) fn fast_pick_impl(&self, env: &Env) -> Result<sys::napi_value> {
-        let shared = Rc::new(FastPick {
+        let shared = Box::new(FastPick {
             core: Arc::clone(&self.inner),
             strings: RefCell::new(None),
         });
-        let raw = env.raw();
-        let mut record = ptr::null_mut();
-        // SAFETY: a valid env for this thread; out-pointers to locals.
-        napi::check_status!(unsafe { sys::napi_create_object(raw, &mut record) }).or_throw()?;
-        let f = function(raw, c"f", fast_pick, &shared)?;
-        let g = function(raw, c"g", fast_ids, &shared)?;
-        let mut ids = ptr::null_mut();
-        // SAFETY: a valid env for this thread; `record` is the object made above.
-        unsafe {
-            napi::check_status!(sys::napi_create_array(raw, &mut ids)).or_throw()?;
-            for (name, value) in [(c"f", f), (c"g", g), (c"ids", ids)] {
-                napi::check_status!(sys::napi_set_named_property(
-                    raw,
-                    record,
-                    name.as_ptr(),
-                    value
-                ))
-                .or_throw()?;
-            }
-        }
-        Ok(record)
-    }
-}
-
-type Callback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
-
-/// A native function whose data is its own `Rc` of `shared` (single-threaded: see the module docs), released when the function is
-/// garbage-collected.
-fn function(
-    env: sys::napi_env,
-    name: &std::ffi::CStr,
-    callback: Callback,
-    shared: &Rc<FastPick>,
-) -> Result<sys::napi_value> {
-    let data = Rc::into_raw(Rc::clone(shared)).cast_mut().cast::<c_void>();
-    let mut function = ptr::null_mut();
-    // SAFETY: a valid env for this thread; `name` is NUL-terminated; `data` stays valid until
-    // `release` runs, which napi calls once, when the function is collected (or at environment
-    // teardown). If attaching the finalizer fails, the Rc is released here instead, and the
-    // function — which would then outlive its data — is never handed out.
-    unsafe {
-        let made = sys::napi_create_function(
-            env,
-            name.as_ptr(),
-            name.count_bytes() as isize,
-            Some(callback),
-            data,
-            &mut function,
-        );
-        let attached = made == sys::Status::napi_ok
-            && sys::napi_add_finalizer(
-                env,
-                function,
-                data,
-                Some(release),
-                ptr::null_mut(),
-                ptr::null_mut(),
-            ) == sys::Status::napi_ok;
-        if !attached {
-            drop(Rc::from_raw(data.cast::<FastPick>()));
-            let message = "liblb: could not make the fast pick function".to_string();
+        let data = Box::into_raw(shared).cast::<c_void>();
+        let mut handle = ptr::null_mut();
+        // SAFETY: a valid env for this thread; `data` stays valid until `release` runs, which
+        // napi calls once, when the external is collected (or at environment teardown). If the
+        // external cannot be made, the box is freed here instead.
+        let status = unsafe {
+            sys::napi_create_external(env.raw(), data, Some(release), ptr::null_mut(), &mut handle)
+        };
+        if status != sys::Status::napi_ok {
+            // SAFETY: `data` was not handed to napi.
+            drop(unsafe { Box::from_raw(data.cast::<FastPick>()) });
             return Err(Error::new(
                 Code::Napi(napi::Status::GenericFailure),
-                message,
+                "liblb: could not make the fast pick handle".to_string(),
             ));
         }
+        Ok(handle)
     }
-    Ok(function)
 }
 
-/// Finalizer of `f` and `g`: releases the function's `Rc` (on the environment's thread).
+/// Makes `fastPick(handle, key?)` and `fastIds(handle)` for one environment, to be handed to
+/// [`PICK`] only (never exported: every handle they receive is one `__liblbFastPick` made).
+pub fn functions(env: &Env) -> napi::Result<[sys::napi_value; 2]> {
+    let mut out = [ptr::null_mut(); 2];
+    type Callback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
+    let made: [(&std::ffi::CStr, Callback); 2] = [(c"fastPick", fast_pick), (c"fastIds", fast_ids)];
+    for ((name, callback), slot) in made.into_iter().zip(&mut out) {
+        // SAFETY: a valid env for this thread; `name` is NUL-terminated; no data.
+        napi::check_status!(unsafe {
+            sys::napi_create_function(
+                env.raw(),
+                name.as_ptr(),
+                name.count_bytes() as isize,
+                Some(callback),
+                ptr::null_mut(),
+                slot,
+            )
+        })?;
+    }
+    Ok(out)
+}
+
+/// Finalizer of a handle: frees its [`FastPick`] (on the environment's thread).
 unsafe extern "C" fn release(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    // SAFETY: `data` is the `Rc::into_raw` of `function`, released only here, once, on the
-    // environment's thread (where every other `Rc` of it lives).
-    drop(unsafe { Rc::from_raw(data.cast::<FastPick>()) });
+    // SAFETY: `data` is the `Box::into_raw` of `fast_pick_impl`, released only here, once.
+    drop(unsafe { Box::from_raw(data.cast::<FastPick>()) });
 }
 
-/// Reads up to one argument and the function's data, and runs `body` inside a panic boundary;
+/// Reads the handle and up to one more argument, and runs `body` inside a panic boundary;
 /// throws on error, as `fast::enter` does.
 ///
 /// # Safety
-/// `env` and `info` are the arguments napi passed to a callback made by `function`.
+/// `env` and `info` are the arguments napi passed to `fast_pick` or `fast_ids`.
 #[inline]
 unsafe fn enter_fast(
     env: sys::napi_env,
@@ -304,17 +277,29 @@ unsafe fn enter_fast(
     body: impl FnOnce(&FastPick, &Env, Option<Unknown<'_>>) -> Result<sys::napi_value>,
 ) -> sys::napi_value {
     let call = || -> Result<sys::napi_value> {
-        let (mut argc, mut arg, mut data) = (1usize, ptr::null_mut(), ptr::null_mut());
-        // SAFETY: valid arguments from napi; out-pointers to locals (room for one argument).
+        let (mut argc, mut args) = (2usize, [ptr::null_mut(); 2]);
+        // SAFETY: valid arguments from napi; out-pointers to locals (room for two arguments).
         napi::check_status!(unsafe {
-            sys::napi_get_cb_info(env, info, &mut argc, &mut arg, ptr::null_mut(), &mut data)
+            sys::napi_get_cb_info(
+                env,
+                info,
+                &mut argc,
+                args.as_mut_ptr(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+            )
         })
         .or_throw()?;
-        // SAFETY: `data` is the `FastPick` this function holds an `Rc` of (see `function`),
-        // alive at least until the function is collected, which cannot happen during its call.
+        let mut data = ptr::null_mut();
+        // SAFETY: valid env; `napi_get_value_external` fails (and nothing is read) unless the
+        // value is an external. The functions are private to `PICK`, which passes only handles
+        // made by `fast_pick_impl`, so the external's data is a `FastPick`, alive while the
+        // handle is (it is this call's argument).
+        napi::check_status!(unsafe { sys::napi_get_value_external(env, args[0], &mut data) })
+            .or_throw()?;
         let shared = unsafe { &*data.cast::<FastPick>() };
-        // SAFETY: napi filled `arg` when `argc` >= 1.
-        let key = (argc >= 1).then(|| unsafe { Unknown::from_raw_unchecked(env, arg) });
+        // SAFETY: napi filled `args[1]` when `argc` >= 2.
+        let key = (argc >= 2).then(|| unsafe { Unknown::from_raw_unchecked(env, args[1]) });
         body(shared, &Env::from_raw(env), key)
     };
     let error: Error = match catch_unwind(AssertUnwindSafe(call)) {
@@ -330,20 +315,20 @@ unsafe fn enter_fast(
     ptr::null_mut()
 }
 
-/// `f(key?)` of one balancer's record.
+/// `fastPick(handle, key?)`.
 unsafe extern "C" fn fast_pick(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
-    // SAFETY: called by napi as the callback `function` made.
+    // SAFETY: called by napi as a `napi_callback`.
     unsafe { enter_fast(env, info, |fast, env, key| fast.pick(env, key)) }
 }
 
-/// `g()` of one balancer's record.
+/// `fastIds(handle)`.
 unsafe extern "C" fn fast_ids(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
-    // SAFETY: called by napi as the callback `function` made.
+    // SAFETY: called by napi as a `napi_callback`.
     unsafe { enter_fast(env, info, |fast, env, _| fast.ids(env)) }
 }
