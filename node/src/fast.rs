@@ -67,7 +67,7 @@ napi::ctor::declarative::ctor! {
             ("pick", pick),
             ("pickMany", pick_many),
             ("attempts", attempts),
-            ("__liblbFastPick", fast_pick),
+            ("__liblbFastPick", crate::ids::make_handle),
         ];
         let props = hot
             .into_iter()
@@ -125,9 +125,17 @@ const RUN: &str = r"(function (exports) {
 pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
     let install: Function<Object, ()> = env.run_script(RUN)?;
     install.call(exports)?;
+    let helpers = Helpers::install(&env)?;
+    // SAFETY: a valid env from napi-rs. No finalizer: the helpers are freed by their own
+    // environment cleanup hook (see `Helpers::install`), after the last call in this environment.
+    napi::check_status!(unsafe {
+        sys::napi_set_instance_data(env.raw(), helpers.cast_mut().cast(), None, ptr::null_mut())
+    })?;
     // `Balancer.prototype.pick`'s JavaScript half, given its two private native functions.
     let install: Unknown = env.run_script(crate::ids::PICK)?;
-    let [fast_pick, fast_ids] = crate::ids::functions(&env)?;
+    // SAFETY: `helpers` was just made and lives until the environment's cleanup hook.
+    let handles = unsafe { &(*helpers).fast };
+    let [fast_pick, fast_ids] = crate::ids::functions(&env, handles)?;
     let (mut receiver, mut result) = (ptr::null_mut(), ptr::null_mut());
     let args = [exports.raw(), fast_pick, fast_ids];
     // SAFETY: a valid env; `install` is the function the script evaluated to; `args` outlives
@@ -143,12 +151,6 @@ pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
             &mut result
         ))?;
     }
-    let helpers = Helpers::install(&env)?;
-    // SAFETY: a valid env from napi-rs. No finalizer: the helpers are freed by their own
-    // environment cleanup hook (see `Helpers::install`), after the last call in this environment.
-    napi::check_status!(unsafe {
-        sys::napi_set_instance_data(env.raw(), helpers.cast_mut().cast(), None, ptr::null_mut())
-    })?;
     Ok(())
 }
 
@@ -162,6 +164,56 @@ unsafe fn enter<const N: usize, R: ToNapiValue>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
     body: impl FnOnce(&Balancer, &Env, [Unknown<'_>; N]) -> Result<R>,
+) -> sys::napi_value {
+    // SAFETY: forwarded from the caller.
+    unsafe { enter_this(env, info, |b, env, _this, args| body(b, env, args)) }
+}
+
+/// [`enter`] for the methods of `ids.rs` that also need `this` and the environment's
+/// [`Helpers`] (which exist before any call: see `install_batch_helpers`).
+///
+/// # Safety
+/// As for [`enter`].
+pub(crate) unsafe fn enter_with_this(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    body: impl FnOnce(&Balancer, &Env, sys::napi_value, &Helpers) -> Result<sys::napi_value>,
+) -> sys::napi_value {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        enter_this::<0, sys::napi_value>(env, info, |b, env, this, []| {
+            body(b, env, this, helpers(env.raw())?)
+        })
+    }
+}
+
+/// This environment's helpers (the addon's instance data).
+fn helpers<'a>(env: sys::napi_env) -> Result<&'a Helpers> {
+    let mut data = ptr::null_mut();
+    // SAFETY: a valid env; `data` is an out-pointer.
+    let status = unsafe { sys::napi_get_instance_data(env, &mut data) };
+    if status != sys::Status::napi_ok || data.is_null() {
+        // Cannot happen: `install_batch_helpers` runs before the module's exports are visible.
+        let message = "liblb: this environment's batch helpers are missing".to_string();
+        return Err(Error::new(
+            Code::Napi(napi::Status::GenericFailure),
+            message,
+        ));
+    }
+    // SAFETY: the instance data is this environment's `Helpers`, alive until its cleanup hook
+    // runs, which is after every call in this environment.
+    Ok(unsafe { &*data.cast::<Helpers>() })
+}
+
+/// [`enter`], with `this` given to `body` as well.
+///
+/// # Safety
+/// As for [`enter`].
+#[inline]
+unsafe fn enter_this<const N: usize, R: ToNapiValue>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    body: impl FnOnce(&Balancer, &Env, sys::napi_value, [Unknown<'_>; N]) -> Result<R>,
 ) -> sys::napi_value {
     let call = || -> Result<sys::napi_value> {
         let mut cb = CallbackInfo::<N>::new(env, info, None, false).or_throw()?;
@@ -182,7 +234,7 @@ unsafe fn enter<const N: usize, R: ToNapiValue>(
         let args = cb
             .args
             .map(|arg| unsafe { Unknown::from_raw_unchecked(env, arg) });
-        let result = body(this, &Env::from_raw(env), args)?;
+        let result = body(this, &Env::from_raw(env), cb.this, args)?;
         // SAFETY: a valid env for this thread, from napi.
         unsafe { R::to_napi_value(env, result) }.or_throw()
     };
@@ -206,38 +258,15 @@ unsafe extern "C" fn pick(env: sys::napi_env, info: sys::napi_callback_info) -> 
     unsafe { enter(env, info, |b, env, [key]| b.pick_impl(env, key)) }
 }
 
-/// `Balancer.prototype.__liblbFastPick()`: the record of `ids::PICK`.
-unsafe extern "C" fn fast_pick(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: called by napi as a `napi_callback`.
-    unsafe { enter(env, info, |b, env, []| b.fast_pick_impl(env)) }
-}
-
 /// `Balancer.prototype.pickMany(keys)`.
 unsafe extern "C" fn pick_many(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
-    let mut data = ptr::null_mut();
-    // SAFETY: called by napi as a `napi_callback`, with a valid env; `data` is an out-pointer.
-    let status = unsafe { sys::napi_get_instance_data(env, &mut data) };
-    if status != sys::Status::napi_ok || data.is_null() {
-        // Cannot happen: `install_batch_helpers` runs before the module's exports are visible.
-        let message = "liblb: this environment's batch helpers are missing".to_string();
-        let error = Error::new(Code::Napi(napi::Status::GenericFailure), message);
-        // SAFETY: a valid env for this thread.
-        unsafe { JsError::from(error).throw_into(env) };
-        return ptr::null_mut();
-    }
-    // SAFETY: the instance data is this environment's `Helpers`, alive until its cleanup hook
-    // runs, which is after every call in this environment.
-    let helpers = unsafe { &*data.cast::<Helpers>() };
     // SAFETY: called by napi as a `napi_callback`.
     unsafe {
         enter(env, info, |b, env, [keys]| {
-            b.pick_many_impl(env, keys, helpers)
+            b.pick_many_impl(env, keys, helpers(env.raw())?)
         })
     }
 }

@@ -13,14 +13,21 @@
 //!   instance goes through the native, receiver-checked `pick`; only after that call succeeded —
 //!   so `this` is a `Balancer` — does it make the record, with a handle from the native,
 //!   receiver-checked `__liblbFastPick`.
-//! - The handle is an external owning a [`FastPick`]: an `Arc` of the core balancer and the id
-//!   strings, so `fastPick(handle, key?)` needs no receiver at all. It picks, then answers the
-//!   node's *index* (a small integer: no allocation) when the JavaScript array it last handed
+//! - The handle is a small integer naming a slot of the environment's [`Handles`], which holds
+//!   the balancer's [`FastPick`] (an `Arc` of the core balancer and the id strings) until a
+//!   finalizer on the balancer releases it. So `fastPick(handle, key?)` needs no receiver, and
+//!   no value JavaScript passes can make it read memory it does not own. It picks, then answers
+//!   the node's *index* (a small integer: no allocation) when the JavaScript array it last handed
 //!   out holds that node's string, or else the id string itself, after putting it into its array
 //!   (a new, empty one when the membership changed).
 //! - On a string answer the JavaScript side refreshes `ids = fastIds(handle)` (that array), so
 //!   `ids` is always the array `fastPick` fills; a number `i` is answered only when `ids[i]` is
 //!   the string of node `i` of the membership the pick came from.
+//!
+//! The function calls only `WeakMap` methods and `Function.prototype.call` at pick time. Code
+//! that replaced those before this module loaded could forge records; the worst it can do is
+//! make picks on its own balancers answer wrongly (a forged handle names another balancer of the
+//! same environment, or none: an error), never read memory wrongly.
 //!
 //! Which membership an array belongs to is a [`Membership`] token attached to the core's snapshot
 //! ([`liblb_core::Picked::attachment`]): unique in the process and never reused, so an index is
@@ -29,11 +36,10 @@
 //!
 //! Napi values and references belong to one environment (the main thread or one worker) and may
 //! only be used on its thread. A `Balancer` is only reachable from the JavaScript thread that
-//! created it, and its handle only from the closure on that thread; the handle is finalized
-//! there, and only then is its [`FastPick`] dropped (deleting its array's reference in its
-//! environment).
+//! created it, and its handles and the two functions belong to that environment too; the
+//! finalizers that release a [`FastPick`] run there, and only then is it dropped (deleting its
+//! array's reference in its environment).
 
-use crate::Balancer;
 use crate::error::{Code, Error, OrThrow, Result};
 use crate::js::{self, KeyBuf};
 use liblb_core::Picked;
@@ -43,6 +49,7 @@ use std::cell::RefCell;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -105,7 +112,7 @@ impl Drop for Strings {
     }
 }
 
-/// What one balancer's handle owns: the core balancer and its id strings.
+/// What one balancer's handle names: the core balancer and its id strings.
 pub struct FastPick {
     core: Arc<liblb_core::Balancer>,
     strings: RefCell<Option<Strings>>,
@@ -209,64 +216,161 @@ fn id_string(env: sys::napi_env, picked: &Picked) -> Result<sys::napi_value> {
     unsafe { <&str>::to_napi_value(env, picked.id()) }.or_throw()
 }
 
-impl Balancer {
-    /// `__liblbFastPick()`: this balancer's handle for `fastPick` and `fastIds` (see the module
-    /// docs): an external owning a [`FastPick`], released when the handle is collected.
-    pub(crate) fn fast_pick_impl(&self, env: &Env) -> Result<sys::napi_value> {
-        let shared = Box::new(FastPick {
-            core: Arc::clone(&self.inner),
-            strings: RefCell::new(None),
-        });
-        let data = Box::into_raw(shared).cast::<c_void>();
-        let mut handle = ptr::null_mut();
-        // SAFETY: a valid env for this thread; `data` stays valid until `release` runs, which
-        // napi calls once, when the external is collected (or at environment teardown). If the
-        // external cannot be made, the box is freed here instead.
-        let status = unsafe {
-            sys::napi_create_external(env.raw(), data, Some(release), ptr::null_mut(), &mut handle)
-        };
-        if status != sys::Status::napi_ok {
-            // SAFETY: `data` was not handed to napi.
-            drop(unsafe { Box::from_raw(data.cast::<FastPick>()) });
-            return Err(Error::new(
-                Code::Napi(napi::Status::GenericFailure),
-                "liblb: could not make the fast pick handle".to_string(),
-            ));
+/// One environment's fast-pick handles: a handle is an index into this list, which holds the
+/// balancer's [`FastPick`] until the balancer is garbage-collected. JavaScript only ever passes
+/// the native side a small integer, so no JavaScript value (not even one forged through a
+/// patched `WeakMap`) can make it read memory it does not own: a wrong number names another live
+/// balancer of this environment or none (an error).
+#[derive(Default)]
+pub struct Handles(RefCell<Slots>);
+
+#[derive(Default)]
+struct Slots {
+    live: Vec<Option<Rc<FastPick>>>,
+    free: Vec<u32>,
+}
+
+impl Handles {
+    /// The `FastPick` of `handle`, if it is live.
+    fn get(&self, handle: u32) -> Option<Rc<FastPick>> {
+        let slots = self.0.try_borrow().ok()?;
+        slots.live.get(handle as usize)?.clone()
+    }
+
+    /// Stores `fast` and returns its handle.
+    fn insert(&self, fast: FastPick) -> Result<u32> {
+        let mut slots = self
+            .0
+            .try_borrow_mut()
+            .map_err(|_| internal("handles busy"))?;
+        let fast = Some(Rc::new(fast));
+        match slots.free.pop() {
+            Some(handle) => {
+                slots.live[handle as usize] = fast;
+                Ok(handle)
+            }
+            None => {
+                let handle = u32::try_from(slots.live.len()).map_err(|_| internal("too many"))?;
+                slots.live.push(fast);
+                Ok(handle)
+            }
         }
-        Ok(handle)
+    }
+
+    /// Releases `handle` (its balancer was collected).
+    fn remove(&self, handle: u32) {
+        // Finalizers never run inside a call of this binding, so the list is never borrowed
+        // here; if it were, keeping the slot is harmless (a leak, never a wrong answer).
+        if let Ok(mut slots) = self.0.try_borrow_mut()
+            && let Some(slot) = slots.live.get_mut(handle as usize)
+            && slot.take().is_some()
+        {
+            slots.free.push(handle);
+        }
     }
 }
 
+fn internal(what: &str) -> Error {
+    Error::new(
+        Code::Napi(napi::Status::GenericFailure),
+        format!("liblb: fast pick: {what}"),
+    )
+}
+
+/// `Balancer.prototype.__liblbFastPick()`: a handle for `this` balancer (see the module docs),
+/// released by a finalizer on `this` when it is collected. Receiver-checked like every method.
+pub unsafe extern "C" fn make_handle(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by napi as a `napi_callback`, so `enter` may be used.
+    unsafe {
+        crate::fast::enter_with_this(env, info, |b, env, this, helpers| {
+            let handle = helpers.fast.insert(FastPick {
+                core: Arc::clone(&b.inner),
+                strings: RefCell::new(None),
+            })?;
+            let data = Box::into_raw(Box::new((Rc::clone(&helpers.fast), handle)));
+            // SAFETY: a valid env; `this` is the receiver of this call; `data` stays valid until
+            // `release` runs, which napi calls once, when `this` is collected (or at teardown).
+            let status = sys::napi_add_finalizer(
+                env.raw(),
+                this,
+                data.cast(),
+                Some(release),
+                ptr::null_mut(),
+                ptr::null_mut(),
+            );
+            if status != sys::Status::napi_ok {
+                // SAFETY: napi did not take `data`.
+                drop(Box::from_raw(data));
+                helpers.fast.remove(handle);
+                return Err(internal("could not attach the finalizer"));
+            }
+            let mut number = ptr::null_mut();
+            napi::check_status!(sys::napi_create_uint32(env.raw(), handle, &mut number))
+                .or_throw()?;
+            Ok(number)
+        })
+    }
+}
+
+/// Finalizer of a balancer that made a handle: releases the handle's slot.
+unsafe extern "C" fn release(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    // SAFETY: `data` is the box `make_handle` leaked, released only here, once, on the
+    // environment's thread.
+    let data = unsafe { Box::from_raw(data.cast::<(Rc<Handles>, u32)>()) };
+    data.0.remove(data.1);
+}
+
 /// Makes `fastPick(handle, key?)` and `fastIds(handle)` for one environment, to be handed to
-/// [`PICK`] only (never exported: every handle they receive is one `__liblbFastPick` made).
-pub fn functions(env: &Env) -> napi::Result<[sys::napi_value; 2]> {
+/// [`PICK`] only (never exported). Each holds an `Rc` of the environment's handles, released
+/// when the function is collected.
+pub fn functions(env: &Env, handles: &Rc<Handles>) -> napi::Result<[sys::napi_value; 2]> {
     let mut out = [ptr::null_mut(); 2];
     type Callback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
     let made: [(&std::ffi::CStr, Callback); 2] = [(c"fastPick", fast_pick), (c"fastIds", fast_ids)];
     for ((name, callback), slot) in made.into_iter().zip(&mut out) {
-        // SAFETY: a valid env for this thread; `name` is NUL-terminated; no data.
-        napi::check_status!(unsafe {
-            sys::napi_create_function(
+        let data = Rc::into_raw(Rc::clone(handles)).cast_mut().cast::<c_void>();
+        // SAFETY: a valid env for this thread; `name` is NUL-terminated; `data` stays valid
+        // until `release_handles` runs when the function is collected. If either step fails the
+        // Rc is released here and the error returned (the function, if made, is never used).
+        unsafe {
+            let made = sys::napi_create_function(
                 env.raw(),
                 name.as_ptr(),
                 name.count_bytes() as isize,
                 Some(callback),
-                ptr::null_mut(),
+                data,
                 slot,
-            )
-        })?;
+            );
+            if made != sys::Status::napi_ok
+                || sys::napi_add_finalizer(
+                    env.raw(),
+                    *slot,
+                    data,
+                    Some(release_handles),
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                ) != sys::Status::napi_ok
+            {
+                drop(Rc::from_raw(data.cast::<Handles>()));
+                return Err(napi::Error::from_reason("liblb: could not make fastPick"));
+            }
+        }
     }
     Ok(out)
 }
 
-/// Finalizer of a handle: frees its [`FastPick`] (on the environment's thread).
-unsafe extern "C" fn release(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    // SAFETY: `data` is the `Box::into_raw` of `fast_pick_impl`, released only here, once.
-    drop(unsafe { Box::from_raw(data.cast::<FastPick>()) });
+/// Finalizer of `fastPick` / `fastIds`: releases the function's `Rc` of the handles.
+unsafe extern "C" fn release_handles(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    // SAFETY: `data` is the `Rc::into_raw` of `functions`, released only here, once, on the
+    // environment's thread (where every other `Rc` of it lives).
+    drop(unsafe { Rc::from_raw(data.cast::<Handles>()) });
 }
 
-/// Reads the handle and up to one more argument, and runs `body` inside a panic boundary;
-/// throws on error, as `fast::enter` does.
+/// Reads the handle and up to one more argument, and runs `body` with the handle's `FastPick`
+/// inside a panic boundary; throws on error, as `fast::enter` does.
 ///
 /// # Safety
 /// `env` and `info` are the arguments napi passed to `fast_pick` or `fast_ids`.
@@ -277,7 +381,7 @@ unsafe fn enter_fast(
     body: impl FnOnce(&FastPick, &Env, Option<Unknown<'_>>) -> Result<sys::napi_value>,
 ) -> sys::napi_value {
     let call = || -> Result<sys::napi_value> {
-        let (mut argc, mut args) = (2usize, [ptr::null_mut(); 2]);
+        let (mut argc, mut args, mut data) = (2usize, [ptr::null_mut(); 2], ptr::null_mut());
         // SAFETY: valid arguments from napi; out-pointers to locals (room for two arguments).
         napi::check_status!(unsafe {
             sys::napi_get_cb_info(
@@ -286,21 +390,23 @@ unsafe fn enter_fast(
                 &mut argc,
                 args.as_mut_ptr(),
                 ptr::null_mut(),
-                ptr::null_mut(),
+                &mut data,
             )
         })
         .or_throw()?;
-        let mut data = ptr::null_mut();
-        // SAFETY: valid env; `napi_get_value_external` fails (and nothing is read) unless the
-        // value is an external. The functions are private to `PICK`, which passes only handles
-        // made by `fast_pick_impl`, so the external's data is a `FastPick`, alive while the
-        // handle is (it is this call's argument).
-        napi::check_status!(unsafe { sys::napi_get_value_external(env, args[0], &mut data) })
+        // SAFETY: `data` is the `Handles` this function holds an `Rc` of (see `functions`),
+        // alive at least until the function is collected, which cannot happen during its call.
+        let handles = unsafe { &*data.cast::<Handles>() };
+        let mut handle = 0u32;
+        // SAFETY: valid env; napi checks the value is a number (else an error, nothing read).
+        napi::check_status!(unsafe { sys::napi_get_value_uint32(env, args[0], &mut handle) })
             .or_throw()?;
-        let shared = unsafe { &*data.cast::<FastPick>() };
+        let fast = handles
+            .get(handle)
+            .ok_or_else(|| internal("no such handle"))?;
         // SAFETY: napi filled `args[1]` when `argc` >= 2.
         let key = (argc >= 2).then(|| unsafe { Unknown::from_raw_unchecked(env, args[1]) });
-        body(shared, &Env::from_raw(env), key)
+        body(&fast, &Env::from_raw(env), key)
     };
     let error: Error = match catch_unwind(AssertUnwindSafe(call)) {
         Ok(Ok(value)) => return value,

@@ -125,6 +125,21 @@ describe('pick() id cache', () => {
     assert.equal(b.pick('k'), 'z')
   })
 
+  it('records forged through a patched WeakMap throw instead of reading foreign memory', () => {
+    const b = new Balancer('round_robin', ['a'])
+    assert.equal(b.pick(), 'a')
+    const { get } = WeakMap.prototype
+    try {
+      for (const handle of [123456, -1, 'x', {}, null, undefined, Buffer.from('x')]) {
+        WeakMap.prototype.get = () => ({ handle, ids: [] })
+        assert.throws(() => b.pick(), Error, String(handle))
+      }
+    } finally {
+      WeakMap.prototype.get = get
+    }
+    assert.equal(b.pick(), 'a')
+  })
+
   it('balancers that picked are garbage-collected with their caches', async () => {
     // The test runner has no --expose-gc: turn it on and fetch `gc` from a fresh context.
     v8.setFlagsFromString('--expose-gc')
