@@ -159,13 +159,37 @@ impl FastPick {
             _ => strings.insert(Strings::new(raw, membership.0, picked.members().len())?),
         };
         let string = id_string(raw, &picked)?;
-        let mut array = ptr::null_mut();
-        // SAFETY: a valid env for this thread; `s.array` is a live reference made in it.
+        let (mut array, mut name) = (ptr::null_mut(), ptr::null_mut());
+        let digits = index.to_string();
+        // Defined as an own property rather than assigned (`napi_set_element`): assigning to a
+        // hole consults the prototype chain, where JavaScript could have put a setter for that
+        // index on `Array.prototype` and run in the middle of this call.
+        let element = sys::napi_property_descriptor {
+            utf8name: ptr::null(),
+            name: ptr::null_mut(),
+            method: None,
+            getter: None,
+            setter: None,
+            value: string,
+            attributes: sys::PropertyAttributes::writable
+                | sys::PropertyAttributes::enumerable
+                | sys::PropertyAttributes::configurable,
+            data: ptr::null_mut(),
+        };
+        // SAFETY: a valid env for this thread; `s.array` is a live reference made in it;
+        // out-pointers to locals; `digits` outlives the call that copies it.
         unsafe {
             napi::check_status!(sys::napi_get_reference_value(raw, s.array, &mut array))
                 .or_throw()?;
-            napi::check_status!(sys::napi_set_element(raw, array, index as u32, string))
-                .or_throw()?;
+            napi::check_status!(sys::napi_create_string_utf8(
+                raw,
+                digits.as_ptr().cast(),
+                digits.len() as isize,
+                &mut name
+            ))
+            .or_throw()?;
+            let element = sys::napi_property_descriptor { name, ..element };
+            napi::check_status!(sys::napi_define_properties(raw, array, 1, &element)).or_throw()?;
         }
         s.filled[index] = true;
         Ok(string)
@@ -175,7 +199,12 @@ impl FastPick {
     fn ids(&self, env: &Env) -> Result<sys::napi_value> {
         let raw = env.raw();
         let mut array = ptr::null_mut();
-        match &*self.strings.borrow() {
+        // Never borrowed mutably while JavaScript can run (see `pick`), so this cannot fail.
+        let strings = self
+            .strings
+            .try_borrow()
+            .map_err(|_| internal("strings busy"))?;
+        match &*strings {
             // SAFETY: a valid env for this thread; a live reference made in it.
             Some(s) if s.env == raw => unsafe {
                 napi::check_status!(sys::napi_get_reference_value(raw, s.array, &mut array))

@@ -8,6 +8,8 @@ const assert = require('node:assert/strict')
 const v8 = require('node:v8')
 const vm = require('node:vm')
 const { Balancer, algorithms, keyedAlgorithms, hashAlgorithms } = require('..')
+const { spawnSync } = require('node:child_process')
+const path = require('node:path')
 const { throwsCode } = require('./helpers')
 
 const KEYED = new Set(keyedAlgorithms())
@@ -138,6 +140,30 @@ describe('pick() id cache', () => {
       WeakMap.prototype.get = get
     }
     assert.equal(b.pick(), 'a')
+  })
+
+  it('setters on Array.prototype indices never run inside a pick', () => {
+    // In a child process: the setters would disturb this process's own arrays.
+    const source = `
+      const { Balancer } = require(${JSON.stringify(path.join(__dirname, '..'))})
+      let ran = 0
+      for (let i = 0; i < 8; i++) {
+        Object.defineProperty(Array.prototype, i, { set() { ran++ }, configurable: true })
+      }
+      const b = new Balancer('round_robin', ['a', 'b', 'c'])
+      // A string, not an array: pushing onto an array would call those setters itself.
+      let out = b.pick()
+      for (let i = 1; i < 6; i++) out += ',' + b.pick()
+      b.update(['x', 'y'])
+      for (let i = 0; i < 4; i++) out += ',' + b.pick()
+      process.stdout.write(out + ' ' + ran + '\\n')`
+    const run = spawnSync(process.execPath, ['-e', source], { encoding: 'utf8', timeout: 60_000 })
+    assert.equal(run.status, 0, run.stderr)
+    const [answers, ran] = run.stdout.trim().split(' ')
+    assert.equal(ran, '0')
+    const got = answers.split(',')
+    assert.deepEqual(got.slice(0, 6), ['a', 'b', 'c', 'a', 'b', 'c'])
+    assert.deepEqual(new Set(got.slice(6)), new Set(['x', 'y']))
   })
 
   it('balancers that picked are garbage-collected with their caches', async () => {
