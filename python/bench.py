@@ -1,18 +1,22 @@
-"""How much does a pick cost from Python? liblb against pure-Python references, in one run.
+"""How much does a pick cost from Python? liblb against its floor and pure-Python references.
 
     .venv/bin/python python/bench.py            # after scripts/test-python.sh (or pip install ./python)
-    .venv/bin/python python/bench.py --quick    # fewer repetitions
+    .venv/bin/python python/bench.py --quick    # fewer rounds (noisier)
 
 For each algorithm: ns per single pick through the binding, the core's own cost for the same
-picks (timed in Rust, `_liblb._core_pick_ns`), and the floor, i.e. a call of a no-op function
-of the same extension with the same argument (`_liblb._noop(key)`): the price of crossing
-into the extension at all. Each is compared with a pure-Python reference doing the same job:
-`uhashring` in ketama mode (consistent hashing), `random.choice`, `random.choices` with
-weights, `itertools.cycle`, and `zlib.crc32(key) % n` (source hash). Then `pick_many` per key
-against the core's `pick_many` per key.
+picks (timed in Rust, `_liblb._core_pick_ns`), and the floor: a call of a no-op function of the
+same extension with the same arguments (`_liblb._noop()` for an unkeyed `pick()`,
+`_liblb._noop(key)` for a keyed `pick(key)`), the price of crossing into the extension at all.
+"over floor" is pick - floor, what the binding and the core add to that crossing (issue 13's
+target: at most 15 ns for the unkeyed algorithms). Algorithms with a pure-Python equivalent are
+compared with it: `uhashring` in ketama mode (consistent hashing), `random.choice`,
+`random.choices` with weights, `itertools.cycle`, and `zlib.crc32(key) % n` (source hash).
+Then the batches, per answer: `pick_many(keys)` against the core's own `pick_many` plus the
+batch floor (reading the keys and building a list as long), and `pick_n(count)` for the unkeyed
+algorithms against the core's batch.
 
 Every timing is a loop over 1000 distinct keys (the loop's own overhead is in every figure
-alike, the floor included), measured once per round over all cells, for 15 rounds; the best
+alike, the floors included), measured once per round over all cells, for 15 rounds; the best
 round is the figure, and `best..median` shows the machine's noise.
 """
 
@@ -45,6 +49,8 @@ except ImportError:  # pragma: no cover - the test tools include it
 NODE_COUNT = 10
 KEY_COUNT = 1000
 BATCH = 10_000
+# issue 13: an unkeyed pick() may cost at most this much over the floor.
+TARGET_OVER_FLOOR = 15.0
 
 
 class Best:
@@ -74,8 +80,19 @@ def per_call(fn: Callable[[Any], object], keys: list[Any], number: int) -> float
     return timeit.timeit(loop, number=number) / (number * len(keys)) * 1e9
 
 
-def per_key_batch(fn: Callable[[list[Any]], object], keys: list[Any], number: int) -> float:
-    return timeit.timeit(lambda: fn(keys), number=number) / (number * len(keys)) * 1e9
+def per_call0(fn: Callable[[], object], keys: list[Any], number: int) -> float:
+    """ns per call of fn(), in the same loop over the keys as `per_call` (so the loop costs
+    the same), one run of `number` passes."""
+
+    def loop() -> None:
+        for _k in keys:
+            fn()
+
+    return timeit.timeit(loop, number=number) / (number * len(keys)) * 1e9
+
+
+def per_item_batch(fn: Callable[[Any], object], arg: Any, items: int, number: int) -> float:
+    return timeit.timeit(lambda: fn(arg), number=number) / (number * items) * 1e9
 
 
 def main() -> None:
@@ -111,60 +128,86 @@ def main() -> None:
     }
     balancers = {a: liblb.Balancer(a, weighted, seed=7) for a in liblb.ALGORITHMS}
     balancers["ring (hash=xxh3)"] = liblb.Balancer("ring", weighted, hash="xxh3")
+    keyed = {name for name, b in balancers.items() if b.algorithm in liblb.KEYED_ALGORITHMS}
     batched = list(liblb.ALGORITHMS)
+    unkeyed = [a for a in batched if a not in keyed]
 
-    floor, batch_floor = Best(), Best()
+    floor0, floor1, batch_floor = Best(), Best(), Best()
     pick = {a: Best() for a in balancers}
     core = {a: Best() for a in balancers}
-    ref = {a: Best() for a in balancers}
+    ref = {a: Best() for a in references}
     many = {a: Best() for a in batched}
     core_many = {a: Best() for a in batched}
+    pick_n = {a: Best() for a in unkeyed}
     # Rounds over every cell, so a burst of load on the (shared) machine spoils one sample of
     # each cell rather than every sample of one cell; the best sample of each cell is reported.
     for _ in range(rounds):
-        floor.add(per_call(_liblb._noop, keys, number))
-        batch_floor.add(per_key_batch(_liblb._noop_many, batch, batch_number))
+        floor0.add(per_call0(_liblb._noop, keys, number))
+        floor1.add(per_call(_liblb._noop, keys, number))
+        batch_floor.add(per_item_batch(_liblb._noop_many, batch, BATCH, batch_number))
         for name, b in balancers.items():
-            pick[name].add(per_call(b.pick, keys, number))
+            if name in keyed:
+                pick[name].add(per_call(b.pick, keys, number))
+            else:
+                pick[name].add(per_call0(b.pick, keys, number))
             core[name].add(_liblb._core_pick_ns(b, keys, number))
-            ref[name].add(per_call(references[name][1], keys, max(1, number // 10)))
+            if name in references:
+                ref[name].add(per_call(references[name][1], keys, max(1, number // 10)))
         for name in batched:
             b = balancers[name]
-            many[name].add(per_key_batch(b.pick_many, batch, batch_number))
+            many[name].add(per_item_batch(b.pick_many, batch, BATCH, batch_number))
             core_many[name].add(_liblb._core_pick_many_ns(b, batch, batch_number))
+            if name in pick_n:
+                pick_n[name].add(per_item_batch(b.pick_n, BATCH, BATCH, batch_number))
 
     print(f"liblb {liblb.__version__}, Python {platform.python_version()} ({platform.machine()}),")
     print(f"{NODE_COUNT} nodes (weights 1-4), {KEY_COUNT} distinct str keys; ns per call, best..median of {rounds} rounds\n")
-    print(f"floor: _liblb._noop(key) {floor} ns\n")
+    print(f"floor, unkeyed: _liblb._noop()    {floor0} ns")
+    print(f"floor, keyed:   _liblb._noop(key) {floor1} ns\n")
 
     head = (
-        f"{'algorithm':<22}{'pick(key)':>17}{'x floor':>9}{'core':>8}{'binding adds':>14}"
+        f"{'algorithm':<22}{'call':<10}{'pick':>17}{'over floor':>12}{'x floor':>9}{'core':>8}"
         f"   {'reference':<24}{'ref ns':>9}{'ref/liblb':>10}"
     )
     print(head)
     print("-" * len(head))
+    met = []
     for name in balancers:
         p = pick[name].best
-        print(
-            f"{name:<22}{pick[name]!s:>17}{p / floor.best:>8.2f}x{core[name].best:>8.1f}"
-            f"{p - core[name].best:>14.1f}   {references[name][0]:<24}{ref[name].best:>9.1f}"
-            f"{ref[name].best / p:>9.1f}x"
+        f = floor1.best if name in keyed else floor0.best
+        if name not in keyed:
+            met.append((name, p - f))
+        reference = (
+            f"{references[name][0]:<24}{ref[name].best:>9.1f}{ref[name].best / p:>9.1f}x"
+            if name in references
+            else ""
         )
+        print(
+            f"{name:<22}{'pick(key)' if name in keyed else 'pick()':<10}{pick[name]!s:>17}"
+            f"{p - f:>12.1f}{p / f:>8.2f}x{core[name].best:>8.1f}   {reference}"
+        )
+    worst = max(met, key=lambda m: m[1])
+    within = sum(1 for _, over in met if over <= TARGET_OVER_FLOOR)
+    print(
+        f"\nunkeyed pick(): {within} of {len(met)} within floor + {TARGET_OVER_FLOOR:.0f} ns;"
+        f" the most over the floor: {worst[0]} {worst[1]:.1f} ns"
+    )
 
-    print(f"\npick_many: {BATCH} str keys per call, ns per key")
+    print(f"\npick_many: {BATCH} str keys per call; pick_n({BATCH}) for the unkeyed; ns per answer")
     print(f"batch floor: _liblb._noop_many(keys) {batch_floor} ns per key (reads the keys, builds the list)")
     head = (
-        f"{'algorithm':<22}{'pick_many':>17}{'core':>8}{'x core':>8}"
-        f"{'core+floor':>12}{'x (core+floor)':>16}{'vs pick loop':>14}"
+        f"{'algorithm':<22}{'pick_many':>17}{'core':>8}{'core+floor':>12}{'x (core+floor)':>16}"
+        f"{'vs pick loop':>14}{'pick_n':>17}{'x core':>8}"
     )
     print(head)
     print("-" * len(head))
     for name in batched:
         m, c = many[name].best, core_many[name].best
         bound = c + batch_floor.best
+        n = f"{pick_n[name]!s:>17}{pick_n[name].best / c:>7.1f}x" if name in pick_n else ""
         print(
-            f"{name:<22}{many[name]!s:>17}{c:>8.1f}{m / c:>7.1f}x"
-            f"{bound:>12.1f}{m / bound:>15.2f}x{pick[name].best / m:>13.1f}x"
+            f"{name:<22}{many[name]!s:>17}{c:>8.1f}{bound:>12.1f}{m / bound:>15.2f}x"
+            f"{pick[name].best / m:>13.1f}x{n}"
         )
 
 

@@ -13,10 +13,13 @@
 use crate::load::Outcome;
 use crate::sync::publish::{Loaded, Mutex, Published};
 use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, State, Status, Table};
+use alloc::boxed::Box;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::any::Any;
 use core::time::Duration;
+use std::sync::OnceLock;
 
 /// Most answers a batch reserves room for up front (it grows past this as it goes).
 const RESERVE_CAP: usize = 1 << 16;
@@ -31,6 +34,8 @@ struct Snapshot {
     clock: Arc<dyn Clock>,
     /// The balancer's state (leases end through it: health, bounded loads).
     state: Arc<State>,
+    /// What a binding derived from this membership (see [`Picked::attachment`]).
+    attachment: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 impl Snapshot {
@@ -43,7 +48,26 @@ impl Snapshot {
             by_id,
             clock,
             state,
+            attachment: OnceLock::new(),
         }
+    }
+
+    /// The value of type `T` attached to this membership, made by `make` if there is none yet.
+    /// `make` runs outside any lock: threads racing on a fresh snapshot may each make one, and
+    /// the first stored is kept (the others are dropped). `None` if a value of another type was
+    /// attached first.
+    #[inline]
+    fn attachment<T: Any + Send + Sync>(&self, make: impl FnOnce(&[Node]) -> T) -> Option<&T> {
+        let value = match self.attachment.get() {
+            Some(value) => value,
+            None => {
+                let made: Box<dyn Any + Send + Sync> = Box::new(make(&self.nodes));
+                // `set` fails only if another thread attached first: keep theirs.
+                let _ = self.attachment.set(made);
+                self.attachment.get()?
+            }
+        };
+        value.downcast_ref()
     }
 
     /// The index of the node with this id.
@@ -257,6 +281,27 @@ impl Picked {
     pub fn tag(&self) -> u64 {
         self.snapshot.nodes[self.index].tag
     }
+
+    /// The chosen node's position in [`Picked::members`].
+    #[inline]
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The membership this answer was chosen from: every node, in insertion order.
+    pub fn members(&self) -> &[Node] {
+        &self.snapshot.nodes
+    }
+
+    /// A value derived from this answer's membership, shared by every answer from it: made by
+    /// `make` (given [`Picked::members`]) the first time an answer from this membership asks,
+    /// dropped with the membership. Bindings keep the ids as their own language's strings here
+    /// (made once per membership, not once per pick); the [`Picked::index`] of an answer indexes
+    /// a per-node list. `None` if a value of another type was attached to this membership first.
+    #[inline]
+    pub fn attachment<T: Any + Send + Sync>(&self, make: impl FnOnce(&[Node]) -> T) -> Option<&T> {
+        self.snapshot.attachment(make)
+    }
 }
 
 impl core::fmt::Debug for Picked {
@@ -294,6 +339,22 @@ impl Picks {
         self.indices
             .iter()
             .map(|i| self.snapshot.nodes[*i as usize].tag)
+    }
+
+    /// The answers' positions in [`Picks::members`], in order.
+    pub fn indices(&self) -> &[u32] {
+        &self.indices
+    }
+
+    /// The membership these answers were chosen from: every node, in insertion order.
+    pub fn members(&self) -> &[Node] {
+        &self.snapshot.nodes
+    }
+
+    /// [`Picked::attachment`] for these answers' membership (the same value a [`Picked`] from
+    /// that membership sees).
+    pub fn attachment<T: Any + Send + Sync>(&self, make: impl FnOnce(&[Node]) -> T) -> Option<&T> {
+        self.snapshot.attachment(make)
     }
 }
 

@@ -61,7 +61,10 @@ fn validate_nodes(nodes: &[Node]) -> Result<()> {
         .collect();
     hashed.sort_unstable();
     let id = |at: &(u64, u32)| &*nodes[at.1 as usize].id;
-    for run in hashed.chunk_by(|a, b| a.0 == b.0).filter(|run| run.len() > 1) {
+    for run in hashed
+        .chunk_by(|a, b| a.0 == b.0)
+        .filter(|run| run.len() > 1)
+    {
         let mut ids: Vec<&str> = run.iter().map(id).collect();
         ids.sort_unstable();
         if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {

@@ -77,6 +77,8 @@ pub struct Helpers {
     pack: sys::napi_ref,
     unpack: sys::napi_ref,
     env: sys::napi_env,
+    /// This environment's fast-pick handles (see `ids.rs`).
+    pub fast: std::rc::Rc<crate::ids::Handles>,
 }
 
 impl Helpers {
@@ -88,6 +90,7 @@ impl Helpers {
             pack: ptr::null_mut(),
             unpack: ptr::null_mut(),
             env: env.raw(),
+            fast: std::rc::Rc::default(),
         });
         for (name, slot) in [
             (c"pack", &mut helpers.pack),

@@ -29,6 +29,11 @@
 //! Their TypeScript declarations live in `header.d.ts` (an interface merged with the generated
 //! class). `pickMany` finds its environment's batch helpers in the addon's instance data.
 //!
+//! `pick` is then wrapped, when the module loads, by the JavaScript function of `ids.rs`, which
+//! calls this native `pick` for an instance's first pick and afterwards a native function that
+//! needs no receiver check, given the instance's handle (the fourth method registered here,
+//! `__liblbFastPick`, makes the handle and is taken off the prototype by that script).
+//!
 //! This uses napi-rs internals (`napi::__private::register_class`, `CallbackInfo::unwrap_raw`),
 //! which is why `Cargo.toml` pins `napi` and `napi-derive` to exact versions.
 
@@ -36,7 +41,7 @@ use crate::Balancer;
 use crate::batch::Helpers;
 use crate::error::{Code, Error, OrThrow, Result, type_error};
 use napi::bindgen_prelude::{CallbackInfo, Function, JsError, Object, ToNapiValue, panic_to_error};
-use napi::{Env, Unknown, sys};
+use napi::{Env, JsValue, Unknown, sys};
 use napi_derive::napi;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
@@ -57,8 +62,13 @@ napi::ctor::declarative::ctor! {
             | PropertyAttributes::Configurable;
         type Callback =
             unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
-        let hot: [(&str, Callback); 3] =
-            [("pick", pick), ("pickMany", pick_many), ("attempts", attempts)];
+        // `__liblbFastPick` is taken off the prototype by `ids::PICK` when the module loads.
+        let hot: [(&str, Callback); 4] = [
+            ("pick", pick),
+            ("pickMany", pick_many),
+            ("attempts", attempts),
+            ("__liblbFastPick", crate::ids::make_handle),
+        ];
         let props = hot
             .into_iter()
             .filter_map(|(name, callback)| {
@@ -121,6 +131,26 @@ pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
     napi::check_status!(unsafe {
         sys::napi_set_instance_data(env.raw(), helpers.cast_mut().cast(), None, ptr::null_mut())
     })?;
+    // `Balancer.prototype.pick`'s JavaScript half, given its two private native functions.
+    let install: Unknown = env.run_script(crate::ids::PICK)?;
+    // SAFETY: `helpers` was just made and lives until the environment's cleanup hook.
+    let handles = unsafe { &(*helpers).fast };
+    let [fast_pick, fast_ids] = crate::ids::functions(&env, handles)?;
+    let (mut receiver, mut result) = (ptr::null_mut(), ptr::null_mut());
+    let args = [exports.raw(), fast_pick, fast_ids];
+    // SAFETY: a valid env; `install` is the function the script evaluated to; `args` outlives
+    // the call; out-pointers to locals.
+    unsafe {
+        napi::check_status!(sys::napi_get_undefined(env.raw(), &mut receiver))?;
+        napi::check_status!(sys::napi_call_function(
+            env.raw(),
+            receiver,
+            install.raw(),
+            args.len(),
+            args.as_ptr(),
+            &mut result
+        ))?;
+    }
     Ok(())
 }
 
@@ -134,6 +164,56 @@ unsafe fn enter<const N: usize, R: ToNapiValue>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
     body: impl FnOnce(&Balancer, &Env, [Unknown<'_>; N]) -> Result<R>,
+) -> sys::napi_value {
+    // SAFETY: forwarded from the caller.
+    unsafe { enter_this(env, info, |b, env, _this, args| body(b, env, args)) }
+}
+
+/// [`enter`] for the methods of `ids.rs` that also need `this` and the environment's
+/// [`Helpers`] (which exist before any call: see `install_batch_helpers`).
+///
+/// # Safety
+/// As for [`enter`].
+pub(crate) unsafe fn enter_with_this(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    body: impl FnOnce(&Balancer, &Env, sys::napi_value, &Helpers) -> Result<sys::napi_value>,
+) -> sys::napi_value {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        enter_this::<0, sys::napi_value>(env, info, |b, env, this, []| {
+            body(b, env, this, helpers(env.raw())?)
+        })
+    }
+}
+
+/// This environment's helpers (the addon's instance data).
+fn helpers<'a>(env: sys::napi_env) -> Result<&'a Helpers> {
+    let mut data = ptr::null_mut();
+    // SAFETY: a valid env; `data` is an out-pointer.
+    let status = unsafe { sys::napi_get_instance_data(env, &mut data) };
+    if status != sys::Status::napi_ok || data.is_null() {
+        // Cannot happen: `install_batch_helpers` runs before the module's exports are visible.
+        let message = "liblb: this environment's batch helpers are missing".to_string();
+        return Err(Error::new(
+            Code::Napi(napi::Status::GenericFailure),
+            message,
+        ));
+    }
+    // SAFETY: the instance data is this environment's `Helpers`, alive until its cleanup hook
+    // runs, which is after every call in this environment.
+    Ok(unsafe { &*data.cast::<Helpers>() })
+}
+
+/// [`enter`], with `this` given to `body` as well.
+///
+/// # Safety
+/// As for [`enter`].
+#[inline]
+unsafe fn enter_this<const N: usize, R: ToNapiValue>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    body: impl FnOnce(&Balancer, &Env, sys::napi_value, [Unknown<'_>; N]) -> Result<R>,
 ) -> sys::napi_value {
     let call = || -> Result<sys::napi_value> {
         let mut cb = CallbackInfo::<N>::new(env, info, None, false).or_throw()?;
@@ -154,7 +234,7 @@ unsafe fn enter<const N: usize, R: ToNapiValue>(
         let args = cb
             .args
             .map(|arg| unsafe { Unknown::from_raw_unchecked(env, arg) });
-        let result = body(this, &Env::from_raw(env), args)?;
+        let result = body(this, &Env::from_raw(env), cb.this, args)?;
         // SAFETY: a valid env for this thread, from napi.
         unsafe { R::to_napi_value(env, result) }.or_throw()
     };
@@ -183,24 +263,10 @@ unsafe extern "C" fn pick_many(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
-    let mut data = ptr::null_mut();
-    // SAFETY: called by napi as a `napi_callback`, with a valid env; `data` is an out-pointer.
-    let status = unsafe { sys::napi_get_instance_data(env, &mut data) };
-    if status != sys::Status::napi_ok || data.is_null() {
-        // Cannot happen: `install_batch_helpers` runs before the module's exports are visible.
-        let message = "liblb: this environment's batch helpers are missing".to_string();
-        let error = Error::new(Code::Napi(napi::Status::GenericFailure), message);
-        // SAFETY: a valid env for this thread.
-        unsafe { JsError::from(error).throw_into(env) };
-        return ptr::null_mut();
-    }
-    // SAFETY: the instance data is this environment's `Helpers`, alive until its cleanup hook
-    // runs, which is after every call in this environment.
-    let helpers = unsafe { &*data.cast::<Helpers>() };
     // SAFETY: called by napi as a `napi_callback`.
     unsafe {
         enter(env, info, |b, env, [keys]| {
-            b.pick_many_impl(env, keys, helpers)
+            b.pick_many_impl(env, keys, helpers(env.raw())?)
         })
     }
 }

@@ -17,6 +17,7 @@
 mod batch;
 mod error;
 mod fast;
+mod ids;
 mod js;
 
 use error::{OrThrow, Result};
@@ -150,7 +151,8 @@ fn to_outcome(ok: bool, latency: std::time::Duration) -> Outcome {
 /// `LB_DUPLICATE_NODE`, ...); arguments of the wrong type throw a `TypeError`.
 #[napi]
 pub struct Balancer {
-    inner: liblb_core::Balancer,
+    /// Shared with this balancer's fast `pick` functions (see `ids.rs`).
+    inner: std::sync::Arc<liblb_core::Balancer>,
 }
 
 #[napi]
@@ -180,7 +182,9 @@ impl Balancer {
         };
         let options = js::options(&env, options)?;
         let inner = liblb_core::Balancer::new(algorithm, nodes, options).or_throw()?;
-        Ok(Balancer { inner })
+        Ok(Balancer {
+            inner: std::sync::Arc::new(inner),
+        })
     }
 
     /// Adds a node at the end (weight defaults to 1). Throws `LB_DUPLICATE_NODE` if the id exists.

@@ -21,13 +21,13 @@ mod error;
 use convert::{KeyBatch, with_key};
 use error::OrRaise;
 use liblb_core::{
-    Algorithm, Balancer, DEFAULT_VNODES, HashKind, Lease, MAX_VNODES, Options, Outcome, Picks,
-    Status,
+    Algorithm, Balancer, DEFAULT_VNODES, HashKind, Lease, MAX_VNODES, Node, Options, Outcome,
+    Picked, Picks, Status,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// `pick_many` / `pick_n` batches larger than this run with the GIL released. Releasing is
@@ -35,9 +35,6 @@ use std::time::Duration;
 /// up to the interpreter's switch interval (5 ms): worth it only when the work itself is long
 /// enough for other threads to gain (1024 keys ≈ 25 µs of picking), never for single picks.
 const DETACH_BATCH: usize = 1024;
-
-/// Slots of the per-call id -> str cache of `id_list` (a power of two).
-const ID_CACHE_SLOTS: usize = 256;
 
 /// How many nodes `repr()` lists before summarising the rest.
 const REPR_NODES: usize = 8;
@@ -110,7 +107,7 @@ impl PyBalancer {
             Some(key) => with_key(key, |k| self.inner.pick(Some(k)))?,
         }
         .or_raise()?;
-        Ok(PyString::new(py, picked.id()))
+        Ok(id_str(py, &picked))
     }
 
     /// One pick per key, all from the same membership (at most `MAX_BATCH` keys).
@@ -170,7 +167,7 @@ impl PyBalancer {
         hash: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyString>> {
         let picked = self.inner.pick_hash(convert::hash64(hash)?).or_raise()?;
-        Ok(PyString::new(py, picked.id()))
+        Ok(id_str(py, &picked))
     }
 
     /// `attempts` for a caller's 64-bit key hash (see `pick_hash`).
@@ -459,26 +456,63 @@ impl PyLease {
     }
 }
 
-/// The ids of a batch as a list of str.
+/// The node ids of one membership as Python `str` objects, attached to the core's snapshot of
+/// that membership (`Picked::attachment`): a pick hands back the node's `str` with a reference
+/// count increment instead of building a new one. Each slot is filled the first time its node is
+/// picked (a membership of a million nodes costs no million strings up front); the whole cache
+/// goes with the snapshot, so a `str` can only ever name a node of the membership its answer
+/// came from. Threads racing to fill one slot (free-threaded builds) may each build a `str`;
+/// one is kept, and both are equal.
 ///
-/// Every id of one batch lives in the one membership snapshot the batch holds, so equal
-/// addresses mean the same node: one str object per node can serve the whole list (a reference
-/// count increment instead of an allocation per item). The cache is direct-mapped by address;
-/// a collision only costs a fresh str, never a wrong one, and no stale address can match while
-/// `picks` keeps the snapshot alive.
-fn id_list<'py>(py: Python<'py>, picks: &Picks) -> PyResult<Bound<'py, PyList>> {
-    let slots = picks.len().next_power_of_two().clamp(1, ID_CACHE_SLOTS);
-    let mut cache: Vec<Option<(usize, Bound<'py, PyString>)>> = vec![None; slots];
-    let items = picks.ids().map(|id| {
-        let address = id.as_ptr() as usize;
-        // Ids are separate heap allocations of at least 16 bytes: bits 4 and up differ.
-        let slot = &mut cache[(address >> 4) & (slots - 1)];
-        match slot {
-            Some((cached, s)) if *cached == address => s.clone(),
-            _ => slot.insert((address, PyString::new(py, id))).1.clone(),
+/// The `str` objects are released when the snapshot is: with the thread attached, or else through
+/// pyo3's deferred reference pool (a membership change runs detached and drops the old snapshot
+/// there; pyo3 releases its strings as soon as the call re-attaches).
+struct IdStrs(Box<[OnceLock<Py<PyString>>]>);
+
+impl IdStrs {
+    /// Empty slots, one per node.
+    fn new(nodes: &[Node]) -> IdStrs {
+        IdStrs(nodes.iter().map(|_| OnceLock::new()).collect())
+    }
+
+    /// The `str` of node `index`, whose id is `id`.
+    #[inline]
+    fn get<'py>(&self, py: Python<'py>, index: usize, id: &str) -> Bound<'py, PyString> {
+        let slot = &self.0[index];
+        if let Some(s) = slot.get() {
+            return s.bind(py).clone();
         }
-    });
-    PyList::new(py, items)
+        let s = PyString::new(py, id);
+        // Losing a race to another thread leaves its equal `str` in the slot.
+        let _ = slot.set(s.clone().unbind());
+        s
+    }
+}
+
+/// The id of a picked node as a `str`, from its membership's [`IdStrs`].
+#[inline]
+fn id_str<'py>(py: Python<'py>, picked: &Picked) -> Bound<'py, PyString> {
+    match picked.attachment(IdStrs::new) {
+        Some(ids) => ids.get(py, picked.index(), picked.id()),
+        // Only this module attaches to a balancer's snapshots: unreachable, but a new `str`
+        // is a right answer too.
+        None => PyString::new(py, picked.id()),
+    }
+}
+
+/// The ids of a batch as a list of str, from the membership's [`IdStrs`].
+fn id_list<'py>(py: Python<'py>, picks: &Picks) -> PyResult<Bound<'py, PyList>> {
+    let members = picks.members();
+    match picks.attachment(IdStrs::new) {
+        Some(ids) => {
+            let items = picks.indices().iter().map(|i| {
+                let i = *i as usize;
+                ids.get(py, i, &members[i].id)
+            });
+            PyList::new(py, items)
+        }
+        None => PyList::new(py, picks.ids().map(|id| PyString::new(py, id))),
+    }
 }
 
 /// The native half of `liblb`.
