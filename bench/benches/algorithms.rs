@@ -22,6 +22,7 @@ use rand::distr::Distribution;
 use rand::distr::weighted::WeightedIndex;
 use rand::rngs::SmallRng;
 use rand::seq::IndexedRandom;
+use sha2::Digest;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -217,6 +218,36 @@ fn keyed(c: &mut Criterion) {
     g.finish();
 }
 
+/// The SHA-256 ring's key hash alone against the whole pick: how much of a `ring` pick is the
+/// hash. sha2 uses the CPU's SHA extensions when it detects them at run time (x86 `sha` +
+/// `sse4.1`, aarch64 `sha2`); `sha_in_use` is printed with the results.
+fn sha256(c: &mut Criterion) {
+    #[cfg(target_arch = "x86_64")]
+    let sha_in_use =
+        std::arch::is_x86_feature_detected!("sha") && std::arch::is_x86_feature_detected!("sse4.1");
+    #[cfg(not(target_arch = "x86_64"))]
+    let sha_in_use = false;
+    println!("sha256: CPU SHA extensions detected (so used by sha2): {sha_in_use}");
+    let keys = keys();
+    let mut g = c.benchmark_group("sha256");
+    let mut i = 0;
+    g.bench_function("key_hash_only", |bench| {
+        bench.iter(|| {
+            i = (i + 1) & 4095;
+            black_box(sha2::Sha256::digest(black_box(keys[i].as_bytes())))
+        })
+    });
+    let b = balancer(Algorithm::Ring, 1000, false, None);
+    let mut i = 0;
+    g.bench_function("ring_pick_1000", |bench| {
+        bench.iter(|| {
+            i = (i + 1) & 4095;
+            black_box(b.pick(Some(black_box(keys[i].as_bytes()))).unwrap().tag())
+        })
+    });
+    g.finish();
+}
+
 fn config() -> Criterion {
     // Short runs: ~60 benchmarks; ratios matter, not the last digit.
     Criterion::default()
@@ -228,6 +259,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = unkeyed, keyed, table_only
+    targets = unkeyed, keyed, table_only, sha256
 }
 criterion_main!(benches);
