@@ -420,9 +420,19 @@ fn health_cases() -> Vec<Case> {
     eject.extend([report("a", false, 1), report("a", false, 1), health()]);
     eject.extend(unkeyed(8));
     // The cap (10%, at least one): b's failures do not eject it while a is out.
-    eject.extend([report("b", false, 1), report("b", false, 1), health(), json!({"op": "panic"})]);
+    eject.extend([
+        report("b", false, 1),
+        report("b", false, 1),
+        health(),
+        json!({"op": "panic"}),
+    ]);
     // A failed lease counts too.
-    eject.extend([acquire(None), acquire(None), finish(0, true, 1), finish(1, false, 1)]);
+    eject.extend([
+        acquire(None),
+        acquire(None),
+        finish(0, true, 1),
+        finish(1, false, 1),
+    ]);
     eject.extend([health(), attempts(None, 4), stats()]);
     out.push(Case {
         name: "health-eject-round-robin".into(),
@@ -441,7 +451,12 @@ fn health_cases() -> Vec<Case> {
         name: "health-panic-weighted-random".into(),
         algorithm: "weighted_random",
         options: json!({"consecutive_failures": 1, "max_ejection_percent": 100, "seed": 11}),
-        nodes: vec![("a".into(), 1), ("b".into(), 2), ("c".into(), 3), ("d".into(), 4)],
+        nodes: vec![
+            ("a".into(), 1),
+            ("b".into(), 2),
+            ("c".into(), 3),
+            ("d".into(), 4),
+        ],
         steps: panic,
     });
     let ks = keys(24);
@@ -458,7 +473,10 @@ fn health_cases() -> Vec<Case> {
         steps.extend([node_op("mark_down", "10.0.0.3:80"), health()]);
         batch(&mut steps);
         steps.push(attempts(algorithm.is_keyed().then_some("key-1"), 5));
-        steps.extend([node_op("mark_down", "nope"), node_op("mark_up", "10.0.0.3:80")]);
+        steps.extend([
+            node_op("mark_down", "nope"),
+            node_op("mark_up", "10.0.0.3:80"),
+        ]);
         batch(&mut steps);
         out.push(Case {
             name: format!("health-mark-down-{}", algorithm.name()),
@@ -469,7 +487,11 @@ fn health_cases() -> Vec<Case> {
         });
     }
     let mut bounded: Vec<Value> = (0..10).map(|_| acquire(Some("hot"))).collect();
-    bounded.extend([stats(), pick(Some("hot")), json!({"op": "cancel", "lease": 0})]);
+    bounded.extend([
+        stats(),
+        pick(Some("hot")),
+        json!({"op": "cancel", "lease": 0}),
+    ]);
     bounded.push(acquire(Some("hot")));
     out.push(Case {
         name: "health-bounded-loads-maglev".into(),
