@@ -328,8 +328,12 @@ fn failing_node_ejects_returns_and_draws_an_svg() {
         let (on, off) = (&row[0], &row[1]);
         assert_eq!((on[0].as_str(), on[1].as_str()), (*name, "on"), "{text}");
         assert_eq!((off[0].as_str(), off[1].as_str()), (*name, "off"), "{text}");
-        // Ejected after exactly the streak; again after it returns: two streaks failed.
-        assert_eq!(num(&on[2]), 2.0 * streak, "{name}: {text}");
+        // Ejected after exactly the streak; again after it returns: two streaks failed, plus
+        // requests already in flight on it at an ejection (they fail while it is out, and do
+        // not count towards its next streak).
+        let failed = num(&on[2]);
+        assert!(failed >= 2.0 * streak, "{name}: {text}");
+        assert!(failed <= 2.0 * (streak + num(&on[7])), "{name}: {text}");
         assert!(num(&on[3]) < 0.1, "{name} share {}", on[3]);
         assert!(num(&on[4]) < 1000.0, "{name} ejected after {} ms", on[4]);
         assert_eq!(num(&on[5]), 0.0, "{name} got requests while ejected");

@@ -377,12 +377,14 @@ impl Summary {
         policy: &Policy,
     ) -> bool {
         let health = loads[index].health();
-        if !health.count(success, policy) {
+        let now = ticks(now_ns);
+        // Outcomes of requests that were in flight when the node was ejected or marked down do
+        // not count towards its next streak: it starts clean when it returns.
+        if !health.status(now, policy).usable() {
             return false;
         }
-        let now = ticks(now_ns);
-        if !health.status(now, policy).usable() {
-            return false; // already ejected or down
+        if !health.count(success, policy) {
+            return false;
         }
         if self
             .ejecting

@@ -524,3 +524,30 @@ fn hashes_of_a_down_node_go_to_their_next_node() {
         }
     }
 }
+
+#[test]
+fn failures_finishing_while_ejected_do_not_count_towards_the_next_streak() {
+    let (b, clock) = balancer(Algorithm::RoundRobin, &["a", "b", "c"], &[]);
+    // Ten requests in flight on "a" when it starts failing.
+    let mut on_a = Vec::new();
+    while on_a.len() < 10 {
+        let lease = b.acquire(None).unwrap();
+        if lease.id() == "a" {
+            on_a.push(lease);
+        }
+    }
+    let mut leases = on_a.into_iter();
+    for lease in leases.by_ref().take(5) {
+        lease.finish(Outcome::Failure(Duration::ZERO));
+    }
+    assert!(matches!(status(&b, "a"), Status::Ejected { .. }));
+    // The other five fail while it is out.
+    for lease in leases {
+        lease.finish(Outcome::Failure(Duration::ZERO));
+    }
+    assert_eq!(b.stats()[0].failures, 10);
+    clock.advance(secs(30));
+    // Back: one failure is not a streak of five.
+    b.report("a", Outcome::Failure(Duration::ZERO)).unwrap();
+    assert_eq!(status(&b, "a"), Status::Healthy);
+}
