@@ -9,7 +9,8 @@
 //!   balancer, for every algorithm that draws random numbers, round robin (one shared position
 //!   by definition) and two floors: one SplitMix64 shared through a single atomic counter (how
 //!   liblb drew before per-thread streams) and a thread-owned `SmallRng` (no sharing at all).
-//!   `table_random` is random through `Table` + `State`, without the snapshot load.
+//!   `table_random` is random through `Table` + `State`, without the snapshot load;
+//!   `round_robin_thread_rounds` is round robin with `thread_rounds = 64`.
 //!   Criterion reports elements/s; 2 threads / 1 thread is the scaling ratio.
 //!
 //! Run: `cargo bench -p liblb-bench --bench feedback`; `python3 scripts/bench-report.py` prints
@@ -160,6 +161,26 @@ fn threads(c: &mut Criterion) {
                 })
             });
         }
+        // Round robin with per-thread blocks of 64 rounds (`thread_rounds`).
+        let blocked = Balancer::new(
+            Algorithm::RoundRobin,
+            nodes(N, false),
+            Options {
+                thread_rounds: 64,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        g.bench_function(
+            BenchmarkId::new("round_robin_thread_rounds", threads),
+            |bench| {
+                bench.iter_custom(|iters| {
+                    together(threads, iters, |_| {
+                        black_box(blocked.pick(None).unwrap().tag());
+                    })
+                })
+            },
+        );
         // Random without the Balancer's snapshot load: the draws alone.
         let table = Table::build(Algorithm::Random, &Options::default(), &nodes(N, false));
         let (table, state) = (table.unwrap(), State::new(1));

@@ -91,6 +91,10 @@ pub struct Options {
     /// the first node in its retry order whose in-flight count is below
     /// `ceil(factor / 100 · (total in-flight + 1) · weight share)`. 0 = off; else at least 100.
     pub hash_balance_factor: u32,
+    /// Round robin and smooth WRR: each thread takes this many whole rounds of positions at
+    /// once, so threads do not contend pick by pick (shares stay exact per block); 0 (the
+    /// default) keeps one exact global order. At most 2^20.
+    pub thread_rounds: u32,
 }
 
 /// Most candidates `least_request` draws per pick.
@@ -117,6 +121,7 @@ impl Default for Options {
             slow_start_aggression: 1.0,
             min_weight_percent: 10,
             hash_balance_factor: 0,
+            thread_rounds: 0,
         }
     }
 }
@@ -142,6 +147,7 @@ impl Options {
         "slow_start_aggression",
         "min_weight_percent",
         "hash_balance_factor",
+        "thread_rounds",
     ];
 
     /// The options that take any number, not only integers (decimal text such as `"1.5"`).
@@ -204,7 +210,8 @@ impl Options {
             | "slow_start_window_ms"
             | "slow_start_aggression"
             | "min_weight_percent"
-            | "hash_balance_factor" => {
+            | "hash_balance_factor"
+            | "thread_rounds" => {
                 let option = option_name(name);
                 let mut changed = *self;
                 if name == "slow_start_aggression" {
@@ -222,6 +229,7 @@ impl Options {
                         "panic_threshold" => changed.panic_threshold = small?,
                         "slow_start_window_ms" => changed.slow_start_window = millis,
                         "min_weight_percent" => changed.min_weight_percent = small?,
+                        "thread_rounds" => changed.thread_rounds = small?,
                         _ => changed.hash_balance_factor = small?,
                     }
                 }
@@ -311,6 +319,11 @@ impl Options {
                 self.hash_balance_factor.to_string(),
                 default.hash_balance_factor.to_string(),
             ),
+            (
+                "thread_rounds",
+                self.thread_rounds.to_string(),
+                default.thread_rounds.to_string(),
+            ),
         ];
         all.into_iter()
             .filter(|(_, value, default)| value != default)
@@ -383,6 +396,10 @@ impl Options {
         if !(aggression.is_finite() && aggression > 0.0) {
             let value = alloc::format!("{aggression}");
             return Err(invalid("slow_start_aggression", value, "a number above 0"));
+        }
+        if self.thread_rounds > 1 << 20 {
+            let value = self.thread_rounds.to_string();
+            return Err(invalid("thread_rounds", value, "0 (off) to 1048576"));
         }
         if self.hash_balance_factor != 0 && self.hash_balance_factor < 100 {
             let value = self.hash_balance_factor.to_string();

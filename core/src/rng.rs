@@ -194,7 +194,7 @@ impl AtomicRng {
 /// the thread's locals are being destroyed.
 #[cfg(all(feature = "std", not(loom)))]
 #[inline]
-fn thread_index() -> Option<usize> {
+pub(crate) fn thread_index() -> Option<usize> {
     use core::sync::atomic::{AtomicUsize, Ordering};
 
     /// Bit `i` set: index `i` is held by a live thread.
@@ -240,7 +240,7 @@ fn thread_index() -> Option<usize> {
 
 /// Under loom: indices in the order threads first draw, per model execution.
 #[cfg(all(feature = "std", loom))]
-fn thread_index() -> Option<usize> {
+pub(crate) fn thread_index() -> Option<usize> {
     loom::lazy_static! {
         static ref NEXT: AtomicUsize = AtomicUsize::new(0);
     }

@@ -78,3 +78,63 @@ fn concurrent_round_robin_is_exact() {
     }
     assert_eq!(total, [per_thread as u64; 4]);
 }
+
+/// `thread_rounds`: each thread serves whole rounds from its own block, so every thread's own
+/// picks are exact per block (each node once per round) and so is the total; one thread alone
+/// still sees the global order, for round robin and smooth WRR.
+#[test]
+fn thread_rounds_keep_shares_exact_per_thread() {
+    for (algorithm, weights) in [
+        (Algorithm::RoundRobin, [1u32, 1, 1, 1]),
+        (Algorithm::WeightedRoundRobin, [1, 2, 3, 4]),
+    ] {
+        let nodes: Vec<Node> = SET_B
+            .iter()
+            .zip(weights)
+            .map(|(id, w)| Node::new(*id, w))
+            .collect();
+        let period: u64 = if algorithm == Algorithm::RoundRobin {
+            4
+        } else {
+            10
+        };
+        let blocked = Options {
+            thread_rounds: 3,
+            ..Options::default()
+        };
+        // One thread: the same sequence as without blocks.
+        let plain = Balancer::new(algorithm, nodes.clone(), Options::default()).unwrap();
+        let one = Balancer::new(algorithm, nodes.clone(), blocked).unwrap();
+        let a: Vec<String> = plain
+            .pick_n(100)
+            .unwrap()
+            .ids()
+            .map(str::to_string)
+            .collect();
+        let b: Vec<String> = one.pick_n(100).unwrap().ids().map(str::to_string).collect();
+        assert_eq!(a, b, "{algorithm}");
+        // Four threads, each a whole number of blocks: every thread's own counts are exact.
+        let b = Arc::new(Balancer::new(algorithm, nodes, blocked).unwrap());
+        let blocks = if cfg!(miri) { 2 } else { 2_000 };
+        let per_thread = blocks * 3 * period;
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let b = Arc::clone(&b);
+                thread::spawn(move || {
+                    let mut counts = [0u64; 4];
+                    for _ in 0..per_thread {
+                        let p = b.pick(None).unwrap();
+                        counts[SET_B.iter().position(|id| *id == p.id()).unwrap()] += 1;
+                    }
+                    counts
+                })
+            })
+            .collect();
+        for h in handles {
+            let counts = h.join().unwrap();
+            // A period holds each node `weight` times (round robin: once); a block is three.
+            let expect = weights.map(|w| u64::from(w) * blocks * 3);
+            assert_eq!(counts, expect, "{algorithm}");
+        }
+    }
+}

@@ -225,6 +225,7 @@ describe('options', () => {
       consecutive_failures: 3, base_ejection_time_ms: 100, max_ejection_time_ms: 1000,
       max_ejection_percent: 50, panic_threshold: 30, slow_start_window_ms: 2000,
       slow_start_aggression: 1.5, min_weight_percent: 20, hash_balance_factor: 150,
+      thread_rounds: 2,
     }
     assert.deepEqual(Object.keys(values).sort(), [...optionNames()].sort(), 'a core option this test does not set')
     for (const name of algorithms()) assert.equal(new Balancer(name, ABC, values).size, 3)

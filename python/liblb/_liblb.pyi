@@ -79,7 +79,7 @@ class Balancer:
     ``max_ring_size``; health (every algorithm): ``consecutive_failures``,
     ``base_ejection_time_ms``, ``max_ejection_time_ms``, ``max_ejection_percent``,
     ``panic_threshold``, ``slow_start_window_ms``, ``slow_start_aggression`` (also a float),
-    ``min_weight_percent``, ``hash_balance_factor`` (keyed). docs/algorithms.md and
+    ``min_weight_percent``, ``hash_balance_factor`` (keyed); ``thread_rounds`` (round robin). docs/algorithms.md and
     docs/health.md say which algorithm reads which.
     """
 
@@ -106,6 +106,7 @@ class Balancer:
         slow_start_aggression: float | int | str | None = None,
         min_weight_percent: int | str | None = None,
         hash_balance_factor: int | str | None = None,
+        thread_rounds: int | str | None = None,
     ) -> Balancer: ...
     @property
     def algorithm(self) -> str:

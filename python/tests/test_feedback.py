@@ -194,6 +194,7 @@ def test_every_core_option_is_accepted() -> None:
         "consecutive_failures": 3, "base_ejection_time_ms": 100, "max_ejection_time_ms": 1000,
         "max_ejection_percent": 50, "panic_threshold": 30, "slow_start_window_ms": 2000,
         "slow_start_aggression": 1.5, "min_weight_percent": 20, "hash_balance_factor": 150,
+        "thread_rounds": 2,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
     for algorithm in liblb.ALGORITHMS:
@@ -256,6 +257,7 @@ def test_repr_evaluates_back_with_every_option() -> None:
         "consecutive_failures": 3, "base_ejection_time_ms": 100, "max_ejection_time_ms": 1000,
         "max_ejection_percent": 50, "panic_threshold": 30, "slow_start_window_ms": 2000,
         "slow_start_aggression": 1.5, "min_weight_percent": 20, "hash_balance_factor": 150,
+        "thread_rounds": 2,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
     b = liblb.Balancer("maglev", NODES, **values)  # type: ignore[arg-type]

@@ -57,7 +57,6 @@ use super::active_weights;
 use super::sample::{self, Seen, WeightTree};
 use super::{Select, gcd_all};
 use crate::rng::{SplitMix64, bounded};
-use crate::sync::next_position;
 use crate::{Node, Options};
 use alloc::vec::Vec;
 
@@ -86,6 +85,8 @@ pub(crate) struct WeightedRoundRobin {
     /// gcd-reduced weights, for the weighted part of `attempts`.
     weights: WeightTree,
     plan: Plan,
+    /// Positions a thread takes at once (`thread_rounds` x the period); 0 = one global order.
+    block: u64,
 }
 
 /// The position whose cumulative-weight interval holds `u / 2^64 · Σw`.
@@ -327,6 +328,7 @@ impl WeightedRoundRobin {
             active,
             weights: WeightTree::new(reduced),
             plan,
+            block: 0,
         }
     }
 
@@ -347,18 +349,25 @@ impl WeightedRoundRobin {
 }
 
 impl Select for WeightedRoundRobin {
-    fn build(nodes: &[Node], active: Vec<u32>, _options: &Options) -> WeightedRoundRobin {
+    fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> WeightedRoundRobin {
         let weights = active_weights(nodes, &active);
-        WeightedRoundRobin::new(active, weights)
+        let mut wrr = WeightedRoundRobin::new(active, weights);
+        // A block is whole periods of the schedule (the Weyl fallback has no period: n).
+        let period = match &wrr.plan {
+            Plan::Schedule(s) => s.len() as u64,
+            Plan::Weyl { .. } => wrr.active.len() as u64,
+        };
+        wrr.block = u64::from(options.thread_rounds) * period;
+        wrr
     }
 
     #[inline]
     fn pick(&self, _key: &[u8], ctx: &Ctx<'_>) -> u32 {
-        self.active[self.at(next_position(&ctx.position))]
+        self.active[self.at(ctx.state.next_position(self.block))]
     }
 
     fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
-        let c = next_position(&ctx.position);
+        let c = ctx.state.next_position(self.block);
         out.push(self.at(c) as u32);
         let g = core::cell::RefCell::new(SplitMix64::new(c));
         let next = || g.borrow_mut().next();
