@@ -67,6 +67,8 @@ export interface BalancerOptions {
   min_weight_percent?: number | bigint | string | null
   /** Bounded loads for keyed algorithms, in % (e.g. 125; default 0 = off; else >= 100). */
   hash_balance_factor?: number | bigint | string | null
+  /** round_robin / weighted_round_robin: each thread takes this many whole rounds at once (no contention; default 0 = one exact global order). */
+  thread_rounds?: number | bigint | string | null
 }
 
 /** Every error thrown by liblb itself has one of these codes. */
