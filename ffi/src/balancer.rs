@@ -1045,12 +1045,7 @@ pub extern "C" fn lb_balancer_mark_down(
     id: *const c_char,
     id_len: usize,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
-        let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
-        balancer.mark_down(id)?;
-        Ok(())
-    }
+    set_down(balancer, id, id_len, true)
 }
 
 /// Puts a node marked down back in service (warming up first if slow start is on). Errors as
@@ -1061,10 +1056,24 @@ pub extern "C" fn lb_balancer_mark_up(
     id: *const c_char,
     id_len: usize,
 ) -> lb_result {
+    set_down(balancer, id, id_len, false)
+}
+
+/// `lb_balancer_mark_down` (`down`) or `lb_balancer_mark_up`.
+fn set_down(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+    down: bool,
+) -> lb_result {
     ffi_panic_boundary! {
         // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
         let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
-        balancer.mark_up(id)?;
+        if down {
+            balancer.mark_down(id)?;
+        } else {
+            balancer.mark_up(id)?;
+        }
         Ok(())
     }
 }

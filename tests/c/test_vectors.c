@@ -106,14 +106,26 @@ static uint64_t latency_ns_of(const json *step) {
     return json_get(step, "latency_ms")->integer * UINT64_C(1000000);
 }
 
+/* Every node's stats (one snapshot): *stats_out and *ids_out to free; the count in *count. */
+static lb_result read_stats(const lb_balancer *b, lb_node_stats **stats_out, char **ids_out,
+                            size_t *count) {
+    size_t size = 0;
+    *count = 0;
+    *stats_out = NULL;
+    *ids_out = NULL;
+    lb_result r = lb_balancer_stats(b, NULL, 0, NULL, 0, count, &size);
+    if (r != LB_RESULT_OK && r != LB_RESULT_BUFFER_TOO_SMALL) return r;
+    *stats_out = calloc(*count ? *count : 1, sizeof **stats_out);
+    *ids_out = malloc(size ? size : 1);
+    return lb_balancer_stats(b, *stats_out, *count, *ids_out, size, count, &size);
+}
+
 /* Checks lb_balancer_stats against [[id, in_flight, requests, failures], ...]. */
 static lb_result check_stats(const lb_balancer *b, const json *expect) {
-    size_t count = 0, size = 0;
-    lb_result r = lb_balancer_stats(b, NULL, 0, NULL, 0, &count, &size);
-    if (r != LB_RESULT_OK && r != LB_RESULT_BUFFER_TOO_SMALL) return r;
-    lb_node_stats *stats = calloc(count ? count : 1, sizeof *stats);
-    char *ids = malloc(size ? size : 1);
-    r = lb_balancer_stats(b, stats, count, ids, size, &count, &size);
+    lb_node_stats *stats;
+    char *ids;
+    size_t count;
+    lb_result r = read_stats(b, &stats, &ids, &count);
     if (r == LB_RESULT_OK) {
         if (!expect || expect->len != count) {
             FAIL("stats: %zu nodes, expected %zu", count, expect ? expect->len : 0);
@@ -148,12 +160,10 @@ static lb_result check_stats(const lb_balancer *b, const json *expect) {
 /* The "health" op: every node's status name, in order. */
 static lb_result check_health(const lb_balancer *b, const json *expect) {
     static const char *const names[] = {"healthy", "warming", "ejected", "down"};
-    size_t count = 0, size = 0;
-    lb_result r = lb_balancer_stats(b, NULL, 0, NULL, 0, &count, &size);
-    if (r != LB_RESULT_OK && r != LB_RESULT_BUFFER_TOO_SMALL) return r;
-    lb_node_stats *stats = calloc(count ? count : 1, sizeof *stats);
-    char *ids = malloc(size ? size : 1);
-    r = lb_balancer_stats(b, stats, count, ids, size, &count, &size);
+    lb_node_stats *stats;
+    char *ids;
+    size_t count;
+    lb_result r = read_stats(b, &stats, &ids, &count);
     if (r == LB_RESULT_OK) {
         if (!expect || expect->len != count) {
             FAIL("health: %zu nodes, expected %zu", count, expect ? expect->len : 0);
