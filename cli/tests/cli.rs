@@ -110,17 +110,11 @@ fn pick_help_lists_every_algorithm() {
 /// The latency table of `lb simulate --scenario slow-node`: (algorithm, p50, p99, p99.9) per
 /// row, read back from the printed text.
 fn latency_rows(text: &str) -> Vec<(String, f64, f64, f64)> {
-    let start = text
-        .lines()
-        .position(|l| l.starts_with("algorithm") && l.contains("p99 ms"))
-        .expect("a latency table");
-    text.lines()
-        .skip(start + 1)
-        .take_while(|l| !l.trim().is_empty() && !l.starts_with('('))
-        .map(|l| {
-            let cells: Vec<&str> = l.split_whitespace().collect();
+    table_rows(text, "p99 ms")
+        .into_iter()
+        .map(|cells| {
             let num = |i: usize| cells[i].parse::<f64>().expect("a number");
-            (cells[0].to_string(), num(1), num(2), num(3))
+            (cells[0].clone(), num(1), num(2), num(3))
         })
         .collect()
 }

@@ -56,6 +56,14 @@ pub enum Status {
 }
 
 impl Status {
+    /// When a warm-up or an ejection ends (nanoseconds, balancer's clock); `None` otherwise.
+    pub fn until_ns(self) -> Option<u64> {
+        match self {
+            Status::Warming { until_ns, .. } | Status::Ejected { until_ns } => Some(until_ns),
+            Status::Healthy | Status::Down => None,
+        }
+    }
+
     /// Whether picks may choose the node (ignoring panic).
     pub fn usable(self) -> bool {
         matches!(self, Status::Healthy | Status::Warming { .. })

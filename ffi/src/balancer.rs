@@ -1185,12 +1185,13 @@ pub extern "C" fn lb_balancer_stats(
             let latency_ns = s.latency.map_or(LB_LATENCY_NONE, |l| {
                 u64::try_from(l.as_nanos()).map_or(most, |ns| ns.min(most))
             });
-            let (status, until_ns) = match s.status {
-                Status::Healthy => (LB_NODE_HEALTHY, 0),
-                Status::Warming { until_ns, .. } => (LB_NODE_WARMING, until_ns),
-                Status::Ejected { until_ns } => (LB_NODE_EJECTED, until_ns),
-                Status::Down => (LB_NODE_DOWN, 0),
+            let status = match s.status {
+                Status::Healthy => LB_NODE_HEALTHY,
+                Status::Warming { .. } => LB_NODE_WARMING,
+                Status::Ejected { .. } => LB_NODE_EJECTED,
+                Status::Down => LB_NODE_DOWN,
             };
+            let until_ns = s.status.until_ns().unwrap_or(0);
             stats_out.write(
                 i,
                 lb_node_stats {

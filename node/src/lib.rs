@@ -22,7 +22,7 @@ mod js;
 
 use error::{OrThrow, Result};
 use js::{Id, Ids, KeyBuf};
-use liblb_core::{Algorithm, Outcome, Status};
+use liblb_core::{Algorithm, Outcome};
 use napi::bindgen_prelude::{Either, Null};
 use napi::{Env, Unknown};
 use napi_derive::napi;
@@ -321,11 +321,9 @@ impl Balancer {
                     None => Either::B(Null),
                 },
                 status: s.status.name().to_string(),
-                until_ms: match s.status {
-                    Status::Warming { until_ns, .. } | Status::Ejected { until_ns } => {
-                        Either::A(until_ns as f64 / 1e6)
-                    }
-                    _ => Either::B(Null),
+                until_ms: match s.status.until_ns() {
+                    Some(ns) => Either::A(ns as f64 / 1e6),
+                    None => Either::B(Null),
                 },
             })
             .collect()

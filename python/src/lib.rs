@@ -22,7 +22,7 @@ use convert::{KeyBatch, with_key};
 use error::OrRaise;
 use liblb_core::{
     Algorithm, Balancer, DEFAULT_VNODES, HashKind, Lease, MAX_VNODES, Node, Options, Outcome,
-    Picked, Picks, Status,
+    Picked, Picks,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
@@ -217,14 +217,8 @@ impl PyBalancer {
             row.set_item("requests", s.requests)?;
             row.set_item("failures", s.failures)?;
             row.set_item("latency", s.latency.map(|l| l.as_secs_f64()))?;
-            let (status, until) = match s.status {
-                Status::Warming { until_ns, .. } | Status::Ejected { until_ns } => {
-                    (s.status.name(), Some(until_ns as f64 / 1e9))
-                }
-                other => (other.name(), None),
-            };
-            row.set_item("status", status)?;
-            row.set_item("until", until)?;
+            row.set_item("status", s.status.name())?;
+            row.set_item("until", s.status.until_ns().map(|ns| ns as f64 / 1e9))?;
             Ok(row)
         });
         PyList::new(py, rows.collect::<PyResult<Vec<_>>>()?)
