@@ -248,6 +248,36 @@ fn sha256(c: &mut Criterion) {
     g.finish();
 }
 
+/// What the `Balancer` layer costs on top of `Table` + `State` (issue 13's 2 ns budget), in one
+/// group: unkeyed picks at N = 1000 through the `Balancer` (the thread's snapshot pin), through
+/// `Table` + `State` directly, and through an `ArcSwap` guard + `Table` (the layer before pins);
+/// round robin's floor is a bare `AtomicUsize` counter.
+fn layer(c: &mut Criterion) {
+    let n = 1000;
+    let mut g = c.benchmark_group("layer");
+    for algorithm in [Algorithm::RoundRobin, Algorithm::Random] {
+        let name = algorithm.name();
+        let b = balancer(algorithm, n, false, None);
+        g.bench_function(format!("{name}/balancer"), |bench| {
+            bench.iter(|| black_box(b.pick(None).unwrap().index()))
+        });
+        let table = Table::build(algorithm, &Options::default(), &nodes(n, false)).unwrap();
+        let state = State::new(1);
+        g.bench_function(format!("{name}/table_state"), |bench| {
+            bench.iter(|| black_box(table.pick(None, &state, 0).unwrap()))
+        });
+        let swapped = arc_swap::ArcSwap::from_pointee(table);
+        g.bench_function(format!("{name}/arc_swap_guard_table"), |bench| {
+            bench.iter(|| black_box(swapped.load().pick(None, &state, 0).unwrap()))
+        });
+    }
+    let counter = AtomicUsize::new(0);
+    g.bench_function("round_robin/AtomicUsize", |bench| {
+        bench.iter(|| black_box(counter.fetch_add(1, Ordering::Relaxed) % black_box(n)))
+    });
+    g.finish();
+}
+
 fn config() -> Criterion {
     // Short runs: ~60 benchmarks; ratios matter, not the last digit.
     Criterion::default()
@@ -259,6 +289,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = unkeyed, keyed, table_only, sha256
+    targets = unkeyed, keyed, table_only, layer, sha256
 }
 criterion_main!(benches);
