@@ -339,6 +339,7 @@ class EtcdMembership:
         self._members: dict[str, Member] = {}
         self._applied: list[tuple[str, int]] | None = None
         self._need_range = True
+        self._watch_created = False  # whether the current attempt's watch got going
 
         self._lock = threading.Lock()  # guards _stream, _thread and _stopping
         self._stopping = threading.Event()
@@ -439,12 +440,18 @@ class EtcdMembership:
         delay = self._backoff
         while not self._stopping.is_set():
             self._watch_created = False
+            failure: str
             try:
                 if self._need_range:
                     self._resync()
                 self._watch()
                 # _watch returns when stopping, or to resync (etcd went back in time).
+                continue
+            except _Stopping:
+                break
             except _Compacted as e:
+                # Not a failure of etcd's: range again after the shortest pause (a pause all
+                # the same, so a watch compacted again at once cannot spin).
                 log.warning(
                     "etcd %s: watch from revision %d failed: %s; resyncing with a range",
                     self._url,
@@ -452,28 +459,26 @@ class EtcdMembership:
                     e,
                 )
                 self._need_range = True
+                self._stopping.wait(self._backoff)
                 delay = self._backoff
                 continue
-            except _Stopping:
-                break
             except (OSError, http.client.HTTPException, _GatewayError) as e:
                 if self._stopping.is_set():
                     break
-                log.warning(
-                    "etcd %s: %s: %s; retrying in %.2fs",
-                    self._url,
-                    type(e).__name__,
-                    e,
-                    delay,
-                )
-            except Exception:  # a bug: say so loudly, keep the balancer, keep trying
-                log.exception("etcd %s: unexpected error; retrying in %.2fs", self._url, delay)
+                failure = f"{type(e).__name__}: {e}"
+                bug = False
+            except Exception as e:  # a bug: say so loudly, keep the balancer, keep trying
+                failure = f"unexpected {type(e).__name__}: {e}"
+                bug = True
             if self._watch_created:
-                delay = self._backoff
-            self._stopping.wait(random.uniform(delay / 2, delay))
+                delay = self._backoff  # it worked for a while: start the backoff over
+            # Randomised, so processes that lost etcd together do not come back in step.
+            pause = random.uniform(delay / 2, delay)
+            log.warning(
+                "etcd %s: %s; retrying in %.2fs", self._url, failure, pause, exc_info=bug
+            )
+            self._stopping.wait(pause)
             delay = min(delay * 2, self._max_backoff)
-
-    _watch_created = False
 
     def _open(self, path: str, body: dict[str, Any]) -> tuple[_Stream, http.client.HTTPResponse]:
         """Sends a POST and returns its response, its socket registered for ``stop()``."""
@@ -482,24 +487,27 @@ class EtcdMembership:
             conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout)
         else:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
-        conn.connect()
+        conn.connect()  # on failure nothing is open yet
         sock = conn.sock
         assert isinstance(sock, socket.socket)
-        _keepalive(sock)
         stream = _Stream(conn, sock)
         with self._lock:
             if self._stopping.is_set():
                 conn.close()
                 raise _Stopping
             self._stream = stream
-        data = json.dumps(body).encode("ascii")
-        conn.request(
-            "POST",
-            self._path + path,
-            body=data,
-            headers={"Content-Type": "application/json"},
-        )
-        return stream, conn.getresponse()
+        try:
+            _keepalive(sock)
+            conn.request(
+                "POST",
+                self._path + path,
+                body=json.dumps(body).encode("ascii"),
+                headers={"Content-Type": "application/json"},
+            )
+            return stream, conn.getresponse()
+        except BaseException:
+            self._close(stream)
+            raise
 
     def _close(self, stream: _Stream) -> None:
         with self._lock:
