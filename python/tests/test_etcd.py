@@ -119,9 +119,12 @@ class EtcdServer:
                     pytest.fail(f"etcd not ready after 30 s:\n{self.log_tail()}")
                 time.sleep(0.05)
 
-    def stop(self) -> None:
+    def stop(self, hard: bool = False) -> None:
+        """SIGTERM (etcd shuts down cleanly), or SIGKILL with `hard`."""
         if self.process is None:
             return
+        if hard:
+            self.process.kill()
         self.process.terminate()
         try:
             self.process.wait(10)
@@ -130,8 +133,8 @@ class EtcdServer:
             self.process.wait()
         self.process = None
 
-    def restart(self) -> None:
-        self.stop()
+    def restart(self, hard: bool = False) -> None:
+        self.stop(hard)
         self.start()
 
     def log_tail(self) -> str:
@@ -530,7 +533,7 @@ def test_restart_mid_watch_no_change_lost_or_replayed(etcd: EtcdServer) -> None:
             put(f"n{i}", i + 1)
         assert w.wait_for_revision(puts[-1], BOUND)
         for round_ in range(3):
-            etcd.restart()
+            etcd.restart(hard=round_ == 1)  # the middle one a SIGKILL
             # Changes right after the restart, most likely before the watcher is back: it
             # must pick them up from its last revision + 1.
             for i in range(4):
