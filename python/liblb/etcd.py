@@ -56,7 +56,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 from ._liblb import ALGORITHMS, KEYED_ALGORITHMS, Balancer
 from ._liblb import Error as LiblbError
@@ -67,6 +67,7 @@ __all__ = [
     "Change",
     "EtcdMembership",
     "Member",
+    "SupportsUpdate",
     "main",
     "node_id_from_key",
     "parse_member",
@@ -192,6 +193,17 @@ def node_id_from_key(key: bytes, prefix: bytes) -> str:
     return node_id
 
 
+class SupportsUpdate(Protocol):
+    """What ``EtcdMembership`` needs of a balancer: ``update(nodes)`` replacing the membership
+    with ``(id, weight)`` pairs, raising on failure. ``liblb.Balancer`` is the one to use; a
+    wrapper (that also resizes a connection pool, say) works too."""
+
+    def update(self, nodes: list[tuple[str, int]], /) -> None: ...
+
+
+_B = TypeVar("_B", bound=SupportsUpdate)
+
+
 class _GatewayError(Exception):
     """etcd answered with an error (or with something that is not its JSON API)."""
 
@@ -262,9 +274,11 @@ class _Stream:
             pass
 
 
-class EtcdMembership:
+class EtcdMembership(Generic[_B]):
     """Keeps ``balancer``'s membership equal to the nodes under ``prefix`` in etcd at ``url``.
 
+    ``balancer`` is a ``liblb.Balancer`` (or anything with its ``update``, see
+    ``SupportsUpdate``).
     ``url`` is the etcd client URL (``http://host:port``, or ``https://``), ``prefix`` the
     ``P`` of the keys ``P/<node-id>`` (no trailing slash). ``on_change(change)`` is called from
     the watcher thread after each applied membership (a ``Change``); an exception it raises is
@@ -283,7 +297,7 @@ class EtcdMembership:
 
     def __init__(
         self,
-        balancer: Balancer,
+        balancer: _B,
         url: str,
         prefix: str,
         *,
@@ -292,8 +306,11 @@ class EtcdMembership:
         max_backoff: float = 10.0,
         timeout: float = 10.0,
     ) -> None:
-        if not isinstance(balancer, Balancer):
-            raise TypeError(f"balancer must be a liblb.Balancer, not {type(balancer).__name__}")
+        if not callable(getattr(balancer, "update", None)):
+            raise TypeError(
+                f"balancer must be a liblb.Balancer (something with update(nodes)), "
+                f"not {type(balancer).__name__}"
+            )
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, not {type(url).__name__}")
         if not isinstance(prefix, str):
@@ -349,7 +366,7 @@ class EtcdMembership:
     # -- public API --------------------------------------------------------------------------
 
     @property
-    def balancer(self) -> Balancer:
+    def balancer(self) -> _B:
         """The balancer this watcher updates."""
         return self._balancer
 
@@ -376,7 +393,7 @@ class EtcdMembership:
         with self._lock:
             return self._thread is not None and self._thread.is_alive()
 
-    def start(self) -> EtcdMembership:
+    def start(self) -> EtcdMembership[_B]:
         """Starts watching in a daemon thread; returns at once. Starting twice is an error."""
         with self._lock:
             if self._thread is not None:
@@ -417,7 +434,7 @@ class EtcdMembership:
                 lambda: self._revision >= revision or self._stopping.is_set(), timeout
             ) and self._revision >= revision
 
-    def __enter__(self) -> EtcdMembership:
+    def __enter__(self) -> EtcdMembership[_B]:
         return self.start()
 
     def __exit__(
@@ -699,12 +716,15 @@ class EtcdMembership:
         if nodes != previous:
             try:
                 self._balancer.update(nodes)
-            except LiblbError as e:
+            except Exception as e:  # a liblb.Error, or whatever a wrapper raises
                 log.error(
-                    "etcd %s: update() at revision %d failed: %s; keeping the last good membership",
+                    "etcd %s: update() at revision %d failed: %s: %s; keeping the last good "
+                    "membership",
                     self._url,
                     revision,
+                    type(e).__name__,
                     e,
+                    exc_info=not isinstance(e, LiblbError),
                 )
                 applied = False
         with self._cond:

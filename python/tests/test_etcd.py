@@ -269,7 +269,7 @@ class Recorder:
 
 def watcher(
     balancer: liblb.Balancer, url: str, prefix: str, recorder: Recorder | None = None
-) -> EtcdMembership:
+) -> EtcdMembership[liblb.Balancer]:
     # Short backoffs keep each test to seconds.
     return EtcdMembership(
         balancer, url, prefix, on_change=recorder, backoff=0.05, max_backoff=0.2, timeout=5
@@ -366,7 +366,7 @@ def test_bad_arguments() -> None:
     b = liblb.Balancer("ring", [])
     url = "http://127.0.0.1:2379"
     bad: list[tuple[Callable[[], object], type[Exception], str]] = [
-        (lambda: EtcdMembership("ring", url, "svc"), TypeError, "liblb.Balancer, not str"),  # type: ignore[arg-type]
+        (lambda: EtcdMembership("ring", url, "svc"), TypeError, r"with update\(nodes\)\), not str"),  # type: ignore[type-var]
         (lambda: EtcdMembership(b, b"x", "svc"), TypeError, "url must be a str"),  # type: ignore[arg-type]
         (lambda: EtcdMembership(b, url, 3), TypeError, "prefix must be a str"),  # type: ignore[arg-type]
         (lambda: EtcdMembership(b, url, "svc", on_change=3), TypeError, "on_change must be"),  # type: ignore[arg-type]
@@ -472,7 +472,8 @@ def test_add_remove_reweight_picks_follow(etcd: EtcdServer, algorithm: str) -> N
             want = reference_picks(algorithm, model, KEYS)
             # Picks follow within the bound (polled; nothing about how fast).
             eventually(lambda: balancer.pick_many(KEYS) == want, f"picks after {what}")
-            assert w.wait_for_revision(revision, 0)
+            # The revision moves after on_change, a moment after the picks changed.
+            assert w.wait_for_revision(revision, BOUND)
             assert balancer.nodes() == sorted(model.items())
             assert {i: m.weight for i, m in w.members.items()} == model
             change = recorder.snapshot()[-1]
@@ -661,6 +662,45 @@ def test_malformed_values_keep_last_good(etcd: EtcdServer, caplog: pytest.LogCap
             assert w2.wait_for_revision(revision, BOUND)
             assert other.nodes() == [("a", 7), ("b", 1)]
         assert "etcd key 'svc/new'" in caplog.text and "stays absent" in caplog.text
+
+
+class PoisonedBalancer:
+    """A liblb.Balancer whose update() fails while a node named "poison" is in the set, as a
+    real update() fails on a membership the core refuses."""
+
+    def __init__(self) -> None:
+        self.inner = liblb.Balancer("ring", [])
+
+    def update(self, nodes: list[tuple[str, int]]) -> None:
+        if any(node_id == "poison" for node_id, _ in nodes):
+            raise liblb.TooManyNodesError("refused: poison")
+        self.inner.update(nodes)
+
+
+def test_failed_update_keeps_last_good(etcd: EtcdServer, caplog: pytest.LogCaptureFixture) -> None:
+    balancer = PoisonedBalancer()
+    recorder = Recorder()
+    caplog.set_level(logging.WARNING, logger="liblb.etcd")
+    with EtcdMembership(balancer, etcd.url, "svc", on_change=recorder, backoff=0.05) as w:
+        assert w.balancer is balancer
+        good = etcd.put("svc/a")
+        assert w.wait_for_revision(good, BOUND)
+        poisoned = etcd.put("svc/poison")
+        assert w.wait_for_revision(poisoned, BOUND)
+        assert balancer.inner.nodes() == [("a", 1)]
+        assert [c.revision for c in recorder.snapshot()][-1] == good  # no on_change
+        assert f"update() at revision {poisoned} failed: TooManyNodesError" in caplog.text
+        # etcd's membership is tracked all the same: b joins while poison blocks updates...
+        blocked = etcd.put("svc/b")
+        assert w.wait_for_revision(blocked, BOUND)
+        assert balancer.inner.nodes() == [("a", 1)]
+        assert list(w.members) == ["a", "b", "poison"]
+        # ...and once poison goes, the whole membership applies, relative to the last applied.
+        cured = etcd.delete("svc/poison")
+        assert w.wait_for_revision(cured, BOUND)
+        assert balancer.inner.nodes() == [("a", 1), ("b", 1)]
+        last = recorder.snapshot()[-1]
+        assert (last.revision, last.added, last.removed) == (cured, ("b",), ())
 
 
 def test_stop_while_etcd_is_down(etcd: EtcdServer) -> None:
