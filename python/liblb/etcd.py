@@ -36,7 +36,7 @@ conflict with what applications already use, and is unmaintained); a load-balanc
 should not impose that on every user. Tested against etcd 3.4 (Debian's etcd-server).
 
 ``python -m liblb.etcd --url U --prefix P [--algorithm A] [--key K]... [--json]`` prints each
-applied membership and where the given keys land (docs/membership-python.md).
+applied membership and where the given keys land (docs/membership.md).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import binascii
 import http.client
 import json
 import logging
+import os
 import random
 import signal
 import socket
@@ -809,7 +810,13 @@ def _parser() -> argparse.ArgumentParser:
         help=f"balancing algorithm (default ring; one of {', '.join(ALGORITHMS)})",
     )
     parser.add_argument(
-        "--key", "-k", action="append", default=[], dest="keys", help="a key to place (repeat)"
+        "--key",
+        "-k",
+        action="append",
+        default=[],
+        dest="keys",
+        metavar="KEY",
+        help="a key to place (repeat)",
     )
     parser.add_argument("--seed", type=int, help="balancer seed (random algorithms)")
     parser.add_argument("--vnodes", type=int, help="ring points per unit of weight")
@@ -920,7 +927,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         last.update(picks)
         try:
             print(line, flush=True)
-        except BrokenPipeError:  # whoever read our output is gone: stop quietly
+        except BrokenPipeError:
+            # Whoever read our output is gone: stop quietly (and keep the interpreter's final
+            # flush from complaining about the same pipe).
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             stop.set()
 
     try:
