@@ -770,14 +770,20 @@ def test_etcd_wiped_resyncs(etcd: EtcdServer) -> None:
 # -- two watcher processes --------------------------------------------------------------------
 
 
-class CliWatcher:
-    """`python -m liblb.etcd --json` in its own process; its lines read on a thread."""
+def python_watcher(url: str, algorithm: str, keys: list[str]) -> list[str]:
+    """The command line of a Python watcher process printing JSON lines."""
+    args = [sys.executable, "-m", "liblb.etcd", "--url", url, "--prefix", "svc", "--json"]
+    args += ["--algorithm", algorithm, "--backoff", "0.05", "--max-backoff", "0.2"]
+    for key in keys:
+        args += ["--key", key]
+    return args
 
-    def __init__(self, url: str, algorithm: str, keys: list[str]) -> None:
-        args = [sys.executable, "-m", "liblb.etcd", "--url", url, "--prefix", "svc", "--json"]
-        args += ["--algorithm", algorithm, "--backoff", "0.05", "--max-backoff", "0.2"]
-        for key in keys:
-            args += ["--key", key]
+
+class CliWatcher:
+    """A watcher process printing one JSON line per applied membership (`python -m liblb.etcd
+    --json`, or any command printing the same lines); its output read on threads."""
+
+    def __init__(self, args: list[str]) -> None:
         self.process = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -826,7 +832,7 @@ class CliWatcher:
 def test_two_processes_agree(etcd: EtcdServer, algorithm: str) -> None:
     keys = [f"k{i}" for i in range(30)] + ["user-\u00e9", "z"]
     etcd.put("svc/seed", '{"weight": 2}')
-    watchers = [CliWatcher(etcd.url, algorithm, keys) for _ in range(2)]
+    watchers = [CliWatcher(python_watcher(etcd.url, algorithm, keys)) for _ in range(2)]
     model = {"seed": 2}
     try:
         first = [w.until(1) for w in watchers]
