@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Python binding: build and install liblb into a venv exactly as a user would (`pip install
 # ./python`: maturin, from source), then run its pytest suite (API, errors, shared conformance
-# vectors, hypothesis properties, threads, stubtest + mypy --strict over the stubs).
+# vectors, hypothesis properties, threads, stubtest + mypy --strict over the stubs, liblb.etcd
+# against a real etcd).
 #
 # Needs python3 >= 3.11 (the pinned test tools; the package itself needs 3.10) with venv and
 # pip, Rust stable, and the package registries (PyPI, crates.io). Creates
@@ -41,6 +42,12 @@ step "pip install ./python"
 "$py" -m pip install --quiet --force-reinstall --no-deps ./python
 
 step "pytest python/tests"
+# The liblb.etcd tests start real etcd servers (Debian's etcd-server, installed on demand by
+# etcd-install.sh); LB_REQUIRE_ETCD=1 turns their "no etcd" skip into a failure, so the test
+# command can never pass without having run them.
+ETCD_BIN="$(scripts/etcd-install.sh)"  # assigned apart from export, so set -e sees a failure
+export ETCD_BIN
+export LB_REQUIRE_ETCD=1
 # Hypothesis keeps its scratch files in the venv, not in the work tree.
 export HYPOTHESIS_STORAGE_DIRECTORY="$venv/.hypothesis"
 # importlib import mode (python/pyproject.toml) and the repo root as working directory keep

@@ -1,0 +1,896 @@
+"""liblb.etcd against a real etcd server (Debian's etcd-server, found as $ETCD_BIN or on PATH).
+
+Each test that needs etcd starts its own on loopback, on free ports, with a temporary data
+directory, and kills it at the end; `EtcdServer.restart` stops and starts it on the same ports
+and data. A small TCP proxy in front of etcd (`Proxy`) cuts the watcher off while etcd keeps
+running, so a test can change and compact etcd behind the watcher's back.
+
+Without an etcd binary these tests skip, loudly; with LB_REQUIRE_ETCD=1 (scripts/test-python.sh
+sets it, after scripts/etcd-install.sh) they fail instead.
+
+Expected placements are never written down: they come from a fresh `liblb.Balancer` built with
+the membership the test put into etcd.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import logging
+import os
+import queue
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+import liblb
+from liblb.etcd import (
+    MAX_TAG,
+    MAX_WEIGHT,
+    Change,
+    EtcdMembership,
+    Member,
+    node_id_from_key,
+    parse_member,
+)
+
+# How long a change may take to reach a watcher: generous, the machine is shared. Nothing
+# asserts speed; this only bounds how long a broken watcher makes a test hang.
+BOUND = 15.0
+KEYS = [f"user-{i}" for i in range(200)]
+
+
+# -- etcd -------------------------------------------------------------------------------------
+
+
+def etcd_binary() -> str:
+    found = os.environ.get("ETCD_BIN") or shutil.which("etcd")
+    if found and Path(found).is_file():
+        return found
+    reason = (
+        "NO ETCD: the liblb.etcd tests need an etcd server binary ($ETCD_BIN or `etcd` on "
+        "PATH; scripts/etcd-install.sh installs Debian's etcd-server)"
+    )
+    if os.environ.get("LB_REQUIRE_ETCD") == "1":
+        pytest.fail(reason + " and LB_REQUIRE_ETCD=1")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+class EtcdServer:
+    """One single-member etcd on loopback; restartable on the same ports and data dir."""
+
+    def __init__(self, binary: str, data: Path) -> None:
+        self.binary = binary
+        self.data = data / "etcd-data"
+        self.log = data / "etcd.log"
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    self.binary,
+                    "--name=liblb-test",
+                    f"--data-dir={self.data}",
+                    f"--listen-client-urls={self.url}",
+                    f"--advertise-client-urls={self.url}",
+                    f"--listen-peer-urls={peer}",
+                    f"--initial-advertise-peer-urls={peer}",
+                    f"--initial-cluster=liblb-test={peer}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + 30
+        while True:
+            if self.process.poll() is not None:
+                pytest.fail(f"etcd exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                self.call("/v3/kv/range", {"key": b64(b"probe")})
+                return
+            except (OSError, http.client.HTTPException, AssertionError):
+                if time.monotonic() > deadline:
+                    pytest.fail(f"etcd not ready after 30 s:\n{self.log_tail()}")
+                time.sleep(0.05)
+
+    def stop(self, hard: bool = False) -> None:
+        """SIGTERM (etcd shuts down cleanly), or SIGKILL with `hard`."""
+        if self.process is None:
+            return
+        if hard:
+            self.process.kill()
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def restart(self, hard: bool = False) -> None:
+        self.stop(hard)
+        self.start()
+
+    def log_tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
+
+    def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.client_port, timeout=10)
+        try:
+            conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            answer: dict[str, Any] = json.loads(response.read())
+        finally:
+            conn.close()
+        assert response.status == 200, f"{path}: {response.status} {answer}"
+        return answer
+
+    def put(self, key: bytes | str, value: bytes | str = b"") -> int:
+        """Puts a key; returns the revision of the put."""
+        key = key.encode() if isinstance(key, str) else key
+        value = value.encode() if isinstance(value, str) else value
+        answer = self.call("/v3/kv/put", {"key": b64(key), "value": b64(value)})
+        return int(answer["header"]["revision"])
+
+    def delete(self, key: bytes | str) -> int:
+        key = key.encode() if isinstance(key, str) else key
+        answer = self.call("/v3/kv/deleterange", {"key": b64(key)})
+        assert answer.get("deleted") == "1", answer
+        return int(answer["header"]["revision"])
+
+    def compact(self, revision: int) -> None:
+        self.call("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+    server = EtcdServer(etcd_binary(), tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Proxy:
+    """A TCP relay to etcd that the test can cut: `block()` drops every connection and
+    refuses new ones (etcd itself keeps running), `unblock()` lets them through again."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.blocked = False
+        self.closed = False
+        self.lock = threading.Lock()
+        self.open: list[socket.socket] = []
+        self.thread = threading.Thread(target=self.accept, daemon=True)
+        self.thread.start()
+
+    def accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            with self.lock:
+                if self.blocked or self.closed:
+                    client.close()
+                    continue
+                try:
+                    upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+                except OSError:
+                    client.close()
+                    continue
+                self.open += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self.pump, args=(source, sink), daemon=True).start()
+
+    def pump(self, source: socket.socket, sink: socket.socket) -> None:
+        # Each socket is the source of one pump, which closes it; shutting the sink down
+        # ends the other pump.
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        try:
+            sink.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        source.close()
+
+    def block(self) -> None:
+        with self.lock:
+            self.blocked = True
+            dropped, self.open = self.open, []
+        for s in dropped:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def unblock(self) -> None:
+        with self.lock:
+            self.blocked = False
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+        self.block()
+        self.listener.close()
+        self.thread.join(5)
+
+
+class Recorder:
+    """Collects the Changes a watcher applies (on_change runs on the watcher thread)."""
+
+    def __init__(self) -> None:
+        self.changes: list[Change] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, change: Change) -> None:
+        with self.lock:
+            self.changes.append(change)
+
+    def snapshot(self) -> list[Change]:
+        with self.lock:
+            return list(self.changes)
+
+    def event_revisions(self) -> list[int]:
+        return [r for change in self.snapshot() for r in change.event_revisions]
+
+
+def watcher(
+    balancer: liblb.Balancer, url: str, prefix: str, recorder: Recorder | None = None
+) -> EtcdMembership[liblb.Balancer]:
+    # Short backoffs keep each test to seconds.
+    return EtcdMembership(
+        balancer, url, prefix, on_change=recorder, backoff=0.05, max_backoff=0.2, timeout=5
+    )
+
+
+def reference_picks(algorithm: str, nodes: dict[str, int], keys: list[str]) -> list[str]:
+    """Where `keys` land on a fresh balancer holding `nodes`, in the order liblb.etcd uses."""
+    return liblb.Balancer(algorithm, sorted(nodes.items())).pick_many(keys)
+
+
+def eventually(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + BOUND
+    while not check():
+        assert time.monotonic() < deadline, f"not within {BOUND} s: {what}"
+        time.sleep(0.01)
+
+
+# -- values and keys (no etcd needed) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "member"),
+    [
+        (b"", Member(1, None)),
+        (b"{}", Member(1, None)),
+        (b'{"weight": 3}', Member(3, None)),
+        (b'{"weight": 0}', Member(0, None)),
+        (b' {"weight": 4294967295, "tag": 18446744073709551615} ', Member(MAX_WEIGHT, MAX_TAG)),
+        (b'{"tag": 0}', Member(1, 0)),
+    ],
+)
+def test_parse_member_accepts(value: bytes, member: Member) -> None:
+    assert parse_member(value) == member
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (b"{", "not valid JSON"),
+        (b"3", "must be a JSON object, not int"),
+        (b"null", "must be a JSON object, not NoneType"),
+        (b'["weight", 3]', "must be a JSON object, not list"),
+        (b'{"weight": 3, "zone": "a"}', "unknown field 'zone'"),
+        (b'{"Weight": 3}', "unknown field 'Weight'"),
+        (b'{"weight": -1}', '"weight" -1 is out of range 0..=4294967295'),
+        (b'{"weight": 4294967296}', '"weight" 4294967296 is out of range'),
+        (b'{"weight": true}', '"weight" must be an integer 0..=4294967295, not true'),
+        (b'{"weight": 3.0}', '"weight" must be an integer'),
+        (b'{"weight": 1e2}', '"weight" must be an integer'),
+        (b'{"weight": "3"}', '"weight" must be an integer'),
+        (b'{"weight": null}', '"weight" must be an integer'),
+        (b'{"weight": NaN}', "NaN is not valid JSON"),
+        (b'{"tag": -1}', '"tag" -1 is out of range 0..=18446744073709551615'),
+        (b'{"tag": 18446744073709551616}', '"tag" 18446744073709551616 is out of range'),
+        (b'{"tag": false}', '"tag" must be an integer'),
+        (b'{"weight": 1, "weight": 2}', "duplicate field 'weight'"),
+        (b'{"weight": 1} {}', "not valid JSON"),
+        (b"\xff", "not UTF-8"),
+        (b" ", "not valid JSON"),
+    ],
+)
+def test_parse_member_rejects(value: bytes, problem: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        parse_member(value)
+
+
+def test_parse_member_type() -> None:
+    with pytest.raises(TypeError, match="value must be bytes, not str"):
+        parse_member("{}")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("key", "result"),
+    [
+        (b"svc/a", "a"),
+        (b"svc/a/b", "a/b"),
+        ("svc/n\u00f6de-\u2603".encode(), "n\u00f6de-\u2603"),
+        (b"svc/", ValueError("node id is empty")),
+        (b"svc/a\0b", ValueError("node id contains a NUL character")),
+        (b"svc/\xff", ValueError("node id is not UTF-8")),
+        (b"svd/a", ValueError("key is not under the prefix")),
+    ],
+)
+def test_node_id_from_key(key: bytes, result: str | ValueError) -> None:
+    if isinstance(result, str):
+        assert node_id_from_key(key, b"svc/") == result
+    else:
+        with pytest.raises(ValueError, match=str(result)):
+            node_id_from_key(key, b"svc/")
+
+
+def test_bad_arguments() -> None:
+    b = liblb.Balancer("ring", [])
+    url = "http://127.0.0.1:2379"
+    bad: list[tuple[Callable[[], object], type[Exception], str]] = [
+        (lambda: EtcdMembership("ring", url, "svc"), TypeError, r"with update\(nodes\)\), not str"),  # type: ignore[type-var]
+        (lambda: EtcdMembership(b, b"x", "svc"), TypeError, "url must be a str"),  # type: ignore[arg-type]
+        (lambda: EtcdMembership(b, url, 3), TypeError, "prefix must be a str"),  # type: ignore[arg-type]
+        (lambda: EtcdMembership(b, url, "svc", on_change=3), TypeError, "on_change must be"),  # type: ignore[arg-type]
+        (lambda: EtcdMembership(b, url, "svc", timeout="1"), TypeError, "timeout must be a number"),  # type: ignore[arg-type]
+        (lambda: EtcdMembership(b, url, "svc", backoff=0), ValueError, "backoff must be a positive"),
+        (lambda: EtcdMembership(b, url, "svc", timeout=float("nan")), ValueError, "timeout must"),
+        (lambda: EtcdMembership(b, url, "svc", backoff=2, max_backoff=1), ValueError, "max_backoff"),
+        (lambda: EtcdMembership(b, url, ""), ValueError, "prefix is empty"),
+        (lambda: EtcdMembership(b, url, "svc/"), ValueError, "ends with '/'"),
+        (lambda: EtcdMembership(b, url, "\udc80"), ValueError, "cannot be encoded as UTF-8"),
+        (lambda: EtcdMembership(b, "127.0.0.1:2379", "svc"), ValueError, "scheme must be http"),
+        (lambda: EtcdMembership(b, "http://:2379", "svc"), ValueError, "has no host"),
+        (lambda: EtcdMembership(b, "http://u:p@h:2379", "svc"), ValueError, "credentials"),
+        (lambda: EtcdMembership(b, "http://h:2379/?x=1", "svc"), ValueError, "no query"),
+        (lambda: EtcdMembership(b, "http://h:99999", "svc"), ValueError, "out of range"),
+    ]
+    for make, error, message in bad:
+        with pytest.raises(error, match=message):
+            make()
+    w = EtcdMembership(b, url, "svc")
+    with pytest.raises(TypeError, match="revision must be an int"):
+        w.wait_for_revision("1")  # type: ignore[arg-type]
+    w.stop()  # before start: nothing to stop
+    assert not w.running and w.revision == 0 and w.members == {}
+    assert not w.wait_for_revision(1, timeout=0)
+
+
+def test_module_type_checks_strict(tmp_path: Path) -> None:
+    # The installed liblb.etcd (pure Python, no stubs of its own) under mypy --strict; the
+    # suite's other mypy run (test_stubs.py) checks only this test code against it.
+    cache = Path(sys.prefix) / ".liblb-mypy-cache"
+    cmd = [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(cache), "-p", "liblb.etcd"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, check=False, timeout=300)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "liblb.etcd", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_rejects_keys_for_unkeyed_algorithm() -> None:
+    done = run_cli("--url", "http://127.0.0.1:1", "--prefix", "svc", "-a", "round_robin", "--key", "k")
+    assert done.returncode == 2
+    assert "--key needs a keyed algorithm" in done.stderr and "round_robin ignores keys" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prefix", "svc/"], "ends with '/'"),
+        (["--prefix", "svc", "-a", "nope"], "invalid choice: 'nope'"),
+        (["--prefix", "svc", "--vnodes", "0"], "vnodes"),
+        (["--prefix", "svc", "-o", "colour=red"], "colour"),
+    ],
+)
+def test_cli_bad_arguments(args: list[str], message: str) -> None:
+    done = run_cli("--url", "http://127.0.0.1:1", *args)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+# -- against etcd ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "jump"])
+def test_add_remove_reweight_picks_follow(etcd: EtcdServer, algorithm: str) -> None:
+    etcd.put("svc/a", '{"weight": 2}')
+    etcd.put("other/x")  # outside the prefix
+    etcd.put("svc-not/y")  # shares the prefix's bytes but not its '/'
+    balancer = liblb.Balancer(algorithm, [])
+    recorder = Recorder()
+    with watcher(balancer, etcd.url, "svc", recorder) as w:
+        assert w.wait_for_revision(1, BOUND)
+        # The initial range: only svc/a.
+        assert balancer.nodes() == [("a", 2)]
+        assert recorder.snapshot()[0].resync
+
+        expected = {"a": 2}
+        steps: list[tuple[str, Callable[[], int]]] = [
+            ("add c", lambda: etcd.put("svc/c", "")),
+            ("add b", lambda: etcd.put("svc/b", '{"weight": 1, "tag": 7}')),
+            ("reweight a to 5", lambda: etcd.put("svc/a", '{"weight": 5}')),
+            ("drain c", lambda: etcd.put("svc/c", '{"weight": 0}')),
+            ("remove b", lambda: etcd.delete("svc/b")),
+            ("add d", lambda: etcd.put("svc/d", "{}")),
+        ]
+        models: list[dict[str, int]] = [
+            {"a": 2, "c": 1},
+            {"a": 2, "b": 1, "c": 1},
+            {"a": 5, "b": 1, "c": 1},
+            {"a": 5, "b": 1, "c": 0},
+            {"a": 5, "c": 0},
+            {"a": 5, "c": 0, "d": 1},
+        ]
+        for (what, step), model in zip(steps, models, strict=True):
+            before = balancer.pick_many(KEYS)
+            revision = step()
+            want = reference_picks(algorithm, model, KEYS)
+            # Picks follow within the bound (polled; nothing about how fast).
+            eventually(lambda: balancer.pick_many(KEYS) == want, f"picks after {what}")
+            # The revision moves after on_change, a moment after the picks changed.
+            assert w.wait_for_revision(revision, BOUND)
+            assert balancer.nodes() == sorted(model.items())
+            assert {i: m.weight for i, m in w.members.items()} == model
+            change = recorder.snapshot()[-1]
+            assert change.revision == revision and change.event_revisions == (revision,)
+            assert change.nodes == tuple(sorted(model.items()))
+            assert set(change.added) == model.keys() - expected.keys()
+            assert set(change.removed) == expected.keys() - model.keys()
+            assert {(i, o, n) for i, o, n in change.reweighted} == {
+                (i, expected[i], model[i]) for i in model.keys() & expected.keys()
+                if expected[i] != model[i]
+            }
+            if algorithm == "ring":
+                # Consistent hashing: only keys of the removed or drained node move, or keys
+                # moving to an added or heavier node.
+                moved = [(k, o, n) for k, o, n in zip(KEYS, before, want, strict=True) if o != n]
+                touched = change.added + change.removed + tuple(i for i, _, _ in change.reweighted)
+                assert all(o in touched or n in touched for _, o, n in moved), moved
+            expected = model
+        assert w.members["a"] == Member(5, None)
+        assert w.members["d"] == Member(1, None)
+    assert not w.running
+
+
+def test_burst_is_one_update(etcd: EtcdServer) -> None:
+    """Events of one watch response are applied together: a transaction of 20 puts is one
+    revision, one watch response, one update()."""
+    balancer = liblb.Balancer("ring", [])
+    recorder = Recorder()
+    with watcher(balancer, etcd.url, "svc", recorder) as w:
+        assert w.wait_for_revision(1, BOUND)
+        names = [f"n{i:02}" for i in range(20)]
+        answer = etcd.call(
+            "/v3/kv/txn",
+            {"success": [{"request_put": {"key": b64(f"svc/{n}".encode())}} for n in names]},
+        )
+        revision = int(answer["header"]["revision"])
+        assert w.wait_for_revision(revision, BOUND)
+        change = recorder.snapshot()[-1]
+        assert change.event_revisions == (revision,) * 20
+        assert change.added == tuple(names)
+        assert len(recorder.snapshot()) == 2  # the initial range, then the burst
+        assert balancer.nodes() == [(n, 1) for n in names]
+
+
+def test_restart_mid_watch_no_change_lost_or_replayed(etcd: EtcdServer) -> None:
+    balancer = liblb.Balancer("maglev", [])
+    recorder = Recorder()
+    puts: list[int] = []
+    model: dict[str, int] = {}
+
+    def put(node: str, weight: int) -> None:
+        puts.append(etcd.put(f"svc/{node}", json.dumps({"weight": weight})))
+        model[node] = weight
+
+    with watcher(balancer, etcd.url, "svc", recorder) as w:
+        assert w.wait_for_revision(1, BOUND)
+        for i in range(5):
+            put(f"n{i}", i + 1)
+        assert w.wait_for_revision(puts[-1], BOUND)
+        for round_ in range(3):
+            etcd.restart(hard=round_ == 1)  # the middle one a SIGKILL
+            # Changes right after the restart, most likely before the watcher is back: it
+            # must pick them up from its last revision + 1.
+            for i in range(4):
+                put(f"n{i}", 10 * (round_ + 1) + i)
+            put(f"r{round_}", 1)
+            assert w.wait_for_revision(puts[-1], BOUND), f"round {round_}: {etcd.log_tail()}"
+        # Every change applied exactly once, in order: nothing lost, nothing replayed.
+        assert recorder.event_revisions() == puts
+        assert not any(c.resync for c in recorder.snapshot()[1:])
+        assert balancer.nodes() == sorted(model.items())
+        assert balancer.pick_many(KEYS) == reference_picks("maglev", model, KEYS)
+
+
+def test_compacted_while_disconnected_resyncs(
+    etcd: EtcdServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = Proxy(etcd.client_port)
+    balancer = liblb.Balancer("ring", [])
+    recorder = Recorder()
+    try:
+        with watcher(balancer, proxy.url, "svc", recorder) as w:
+            for node in "abc":
+                etcd.put(f"svc/{node}")
+            last = etcd.put("svc/d", '{"weight": 4}')
+            assert w.wait_for_revision(last, BOUND)
+            proxy.block()
+            # Behind the watcher's back: remove, add, reweight, a bad value, then compact
+            # away every revision it has not seen.
+            etcd.delete("svc/a")
+            etcd.put("svc/e", '{"weight": 2}')
+            etcd.put("svc/b", '{"weight": 3}')
+            etcd.put("svc/c", '{"weight": "x"}')  # rejected: c keeps weight 1
+            now = etcd.put("svc/f")
+            etcd.compact(now)
+            seen = len(recorder.snapshot())
+            assert w.revision == last
+            with caplog.at_level(logging.WARNING, logger="liblb.etcd"):
+                proxy.unblock()
+                assert w.wait_for_revision(now, BOUND)
+            model = {"b": 3, "c": 1, "d": 4, "e": 2, "f": 1}
+            assert balancer.nodes() == sorted(model.items())
+            assert balancer.pick_many(KEYS) == reference_picks("ring", model, KEYS)
+            resync = recorder.snapshot()[seen:]
+            assert len(resync) == 1 and resync[0].resync and resync[0].revision == now
+            assert resync[0].removed == ("a",) and set(resync[0].added) == {"e", "f"}
+            assert "revision compacted" in caplog.text
+            assert "etcd key 'svc/c': \"weight\" must be an integer" in caplog.text
+            assert "keeping its last good value (weight 1)" in caplog.text
+            # And it watches on from the range's revision.
+            more = etcd.put("svc/g")
+            assert w.wait_for_revision(more, BOUND)
+            assert recorder.snapshot()[-1].event_revisions == (more,)
+    finally:
+        proxy.close()
+
+
+BAD_VALUES = [
+    ("bad JSON", b'{"weight": 3', "not valid JSON"),
+    ("unknown field", b'{"weight": 3, "zone": "eu"}', "unknown field 'zone'"),
+    ("negative weight", b'{"weight": -3}', "out of range"),
+    ("bool weight", b'{"weight": true}', "must be an integer"),
+    ("float weight", b'{"weight": 2.5}', "must be an integer"),
+    ("weight too big", b'{"weight": 4294967296}', "out of range"),
+    ("tag too big", b'{"tag": 18446744073709551616}', "out of range"),
+    ("not an object", b"[3]", "must be a JSON object"),
+    ("not UTF-8", b"\xff\xfe", "not UTF-8"),
+]
+BAD_KEYS = [
+    ("empty id", b"svc/", "node id is empty"),
+    ("NUL in id", b"svc/x\0y", "node id contains a NUL character"),
+    ("id not UTF-8", b"svc/\xc3", "node id is not UTF-8"),
+]
+
+
+def test_malformed_values_keep_last_good(etcd: EtcdServer, caplog: pytest.LogCaptureFixture) -> None:
+    balancer = liblb.Balancer("ring", [])
+    recorder = Recorder()
+    caplog.set_level(logging.WARNING, logger="liblb.etcd")
+    with watcher(balancer, etcd.url, "svc", recorder) as w:
+        etcd.put("svc/a", '{"weight": 2, "tag": 9}')
+        revision = etcd.put("svc/b")
+        assert w.wait_for_revision(revision, BOUND)
+        good = balancer.nodes()
+        picks = balancer.pick_many(KEYS)
+        assert good == [("a", 2), ("b", 1)]
+        for what, value, problem in BAD_VALUES:
+            caplog.clear()
+            # One bad value for a known node (keeps its last good value) and one for a new
+            # node (stays absent).
+            etcd.put("svc/a", value)
+            revision = etcd.put("svc/new", value)
+            assert w.wait_for_revision(revision, BOUND), what
+            assert balancer.nodes() == good, what
+            assert balancer.pick_many(KEYS) == picks, what
+            assert w.members["a"] == Member(2, 9), what
+            messages = [r.getMessage() for r in caplog.records if r.name == "liblb.etcd"]
+            assert any(
+                m.startswith("etcd key 'svc/a': ") and problem in m and "weight 2" in m
+                for m in messages
+            ), (what, messages)
+            assert any(
+                m.startswith("etcd key 'svc/new': ") and problem in m and "stays absent" in m
+                for m in messages
+            ), (what, messages)
+            assert all(r.levelno == logging.WARNING for r in caplog.records), what
+        for what, key, problem in BAD_KEYS:
+            caplog.clear()
+            revision = etcd.put(key, "")
+            assert w.wait_for_revision(revision, BOUND), what
+            assert balancer.nodes() == good, what
+            assert any(problem in r.getMessage() for r in caplog.records), (what, caplog.text)
+            assert recorder.snapshot()[-1].rejected, what
+            # Deleting a key that was never a member changes nothing either.
+            revision = etcd.delete(key)
+            assert w.wait_for_revision(revision, BOUND), what
+            assert balancer.nodes() == good, what
+        # A good value after all that applies as usual.
+        revision = etcd.put("svc/a", '{"weight": 7}')
+        assert w.wait_for_revision(revision, BOUND)
+        assert balancer.nodes() == [("a", 7), ("b", 1)]
+        # A bad value seen in the initial range of a second watcher: absent from the start.
+        other = liblb.Balancer("ring", [])
+        caplog.clear()
+        with watcher(other, etcd.url, "svc") as w2:
+            assert w2.wait_for_revision(revision, BOUND)
+            assert other.nodes() == [("a", 7), ("b", 1)]
+        assert "etcd key 'svc/new'" in caplog.text and "stays absent" in caplog.text
+
+
+class PoisonedBalancer:
+    """A liblb.Balancer whose update() fails while a node named "poison" is in the set, as a
+    real update() fails on a membership the core refuses."""
+
+    def __init__(self) -> None:
+        self.inner = liblb.Balancer("ring", [])
+
+    def update(self, nodes: list[tuple[str, int]]) -> None:
+        if any(node_id == "poison" for node_id, _ in nodes):
+            raise liblb.TooManyNodesError("refused: poison")
+        self.inner.update(nodes)
+
+
+def test_failed_update_keeps_last_good(etcd: EtcdServer, caplog: pytest.LogCaptureFixture) -> None:
+    balancer = PoisonedBalancer()
+    recorder = Recorder()
+    caplog.set_level(logging.WARNING, logger="liblb.etcd")
+    with EtcdMembership(balancer, etcd.url, "svc", on_change=recorder, backoff=0.05) as w:
+        assert w.balancer is balancer
+        good = etcd.put("svc/a")
+        assert w.wait_for_revision(good, BOUND)
+        poisoned = etcd.put("svc/poison")
+        assert w.wait_for_revision(poisoned, BOUND)
+        assert balancer.inner.nodes() == [("a", 1)]
+        assert [c.revision for c in recorder.snapshot()][-1] == good  # no on_change
+        assert f"update() at revision {poisoned} failed: TooManyNodesError" in caplog.text
+        # etcd's membership is tracked all the same: b joins while poison blocks updates...
+        blocked = etcd.put("svc/b")
+        assert w.wait_for_revision(blocked, BOUND)
+        assert balancer.inner.nodes() == [("a", 1)]
+        assert list(w.members) == ["a", "b", "poison"]
+        # ...and once poison goes, the whole membership applies, relative to the last applied.
+        cured = etcd.delete("svc/poison")
+        assert w.wait_for_revision(cured, BOUND)
+        assert balancer.inner.nodes() == [("a", 1), ("b", 1)]
+        last = recorder.snapshot()[-1]
+        assert (last.revision, last.added, last.removed) == (cured, ("b",), ())
+
+
+def test_stop_while_etcd_is_down(etcd: EtcdServer) -> None:
+    balancer = liblb.Balancer("ring", [])
+    w = EtcdMembership(balancer, etcd.url, "svc", backoff=5, max_backoff=30, timeout=5)
+    w.start()
+    with pytest.raises(RuntimeError, match="already started"):
+        w.start()
+    revision = etcd.put("svc/a")
+    assert w.wait_for_revision(revision, BOUND)
+    assert w.running
+    etcd.stop()
+    # The watcher is now waiting out a 2.5-5 s backoff; stop() must not wait for it (the
+    # bound is far beyond any backoff: it only catches a stop() that waits forever).
+    w.stop(timeout=BOUND * 2)
+    assert not w.running
+    assert balancer.nodes() == [("a", 1)]  # the last membership stays
+    w.stop()  # twice is fine
+
+
+def test_stop_while_watching_idle(etcd: EtcdServer) -> None:
+    balancer = liblb.Balancer("ring", [])
+    w = EtcdMembership(balancer, etcd.url, "svc", timeout=30)
+    w.start()
+    assert w.wait_for_revision(1, BOUND)
+    time.sleep(0.2)  # let it sit in the watch's blocking read
+    w.stop(timeout=BOUND)
+    assert not w.running
+
+
+def test_on_change_error_is_logged(etcd: EtcdServer, caplog: pytest.LogCaptureFixture) -> None:
+    def broken(change: Change) -> None:
+        raise RuntimeError(f"callback broke at {change.revision}")
+
+    balancer = liblb.Balancer("ring", [])
+    with caplog.at_level(logging.ERROR, logger="liblb.etcd"):
+        with EtcdMembership(balancer, etcd.url, "svc", on_change=broken, backoff=0.05) as w:
+            first = etcd.put("svc/a")
+            assert w.wait_for_revision(first, BOUND)
+            second = etcd.put("svc/b")
+            assert w.wait_for_revision(second, BOUND)
+    assert f"on_change raised at revision {first}" in caplog.text
+    assert f"RuntimeError: callback broke at {second}" in caplog.text
+    assert balancer.nodes() == [("a", 1), ("b", 1)]
+
+
+def test_etcd_wiped_resyncs(etcd: EtcdServer) -> None:
+    """etcd comes back with its data gone (revisions restart at 1): the watcher cannot resume
+    from its own revision there, so it ranges again."""
+    balancer = liblb.Balancer("ring", [])
+    recorder = Recorder()
+    with watcher(balancer, etcd.url, "svc", recorder) as w:
+        for i in range(10):
+            revision = etcd.put(f"svc/n{i}")
+        assert w.wait_for_revision(revision, BOUND)
+        seen = len(recorder.snapshot())
+        etcd.stop()
+        shutil.rmtree(etcd.data)
+        etcd.start()
+        etcd.put("svc/fresh")
+        eventually(lambda: balancer.nodes() == [("fresh", 1)], "membership of the new etcd")
+        # The range may come before or after the put (it races the watcher's reconnection).
+        after = recorder.snapshot()[seen:]
+        assert after[0].resync and set(after[0].removed) == {f"n{i}" for i in range(10)}
+
+
+# -- two watcher processes --------------------------------------------------------------------
+
+
+def python_watcher(url: str, algorithm: str, keys: list[str]) -> list[str]:
+    """The command line of a Python watcher process printing JSON lines."""
+    args = [sys.executable, "-m", "liblb.etcd", "--url", url, "--prefix", "svc", "--json"]
+    args += ["--algorithm", algorithm, "--backoff", "0.05", "--max-backoff", "0.2"]
+    for key in keys:
+        args += ["--key", key]
+    return args
+
+
+class CliWatcher:
+    """A watcher process printing one JSON line per applied membership (`python -m liblb.etcd
+    --json`, or any command printing the same lines); its output read on threads."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.latest: dict[str, Any] = {"revision": 0}
+        self.stderr: list[str] = []
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self.threads = [
+            threading.Thread(target=self.read, args=(self.process.stdout, self.lines.put)),
+            threading.Thread(target=self.read, args=(self.process.stderr, self.stderr.append)),
+        ]
+        for t in self.threads:
+            t.start()
+
+    @staticmethod
+    def read(stream: IO[str], sink: Callable[[str], None]) -> None:
+        for line in stream:
+            sink(line)
+
+    def until(self, revision: int) -> dict[str, Any]:
+        """The line for `revision`, the next line the process prints at or past it."""
+        deadline = time.monotonic() + BOUND
+        while self.latest["revision"] < revision:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"no line for revision {revision}; stderr:\n{''.join(self.stderr)}")
+            # Exactly the documented format: compact JSON, one object per line.
+            parsed: dict[str, Any] = json.loads(line)
+            assert line == json.dumps(parsed, separators=(",", ":")) + "\n"
+            assert list(parsed) == ["revision", "nodes", "keys"]
+            self.latest = parsed
+        return self.latest
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+        for t in self.threads:
+            t.join(10)
+        for stream in (self.process.stdout, self.process.stderr):
+            assert stream is not None
+            stream.close()
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "jump"])
+def test_two_processes_agree(etcd: EtcdServer, algorithm: str) -> None:
+    keys = [f"k{i}" for i in range(30)] + ["user-\u00e9", "z"]
+    etcd.put("svc/seed", '{"weight": 2}')
+    watchers = [CliWatcher(python_watcher(etcd.url, algorithm, keys)) for _ in range(2)]
+    model = {"seed": 2}
+    try:
+        first = [w.until(1) for w in watchers]
+        assert first[0] == first[1]
+        assert first[0]["nodes"] == [["seed", 2]]
+        steps: list[tuple[str, bytes | None]] = [
+            ("b", b""),
+            ("a", b'{"weight": 3}'),
+            ("\u00e9t\u00e9", b""),  # non-ASCII: sorted by UTF-8 bytes, after "z"
+            ("z", b'{"weight": 2, "tag": 1}'),
+            ("a", b'{"weight": 1}'),
+            ("b", None),
+            ("a", b'{"weight": "heavy"}'),  # rejected in both: a keeps weight 1
+            ("c", b'{"weight": 0}'),
+            ("seed", None),
+            ("B", b""),
+        ]
+        for node, value in steps:
+            if value is None:
+                revision = etcd.delete(f"svc/{node}")
+                model.pop(node)
+            else:
+                revision = etcd.put(f"svc/{node}", value)
+                try:
+                    model[node] = parse_member(value).weight
+                except ValueError:
+                    pass
+            lines = [w.until(revision) for w in watchers]
+            assert lines[0] == lines[1], (node, value)
+            assert lines[0]["revision"] == revision
+            nodes = sorted(model.items(), key=lambda n: n[0].encode())
+            assert lines[0]["nodes"] == [list(n) for n in nodes]
+            want = reference_picks(algorithm, model, keys)
+            assert lines[0]["keys"] == dict(zip(keys, want, strict=True))
+            assert list(lines[0]["keys"]) == sorted(keys)  # in a fixed order, as in Rust
+    finally:
+        for w in watchers:
+            w.close()
+    for w in watchers:
+        assert w.process.returncode == 0, "".join(w.stderr)
+        assert "etcd key 'svc/a': \"weight\" must be an integer" in "".join(w.stderr)
+
+
+def test_cli_readable_output(etcd: EtcdServer) -> None:
+    start = etcd.put("svc/a")
+    with subprocess.Popen(
+        [sys.executable, "-m", "liblb.etcd", "--url", etcd.url, "--prefix", "svc", "-k", "user-1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as process:
+        try:
+            assert process.stdout is not None
+            first = process.stdout.readline()
+            revision = etcd.put("svc/b", '{"weight": 1000}')
+            second = process.stdout.readline()
+        finally:
+            process.terminate()
+    assert first == f"revision {start} (full sync); +a; nodes a=1; user-1 -> a\n"
+    moved = liblb.Balancer("ring", [("a", 1), ("b", 1000)]).pick("user-1")
+    where = "user-1 MOVED a -> b" if moved == "b" else "user-1 -> a"
+    assert second == f"revision {revision}; +b; nodes a=1 b=1000; {where}\n"
