@@ -6,8 +6,8 @@
 //!   plain power-of-two-choices baseline: two distinct uniform draws from a thread-owned
 //!   `SmallRng` (no atomics) over a `Vec<AtomicUsize>` of in-flight counts, the fewest wins.
 //! - `threads`: total picks per second from 1 and from 2 threads picking on one shared
-//!   balancer, for every algorithm that draws random numbers, round robin (one shared position
-//!   by definition) and two floors: one SplitMix64 shared through a single atomic counter (how
+//!   balancer, for every algorithm (keyed ones with a different key each pick; round robin
+//!   keeps one shared position by definition) and two floors: one SplitMix64 shared through a single atomic counter (how
 //!   liblb drew before per-thread streams) and a thread-owned `SmallRng` (no sharing at all).
 //!   `table_random` is random through `Table` + `State`, without the snapshot load;
 //!   `round_robin_thread_rounds` is round robin with `thread_rounds = 64`.
@@ -17,7 +17,7 @@
 //! the tables.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use liblb_bench::nodes;
+use liblb_bench::{keys, nodes};
 use liblb_core::{Algorithm, Balancer, Options, Outcome, State, Table};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -142,21 +142,20 @@ fn shared_splitmix(counter: &AtomicU64) -> u64 {
 }
 
 fn threads(c: &mut Criterion) {
+    let keys = keys();
     let mut g = c.benchmark_group("threads");
     for threads in [1usize, 2] {
         g.throughput(Throughput::Elements(threads as u64));
-        for algorithm in [
-            Algorithm::Random,
-            Algorithm::WeightedRandom,
-            Algorithm::LeastRequest,
-            Algorithm::PeakEwma,
-            Algorithm::RoundRobin,
-        ] {
+        for algorithm in Algorithm::ALL {
             let b = balancer(algorithm);
+            // Keyed algorithms get a different key each call (the keys of `keys()`, cycled):
+            // each thread walks them from its own offset.
+            let keyed = algorithm.is_keyed();
             g.bench_function(BenchmarkId::new(algorithm.name(), threads), |bench| {
                 bench.iter_custom(|iters| {
-                    together(threads, iters, |_| {
-                        black_box(b.pick(None).unwrap().tag());
+                    together(threads, iters, |i| {
+                        let key = keyed.then(|| keys[(i & 4095) as usize].as_bytes());
+                        black_box(b.pick(key).unwrap().tag());
                     })
                 })
             });

@@ -9,6 +9,9 @@
 //!   one hash plus one lookup.
 //! - [`Balancer`] (feature `std`): a thread-safe balancer that publishes a new `Table` on every
 //!   membership change with `arc-swap`, so readers never lock and never see a half-updated set.
+//!   A pick reaches the current table through the calling thread's pin of it (a per-thread
+//!   cache checked against the balancer's publish generation, with biased reference counts:
+//!   see the `pin` module), so the layer adds no locked instruction to a pick.
 //!
 //! Algorithms (see [`Algorithm`]): `random`, `weighted_random`, `round_robin`,
 //! `weighted_round_robin` (nginx's smooth WRR), `source_hash` and `ring` (the SHA-256 consistent
