@@ -22,12 +22,30 @@ use core::any::Any;
 use core::time::Duration;
 use std::sync::OnceLock;
 
-/// How a pick, an answer or a lease holds its snapshot: the thread's pin (see `pin`); under
-/// loom, which models the publish protocol only, a plain `Arc`.
+/// How a pick, an answer or a lease holds its snapshot: the thread's pin (see `pin`), or
+/// arc-swap's guard when the thread's cache does not take it (a thread picking from more than
+/// `pin::WAYS` balancers in turn, or exiting); under loom, which models the publish protocol
+/// only, a plain `Arc`.
 #[cfg(not(loom))]
-type Held = crate::pin::Pinned<Snapshot>;
+enum Held {
+    Pinned(crate::pin::Pinned<Snapshot>),
+    Guarded(crate::sync::publish::Loaded<Snapshot>),
+}
 #[cfg(loom)]
 type Held = Arc<Snapshot>;
+
+#[cfg(not(loom))]
+impl core::ops::Deref for Held {
+    type Target = Snapshot;
+
+    #[inline]
+    fn deref(&self) -> &Snapshot {
+        match self {
+            Held::Pinned(pinned) => pinned,
+            Held::Guarded(guard) => guard,
+        }
+    }
+}
 
 /// Most answers a batch reserves room for up front (it grows past this as it goes).
 const RESERVE_CAP: usize = 1 << 16;
@@ -418,7 +436,10 @@ impl Balancer {
     #[inline]
     fn held(&self) -> Held {
         #[cfg(not(loom))]
-        return crate::pin::pinned(&self.version, || self.current.load_full());
+        return match crate::pin::pinned(&self.version, || self.current.load_full()) {
+            Some(pinned) => Held::Pinned(pinned),
+            None => Held::Guarded(self.current.load()),
+        };
         #[cfg(loom)]
         return self.current.load_full();
     }

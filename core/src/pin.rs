@@ -38,7 +38,9 @@
 //! A thread that stops picking keeps the snapshots its cache pins alive, one per balancer it
 //! picked from (at most [`WAYS`]), until it picks from that balancer again, misses on another,
 //! or exits. arc-swap documents the same for its `Cache`. A miss also drops the pins of dropped
-//! or since-changed balancers. Hazard pointers or epochs (`haphazard`, crossbeam-epoch) avoid
+//! or since-changed balancers. A thread picking from more than [`WAYS`] balancers in turn gets
+//! pins for those cached and arc-swap's guard (the cost before pins) for the others; one such
+//! miss in eight evicts a way, so balancers in steady use end up cached without churn. Hazard pointers or epochs (`haphazard`, crossbeam-epoch) avoid
 //! the retention but need a fence or `membarrier` per protection, a retire list and deferred
 //! frees; here a pick costs a thread-local lookup, one plain load and one plain increment.
 //!
@@ -123,20 +125,6 @@ unsafe impl<T: Send + Sync> Send for Pinned<T> {}
 unsafe impl<T: Send + Sync> Sync for Pinned<T> {}
 
 impl<T> Pinned<T> {
-    /// A pin no cache holds (the thread's cache is gone): every release is atomic.
-    fn detached(value: Arc<T>) -> Pinned<T> {
-        let pin = Box::new(Pin {
-            value,
-            owner: 0,
-            biased: Cell::new(0),
-            merged: Cell::new(true),
-            shared: AtomicIsize::new(MERGED + 1),
-        });
-        Pinned {
-            pin: NonNull::from(Box::leak(pin)),
-        }
-    }
-
     /// The pinned `Arc` itself.
     #[inline]
     pub(crate) fn arc(&self) -> &Arc<T> {
@@ -276,8 +264,8 @@ unsafe fn release_way<T>(version: *const AtomicU64, pin: *mut ()) {
 std::thread_local! {
     /// The thread's pins: plain cells, no destructor, so a hit costs no initialisation check.
     static WAYS_OF_THREAD: [Way; WAYS] = const { [Way::empty(), Way::empty(), Way::empty(), Way::empty()] };
-    /// Where the next pin goes when no way is free or stale.
-    static VICTIM: Cell<usize> = const { Cell::new(0) };
+    /// Misses that found every way holding another live publisher's current value.
+    static MISSES: Cell<u32> = const { Cell::new(0) };
     /// Empties the ways when the thread exits (registered by the first miss).
     static CLEAR_AT_EXIT: ClearAtExit = const { ClearAtExit };
 }
@@ -291,12 +279,14 @@ impl Drop for ClearAtExit {
 }
 
 /// A reference to the value currently published under `version`, from the thread's cache;
-/// `load` fetches the current value when the cached one is stale or missing.
+/// `load` fetches the current value when the cached one is stale or missing. `None` when the
+/// value is not cached and is not to be (see `refresh`): the caller then holds the value its
+/// own way (`Balancer`: arc-swap's guard, the cost before pins).
 #[inline]
 pub(crate) fn pinned<T: Send + Sync + 'static>(
     version: &Arc<Version<T>>,
     load: impl FnOnce() -> Arc<T>,
-) -> Pinned<T> {
+) -> Option<Pinned<T>> {
     // Before any load (see the module docs): a pin is never labelled newer than its value.
     let generation = version.generation.load(Ordering::Acquire);
     let key = ptr::from_ref(&version.generation);
@@ -312,65 +302,75 @@ pub(crate) fn pinned<T: Send + Sync + 'static>(
             let biased = unsafe { &(*pin).biased };
             biased.set(biased.get() + 1);
             // SAFETY: non-null: the way holds a pin.
-            Pinned {
+            Some(Pinned {
                 pin: unsafe { NonNull::new_unchecked(pin) },
-            }
+            })
         }
-        None => refresh(version, generation, load()),
+        None => refresh(version, generation, load),
     }
 }
 
-/// The miss path: pins `value` in the thread's cache, in this publisher's way, else a free
-/// one, else a stale one, else the next victim; the ways of publishers that changed or are
-/// gone are emptied too. A thread whose cache is torn down (exiting) gets a detached pin.
+/// One capacity miss in this many evicts a cached way (see `refresh`).
+const EVICT_EVERY: u32 = 8;
+
+/// The miss path: pins the current value in this publisher's way, else a free one, else a
+/// stale one (its publisher changed or is gone); the ways of changed or gone publishers are
+/// emptied too. When every way holds another live publisher's current value (a thread picking
+/// from more than [`WAYS`] balancers in turn), one such miss in [`EVICT_EVERY`] evicts a way in
+/// turn and the others return `None`: no allocation churn, and balancers in steady use end up
+/// cached. `None` too for a thread whose cache is torn down (exiting).
 #[cold]
 #[inline(never)]
 fn refresh<T: Send + Sync + 'static>(
     version: &Arc<Version<T>>,
     generation: u64,
-    value: Arc<T>,
-) -> Pinned<T> {
-    if CLEAR_AT_EXIT.try_with(|_| ()).is_err() {
-        return Pinned::detached(value);
-    }
+    load: impl FnOnce() -> Arc<T>,
+) -> Option<Pinned<T>> {
+    CLEAR_AT_EXIT.try_with(|_| ()).ok()?;
     let key = ptr::from_ref(&version.generation);
-    WAYS_OF_THREAD.with(|ways| {
-        let slot = (ways.iter().position(|way| way.version.get() == key))
+    let slot = WAYS_OF_THREAD.with(|ways| {
+        (ways.iter().position(|way| way.version.get() == key))
             .or_else(|| ways.iter().position(|way| way.version.get().is_null()))
             .or_else(|| ways.iter().position(Way::stale))
-            .unwrap_or_else(|| VICTIM.with(|v| v.replace((v.get() + 1) % WAYS)));
+    });
+    let slot = match slot {
+        Some(slot) => slot,
+        None => MISSES.with(|misses| {
+            let count = misses.get().wrapping_add(1);
+            misses.set(count);
+            (count % EVICT_EVERY == 0).then_some((count / EVICT_EVERY) as usize % WAYS)
+        })?,
+    };
+    WAYS_OF_THREAD.with(|ways| {
         // Empty the chosen way and every stale one first; releasing may run destructors
-        // that pick again, which then finds only consistent (empty or valid) ways.
+        // that pick again, which then find only consistent (empty or valid) ways.
         for (i, way) in ways.iter().enumerate() {
             if i == slot || way.stale() {
                 way.clear();
             }
         }
-        // One raw pointer for the way and the answer alike (no `&mut` is ever made of it).
-        let pin = NonNull::from(Box::leak(Box::new(Pin {
+        let value = load();
+        let way = &ways[slot];
+        if !way.version.get().is_null() {
+            // A destructor run by `clear` refilled the slot: leave that pin and let the caller
+            // hold the value its own way.
+            return None;
+        }
+        let pin = Box::leak(Box::new(Pin {
             value,
             owner: thread_token(),
             biased: Cell::new(2), // the way's reference and the one returned
             merged: Cell::new(false),
             shared: AtomicIsize::new(0),
-        })));
-        let way = &ways[slot];
-        if !way.version.get().is_null() {
-            // A destructor run by `clear` refilled the slot: leave that pin, hand out ours
-            // uncached (its count then holds only the returned reference, through `shared`).
-            // SAFETY: just made, and not shared yet.
-            let fresh = unsafe { pin.as_ref() };
-            fresh.biased.set(0);
-            fresh.merged.set(true);
-            fresh.shared.store(MERGED + 1, Ordering::Relaxed);
-            return Pinned { pin };
-        }
+        }));
+        // One raw pointer for the way and the answer alike (no `&mut` is made of it again).
+        let pin = NonNull::from(pin);
         way.generation.set(generation);
         way.pin.set(pin.as_ptr().cast());
         way.release.set(release_way::<T>);
         way.version
             .set(Arc::into_raw(Arc::clone(version)).cast::<AtomicU64>());
-        Pinned { pin }
+        Some(Pinned { pin })
     })
 }
 
@@ -386,6 +386,22 @@ mod tests {
     impl Drop for Counted<'_> {
         fn drop(&mut self) {
             self.0.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// What a caller of `pinned` holds: the pin, or the value its own way when not cached.
+    enum Got<T> {
+        Pinned(Pinned<T>),
+        Plain(Arc<T>),
+    }
+
+    impl<T> Deref for Got<T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            match self {
+                Got::Pinned(pinned) => pinned,
+                Got::Plain(value) => value,
+            }
         }
     }
 
@@ -411,8 +427,14 @@ mod tests {
             *self.current.lock().unwrap() = Arc::new(Counted(self.live, value));
             self.version.bump();
         }
-        fn get(&self) -> Pinned<Counted<'static>> {
-            pinned(&self.version, || Arc::clone(&self.current.lock().unwrap()))
+        /// The current value: the thread's pin, else (not cached) a plain `Arc`.
+        fn get(&self) -> Got<Counted<'static>> {
+            let load = || Arc::clone(&self.current.lock().unwrap());
+            pinned(&self.version, load).map_or_else(|| Got::Plain(load()), Got::Pinned)
+        }
+        /// The current value, which must come from the thread's cache.
+        fn pin(&self) -> Pinned<Counted<'static>> {
+            pinned(&self.version, || Arc::clone(&self.current.lock().unwrap())).unwrap()
         }
     }
 
@@ -433,10 +455,10 @@ mod tests {
         static LIVE: AtomicUsize = AtomicUsize::new(0);
         let live = on_thread(|| {
             let p = Published::new(&LIVE, 1);
-            let first = p.get();
+            let first = p.pin();
             assert_eq!(first.1, 1);
             p.publish(2);
-            let second = p.get();
+            let second = p.pin();
             assert_eq!((first.1, second.1), (1, 2), "an old answer keeps its value");
             drop(first);
             p.publish(3);
@@ -457,7 +479,7 @@ mod tests {
             let p = Arc::new(Published::new(&LIVE, 10));
             // Half are dropped elsewhere while the owner's cache still holds the pin, the rest
             // after it moved on to a newer value (the merge happens between the two halves).
-            let mut answers: Vec<_> = (0..8).map(|_| p.get()).collect();
+            let mut answers: Vec<_> = (0..8).map(|_| p.pin()).collect();
             let late: Vec<_> = answers.drain(4..).collect();
             let early = answers;
             let t = std::thread::spawn(move || {
@@ -481,7 +503,7 @@ mod tests {
         static LIVE: AtomicUsize = AtomicUsize::new(0);
         let p = Arc::new(Published::new(&LIVE, 20));
         let q = Arc::clone(&p);
-        let answer = on_thread(move || q.get());
+        let answer = on_thread(move || q.pin());
         assert_eq!(answer.1, 20);
         drop(answer);
         drop(p);
@@ -499,7 +521,7 @@ mod tests {
                     std::thread::spawn(move || {
                         let mut kept = Vec::new();
                         for i in 0..50 {
-                            let answer = p.get();
+                            let answer = p.pin();
                             if i % 3 == 0 {
                                 kept.push(answer);
                             }
@@ -541,5 +563,77 @@ mod tests {
             assert_eq!(LIVE.load(Ordering::Relaxed), 1);
         });
         assert_eq!(LIVE.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn capacity_misses_are_not_cached_but_one_in_eight_evicts() {
+        static LIVE: AtomicUsize = AtomicUsize::new(0);
+        on_thread(|| {
+            let all: Vec<_> = (0..=WAYS as u32)
+                .map(|v| Published::new(&LIVE, v))
+                .collect();
+            // Fill every way with a live publisher's current value.
+            all[..WAYS].iter().for_each(|p| drop(p.pin()));
+            let extra = &all[WAYS];
+            let load = || Arc::clone(&extra.current.lock().unwrap());
+            let got: Vec<bool> = (0..EVICT_EVERY)
+                .map(|_| pinned(&extra.version, load).is_some())
+                .collect();
+            let mut expected = alloc::vec![false; EVICT_EVERY as usize];
+            expected[EVICT_EVERY as usize - 1] = true;
+            assert_eq!(got, expected, "only the 8th capacity miss evicts a way");
+            // Now cached: a hit.
+            assert!(pinned(&extra.version, load).is_some());
+        });
+        assert_eq!(LIVE.load(Ordering::Relaxed), 0);
+    }
+
+    /// A value whose destructor picks from another publisher.
+    struct PicksOnDrop {
+        value: u32,
+        other: Option<Arc<Published>>,
+    }
+
+    impl Drop for PicksOnDrop {
+        fn drop(&mut self) {
+            if let Some(other) = &self.other {
+                assert_eq!(other.get().1, 7);
+            }
+        }
+    }
+
+    #[test]
+    fn a_destructor_that_picks_while_a_way_is_refreshed() {
+        static LIVE: AtomicUsize = AtomicUsize::new(0);
+        on_thread(|| {
+            let other = Arc::new(Published::new(&LIVE, 7));
+            let version: Arc<Version<PicksOnDrop>> = Arc::default();
+            let current = std::sync::Mutex::new(Arc::new(PicksOnDrop {
+                value: 1,
+                other: Some(Arc::clone(&other)),
+            }));
+            let get = || pinned(&version, || Arc::clone(&current.lock().unwrap()));
+            assert_eq!(get().unwrap().value, 1);
+            // Publish: the old value is now held by this thread's way only.
+            *current.lock().unwrap() = Arc::new(PicksOnDrop {
+                value: 2,
+                other: None,
+            });
+            version.bump();
+            // The refresh empties the way, which frees the old value, whose destructor picks
+            // from `other` and takes the emptied way: this pick is then not cached.
+            assert!(
+                get().is_none(),
+                "the way was taken by the destructor's pick"
+            );
+            // The next miss goes to a free way.
+            assert_eq!(get().unwrap().value, 2);
+            assert_eq!(other.get().1, 7);
+        });
+        assert_eq!(
+            LIVE.load(Ordering::Relaxed),
+            0,
+            "every pin freed once the thread is gone"
+        );
     }
 }
