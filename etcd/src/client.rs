@@ -100,9 +100,19 @@ impl Client {
 
     /// Every key starting with `prefix`, and the revision they were read at.
     pub fn range_prefix(&self, prefix: &[u8]) -> Result<Range, Error> {
+        self.range_prefix_with(prefix, &|_| {})
+    }
+
+    /// [`Client::range_prefix`], showing `on_connect` each socket as it connects.
+    pub(crate) fn range_prefix_with(
+        &self,
+        prefix: &[u8],
+        on_connect: &dyn Fn(&TcpStream),
+    ) -> Result<Range, Error> {
         let answer = self.call(
             "/v3/kv/range",
             &json!({"key": B64.encode(prefix), "range_end": B64.encode(prefix_end(prefix))}),
+            on_connect,
         )?;
         let kvs = match answer.get("kvs") {
             Some(Value::Array(kvs)) => kvs.iter().map(key_value).collect::<Result<_, _>>()?,
@@ -119,6 +129,7 @@ impl Client {
         let answer = self.call(
             "/v3/kv/put",
             &json!({"key": B64.encode(key), "value": B64.encode(value)}),
+            &|_| {},
         )?;
         revision(&answer)
     }
@@ -126,7 +137,11 @@ impl Client {
     /// Deletes `key`; returns the store's revision after the call (unchanged when the key did
     /// not exist).
     pub fn delete(&self, key: &str) -> Result<i64, Error> {
-        let answer = self.call("/v3/kv/deleterange", &json!({"key": B64.encode(key)}))?;
+        let answer = self.call(
+            "/v3/kv/deleterange",
+            &json!({"key": B64.encode(key)}),
+            &|_| {},
+        )?;
         revision(&answer)
     }
 
@@ -135,19 +150,21 @@ impl Client {
         self.call(
             "/v3/kv/compaction",
             &json!({"revision": revision.to_string(), "physical": true}),
+            &|_| {},
         )
         .map(drop)
     }
 
     /// Opens a watch on every key starting with `prefix`, from `start_revision` on. `idle`
     /// bounds how long the stream may stay silent (progress notifications are requested, so a
-    /// live server is never silent for long). Returns the stream and a handle to shut it.
+    /// live server is never silent for long). `on_connect` sees each socket as it connects.
     pub(crate) fn watch(
         &self,
         prefix: &[u8],
         start_revision: i64,
         idle: Option<Duration>,
-    ) -> Result<(WatchStream, TcpStream), Error> {
+        on_connect: &dyn Fn(&TcpStream),
+    ) -> Result<WatchStream, Error> {
         let body = json!({"create_request": {
             "key": B64.encode(prefix),
             "range_end": B64.encode(prefix_end(prefix)),
@@ -156,27 +173,24 @@ impl Client {
         }})
         .to_string();
         let conn = self.each_endpoint(|e| {
-            Conn::post(e, "/v3/watch", body.as_bytes(), self.connect_timeout, idle)
-        })?;
-        let handle = conn.shutdown_handle().map_err(|source| Error::Io {
-            endpoint: "watch".into(),
-            source,
+            let timeouts = (self.connect_timeout, idle);
+            Conn::post(e, "/v3/watch", body.as_bytes(), timeouts, on_connect)
         })?;
         let messages = serde_json::Deserializer::from_reader(BufReader::new(conn)).into_iter();
-        Ok((WatchStream { messages }, handle))
+        Ok(WatchStream { messages })
     }
 
     /// POSTs `body` to `path` and returns the parsed answer.
-    fn call(&self, path: &str, body: &Value) -> Result<Value, Error> {
+    fn call(
+        &self,
+        path: &str,
+        body: &Value,
+        on_connect: &dyn Fn(&TcpStream),
+    ) -> Result<Value, Error> {
         let body = body.to_string();
         let (endpoint, bytes) = self.each_endpoint(|e| {
-            let conn = Conn::post(
-                e,
-                path,
-                body.as_bytes(),
-                self.connect_timeout,
-                Some(self.request_timeout),
-            )?;
+            let timeouts = (self.connect_timeout, Some(self.request_timeout));
+            let conn = Conn::post(e, path, body.as_bytes(), timeouts, on_connect)?;
             let bytes = conn.read_all().map_err(|source| Error::Io {
                 endpoint: e.url.clone(),
                 source,

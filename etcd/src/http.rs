@@ -2,8 +2,8 @@
 //! a never-ending chunked stream of JSON messages (`/v3/watch`).
 //!
 //! Written on `std::net::TcpStream` rather than taken from an HTTP crate because the watch must
-//! be stoppable from another thread at once: [`Conn::shutdown_handle`] hands out a clone of the
-//! socket, and shutting it down wakes a read blocked on a quiet watch. ureq 3 keeps its sockets
+//! be stoppable from another thread at once: [`Conn::post`] shows the caller its socket as soon
+//! as it is connected, and shutting that down wakes a read blocked on a quiet watch. ureq 3 keeps its sockets
 //! behind a transport API it marks as not following semver; ureq 2's per-read timeout leaves
 //! its chunk decoder in the middle of a chunk. Plain HTTP only: the gateway on loopback or a
 //! private network (TLS would bring rustls; see the crate docs).
@@ -79,19 +79,21 @@ pub(crate) struct Conn {
 
 impl Conn {
     /// Connects, sends `POST path` with `body`, and reads the status and headers. `read_timeout`
-    /// bounds each socket read (`None`: block until data or shutdown).
+    /// bounds each socket read (`None`: block until data or shutdown). `on_connect` sees the
+    /// socket before anything is sent, so another thread can shut it while this one waits.
     pub(crate) fn post(
         endpoint: &Endpoint,
         path: &str,
         body: &[u8],
-        connect_timeout: Duration,
-        read_timeout: Option<Duration>,
+        (connect_timeout, read_timeout): (Duration, Option<Duration>),
+        on_connect: &dyn Fn(&TcpStream),
     ) -> Result<Conn, Error> {
         let io_err = |source| Error::Io {
             endpoint: endpoint.url.clone(),
             source,
         };
         let stream = connect(endpoint, connect_timeout).map_err(io_err)?;
+        on_connect(&stream);
         stream.set_read_timeout(read_timeout).map_err(io_err)?;
         stream
             .set_write_timeout(Some(connect_timeout.max(Duration::from_secs(1))))
@@ -129,11 +131,6 @@ impl Conn {
             });
         }
         Ok(conn)
-    }
-
-    /// A second handle on the socket: shutting it down ends a blocked read on this one.
-    pub(crate) fn shutdown_handle(&self) -> io::Result<TcpStream> {
-        self.reader.get_ref().try_clone()
     }
 
     /// Reads the whole body (unary calls).
@@ -307,7 +304,7 @@ mod tests {
     }
 
     fn post(e: &Endpoint) -> Result<Conn, Error> {
-        Conn::post(e, "/x", b"{}", Duration::from_secs(2), None)
+        Conn::post(e, "/x", b"{}", (Duration::from_secs(2), None), &|_| {})
     }
 
     #[test]

@@ -243,7 +243,12 @@ impl Run {
 
     /// Reads the whole prefix and replaces the membership with it.
     fn resync(&mut self) -> Result<(), Error> {
-        let range = self.client.range_prefix(self.members.key_prefix())?;
+        let register = |s: &TcpStream| self.register(s);
+        let range = self
+            .client
+            .range_prefix_with(self.members.key_prefix(), &register);
+        *lock(&self.shared.socket) = None;
+        let range = range?;
         if self.last.is_some() {
             self.emit(Event::Resynced {
                 revision: range.revision,
@@ -270,13 +275,25 @@ impl Run {
     /// or reports that revision compacted (`Ok(true)`: resync).
     fn watch(&mut self, backoff: &mut Duration) -> Result<bool, Error> {
         let from = self.last.unwrap_or(0) + 1;
-        let (mut stream, socket) =
-            self.client
-                .watch(self.members.key_prefix(), from, self.config.idle_timeout)?;
-        *lock(&self.shared.socket) = Some(socket);
-        let outcome = self.follow(&mut stream, from, backoff);
+        let register = |s: &TcpStream| self.register(s);
+        let (prefix, idle) = (self.members.key_prefix(), self.config.idle_timeout);
+        let outcome = match self.client.watch(prefix, from, idle, &register) {
+            Ok(mut stream) => self.follow(&mut stream, from, backoff),
+            Err(e) => Err(e),
+        };
         *lock(&self.shared.socket) = None;
         outcome
+    }
+
+    /// Lets `stop` shut `socket`; shuts it here if `stop` came first (SeqCst on the flag and
+    /// the mutex on the slot: either this sees the flag or `stop` sees the socket).
+    fn register(&self, socket: &TcpStream) {
+        if let Ok(clone) = socket.try_clone() {
+            *lock(&self.shared.socket) = Some(clone);
+        }
+        if self.stopped() {
+            drop(socket.shutdown(Shutdown::Both));
+        }
     }
 
     fn follow(
@@ -286,8 +303,7 @@ impl Run {
         backoff: &mut Duration,
     ) -> Result<bool, Error> {
         loop {
-            // Checked after the socket is registered: a `stop` before that is seen here, one
-            // after it shuts the socket.
+            // A stop shuts the socket (see `register`); this catches one between messages.
             if self.stopped() {
                 return Ok(false);
             }

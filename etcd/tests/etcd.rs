@@ -379,6 +379,39 @@ fn stop_ends_a_quiet_watch_and_a_retry_loop() {
 }
 
 #[test]
+fn stop_ends_a_request_to_a_server_that_never_answers() {
+    // Accepts connections and never answers: the range blocks in its read.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (accepted, connections) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            if accepted.send(s).is_err() {
+                break;
+            }
+        }
+    });
+    let mut config = Config::new(url, "svc");
+    config.request_timeout = Duration::from_secs(3600);
+    config.idle_timeout = None;
+    let mut w = Watcher::start(config, balancer(Algorithm::Random), |_| {}).unwrap();
+    let held = connections
+        .recv_timeout(BOUND)
+        .expect("the watcher connects");
+    // Stop on another thread, so a stop that hangs fails the test instead of hanging it.
+    let (done, stopped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        w.stop();
+        let _ = done.send(());
+    });
+    assert!(
+        stopped.recv_timeout(BOUND).is_ok(),
+        "stop did not end a blocked request"
+    );
+    drop(held);
+}
+
+#[test]
 fn bad_configuration_is_refused_with_a_reason() {
     let b = balancer(Algorithm::Random);
     for (url, prefix, why) in [
