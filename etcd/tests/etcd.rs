@@ -379,6 +379,27 @@ fn stop_ends_a_quiet_watch_and_a_retry_loop() {
 }
 
 #[test]
+fn a_dead_endpoint_is_skipped_for_the_next() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let b = balancer(Algorithm::Ring);
+    let rec = Recorder::default();
+    let mut config = Config::new(format!("http://{dead}"), "svc");
+    config.endpoints.push(etcd.url());
+    let w = Watcher::start(config, b.clone(), rec.callback()).unwrap();
+    let rev = put(&etcd.client(), "svc/a", "");
+    assert!(w.wait_for_revision(rev, BOUND));
+    assert_eq!(members(&b), owned(&[("a", 1)]));
+    // The failed connection moved the client on without a reported disconnect.
+    assert_eq!(rec.count(|e| matches!(e, Event::Disconnected { .. })), 0);
+}
+
+#[test]
 fn stop_ends_a_request_to_a_server_that_never_answers() {
     // Accepts connections and never answers: the range blocks in its read.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
