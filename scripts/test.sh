@@ -27,7 +27,15 @@ step "clippy (workspace, all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 ok
 
-step "Rust tests: core, ffi, cli, conformance vectors (doctests included)"
+# The membership tests (liblb-etcd, `lb watch`) run against a real etcd server: Debian's
+# etcd-server, installed when missing. Each test starts its own on loopback with a temporary
+# data directory. LB_REQUIRE_ETCD=1 turns a missing etcd into a failure instead of a skip.
+# (Assigned before the export so a failing install stops the run under `set -e`.)
+ETCD_BIN=$(scripts/etcd-install.sh)
+export ETCD_BIN
+export LB_REQUIRE_ETCD=1
+
+step "Rust tests: core, ffi, cli, etcd membership (real etcd), conformance vectors (doctests included)"
 cargo test --quiet
 ok
 

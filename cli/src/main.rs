@@ -12,6 +12,9 @@
 //!   requests failed, time to eject and to return, per algorithm with ejection on and off;
 //!   `--scenario hot-key` (one key carries 30% of the requests): latency, longest queue and
 //!   keys moved per keyed algorithm with bounded loads off and on.
+//! - `lb watch --etcd http://127.0.0.1:2379 --prefix /services/web --key user-1` follows the
+//!   membership under an etcd prefix and prints each change and where each key lands
+//!   (`--json`: one JSON object per change; see `watch` and docs/membership.md).
 
 mod chart;
 mod events;
@@ -19,6 +22,7 @@ mod failing_node;
 mod hot_key;
 mod simulate;
 mod slow_node;
+mod watch;
 
 use clap::{Args, Parser, Subcommand};
 use liblb_core::{Algorithm, Balancer, HashKind, Node, Options};
@@ -63,6 +67,9 @@ enum Command {
     /// Simulate algorithms: distribution, key movement and speed; latency under load
     /// (--scenario slow-node), ejection (failing-node), bounded loads (hot-key).
     Simulate(simulate::SimulateArgs),
+    /// Follow the membership under an etcd prefix and print each change as it is applied,
+    /// with where each --key lands (--json: one JSON object per change).
+    Watch(watch::WatchArgs),
 }
 
 /// Balancer options; each maps one-to-one to an option of the library.
@@ -172,6 +179,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Pick(args) => pick(args, &mut out),
         Command::Simulate(args) => simulate::run(args, &mut out),
+        Command::Watch(args) => watch::run(args, &mut out),
     };
     match result.and_then(|()| Ok(out.flush()?)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,403 @@
+//! The watcher thread: one range, then one watch from the next revision, for as long as the
+//! watcher lives; reconnects with backoff and resumes where it stopped; resyncs after a
+//! compaction.
+
+use crate::client::{Client, WatchMessage};
+use crate::membership::Membership;
+use crate::{Error, Event};
+use liblb_core::Balancer;
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What to watch and how patiently.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// Gateway endpoints, each `http://HOST:PORT`; a connection failure moves to the next.
+    pub endpoints: Vec<String>,
+    /// The prefix `P`: members are the keys `P/<node-id>`. Not empty, no trailing `/`.
+    pub prefix: String,
+    /// First wait after a failure; doubled after each failure in a row (default 100 ms).
+    pub backoff_min: Duration,
+    /// Longest wait between attempts (default 5 s).
+    pub backoff_max: Duration,
+    /// How long a connection attempt may take (default 2 s).
+    pub connect_timeout: Duration,
+    /// How long a range may take (default 10 s).
+    pub request_timeout: Duration,
+    /// A watch silent for this long is taken for dead and reopened (default 15 min: etcd
+    /// sends a progress notification every 10 minutes to watches that ask, as this one does).
+    /// `None` waits forever.
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Config {
+    /// A configuration with the defaults above.
+    pub fn new(endpoint: impl Into<String>, prefix: impl Into<String>) -> Config {
+        Config {
+            endpoints: vec![endpoint.into()],
+            prefix: prefix.into(),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(10),
+            idle_timeout: Some(Duration::from_secs(15 * 60)),
+        }
+    }
+
+    /// Sets the backoff bounds (tests use a few milliseconds).
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Config {
+        self.backoff_min = min;
+        self.backoff_max = max;
+        self
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let bad = |why: String| Err(Error::Config(why));
+        if self.prefix.is_empty() {
+            return bad("the prefix is empty; members are the keys PREFIX/<node-id>".into());
+        }
+        if self.prefix.ends_with('/') {
+            return bad(format!(
+                "prefix {:?} ends with '/'; give it without (members are PREFIX/<node-id>)",
+                self.prefix
+            ));
+        }
+        if self.backoff_min.is_zero() || self.backoff_max < self.backoff_min {
+            return bad("backoff_min must be > 0 and backoff_max >= backoff_min".into());
+        }
+        Ok(())
+    }
+}
+
+/// Keeps a balancer's membership equal to an etcd prefix, from a background thread.
+///
+/// Dropping it stops the thread (see [`Watcher::stop`]).
+pub struct Watcher {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// State the caller and the thread share.
+struct Shared {
+    /// Set once to stop (SeqCst: read by the thread after it registers its socket, so either
+    /// the thread sees the flag or `stop` sees the socket).
+    stop: AtomicBool,
+    progress: Mutex<Progress>,
+    /// Signalled when the applied revision changes or a stop is requested.
+    changed: Condvar,
+    /// The open watch's socket, for `stop` to shut.
+    socket: Mutex<Option<TcpStream>>,
+}
+
+#[derive(Default)]
+struct Progress {
+    /// Revision of the membership the balancer holds (0 before the first).
+    revision: i64,
+    stopping: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing a panicking holder could leave half-done: keep going.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Watcher {
+    /// Checks `config`, then starts the thread: it reads the prefix, hands the membership to
+    /// `balancer.update`, and watches for changes. `on_event` is called on that thread for
+    /// every [`Event`]. Fails only on a bad configuration; an unreachable etcd is retried
+    /// (with [`Event::Disconnected`] for each failure).
+    pub fn start(
+        config: Config,
+        balancer: Arc<Balancer>,
+        on_event: impl Fn(&Event) + Send + 'static,
+    ) -> Result<Watcher, Error> {
+        config.validate()?;
+        let client = Client::new(&config.endpoints)?
+            .with_timeouts(config.connect_timeout, config.request_timeout);
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            progress: Mutex::new(Progress::default()),
+            changed: Condvar::new(),
+            socket: Mutex::new(None),
+        });
+        let mut run = Run {
+            client,
+            members: Membership::new(&config.prefix),
+            balancer,
+            shared: shared.clone(),
+            on_event: Box::new(on_event),
+            config,
+            last: None,
+            disconnected: false,
+        };
+        let thread = std::thread::Builder::new()
+            .name("liblb-etcd-watch".into())
+            .spawn(move || run.run())
+            .map_err(|e| Error::Config(format!("cannot start the watcher thread: {e}")))?;
+        Ok(Watcher {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Revision of the membership the balancer holds (0 until the first is applied).
+    pub fn revision(&self) -> i64 {
+        lock(&self.shared.progress).revision
+    }
+
+    /// Waits until a membership at `revision` or later is applied; `false` after `timeout`.
+    pub fn wait_for_revision(&self, revision: i64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut progress = lock(&self.shared.progress);
+        while progress.revision < revision {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || progress.stopping {
+                return false;
+            }
+            progress = self
+                .shared
+                .changed
+                .wait_timeout(progress, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+
+    /// Stops the thread and waits for it: at once when it is watching or waiting to retry;
+    /// a connection attempt under way finishes first (at most `connect_timeout`). The balancer
+    /// keeps the last membership applied. Calling it again does nothing.
+    pub fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        lock(&self.shared.progress).stopping = true;
+        self.shared.changed.notify_all();
+        if let Some(socket) = lock(&self.shared.socket).as_ref() {
+            drop(socket.shutdown(Shutdown::Both));
+        }
+        if let Some(thread) = self.thread.take() {
+            drop(thread.join());
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher")
+            .field("revision", &self.revision())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The thread's state.
+struct Run {
+    client: Client,
+    members: Membership,
+    balancer: Arc<Balancer>,
+    shared: Arc<Shared>,
+    on_event: Box<dyn Fn(&Event) + Send>,
+    config: Config,
+    /// Last revision whose changes were applied to `members` (`None` before the first range).
+    last: Option<i64>,
+    /// A failure happened since the last watch was created.
+    disconnected: bool,
+}
+
+impl Run {
+    fn stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::SeqCst)
+    }
+
+    fn run(&mut self) {
+        let mut backoff = self.config.backoff_min;
+        let mut need_range = true;
+        while !self.stopped() {
+            let outcome = if need_range {
+                self.resync().map(|()| need_range = false)
+            } else {
+                self.watch(&mut backoff)
+                    .map(|compacted| need_range = compacted)
+            };
+            if let Err(e) = outcome {
+                if self.stopped() {
+                    break;
+                }
+                self.disconnected = true;
+                self.emit(Event::Disconnected {
+                    error: e.to_string(),
+                });
+                self.sleep(backoff);
+                backoff = (backoff * 2).min(self.config.backoff_max);
+            }
+        }
+    }
+
+    /// Reads the whole prefix and replaces the membership with it.
+    fn resync(&mut self) -> Result<(), Error> {
+        let register = |s: &TcpStream| self.register(s);
+        let range = self
+            .client
+            .range_prefix_with(self.members.key_prefix(), &register);
+        *lock(&self.shared.socket) = None;
+        let range = range?;
+        if self.last.is_some() {
+            self.emit(Event::Resynced {
+                revision: range.revision,
+            });
+        }
+        let rejected = self.members.replace(
+            range
+                .kvs
+                .iter()
+                .map(|kv| (kv.key.as_slice(), kv.value.as_slice())),
+        );
+        for r in rejected {
+            self.emit(Event::Rejected {
+                revision: range.revision,
+                key: r.key,
+                reason: r.reason,
+            });
+        }
+        self.apply(range.revision);
+        Ok(())
+    }
+
+    /// Watches from the revision after the last applied one until the stream fails (an error)
+    /// or reports that revision compacted (`Ok(true)`: resync).
+    fn watch(&mut self, backoff: &mut Duration) -> Result<bool, Error> {
+        let from = self.last.unwrap_or(0) + 1;
+        let register = |s: &TcpStream| self.register(s);
+        let (prefix, idle) = (self.members.key_prefix(), self.config.idle_timeout);
+        let outcome = match self.client.watch(prefix, from, idle, &register) {
+            Ok(mut stream) => self.follow(&mut stream, from, backoff),
+            Err(e) => Err(e),
+        };
+        *lock(&self.shared.socket) = None;
+        outcome
+    }
+
+    /// Lets `stop` shut `socket`; shuts it here if `stop` came first (SeqCst on the flag and
+    /// the mutex on the slot: either this sees the flag or `stop` sees the socket).
+    fn register(&self, socket: &TcpStream) {
+        if let Ok(clone) = socket.try_clone() {
+            *lock(&self.shared.socket) = Some(clone);
+        }
+        if self.stopped() {
+            drop(socket.shutdown(Shutdown::Both));
+        }
+    }
+
+    fn follow(
+        &mut self,
+        stream: &mut crate::client::WatchStream,
+        from: i64,
+        backoff: &mut Duration,
+    ) -> Result<bool, Error> {
+        loop {
+            // A stop shuts the socket (see `register`); this catches one between messages.
+            if self.stopped() {
+                return Ok(false);
+            }
+            match stream.next()? {
+                WatchMessage::Created => {
+                    *backoff = self.config.backoff_min;
+                    if std::mem::take(&mut self.disconnected) {
+                        self.emit(Event::Resumed { from });
+                    }
+                }
+                WatchMessage::Events(events) => {
+                    let mut revision = self.last.unwrap_or(0);
+                    for event in events {
+                        let kv = event.kv;
+                        revision = revision.max(kv.mod_revision);
+                        if event.deleted {
+                            self.members.delete(&kv.key);
+                        } else if let Err(r) = self.members.put(&kv.key, &kv.value) {
+                            self.emit(Event::Rejected {
+                                revision: kv.mod_revision,
+                                key: r.key,
+                                reason: r.reason,
+                            });
+                        }
+                    }
+                    // One update for the whole message: a burst is one table build.
+                    self.apply(revision);
+                }
+                WatchMessage::Compacted(compacted) => {
+                    log::info!(
+                        "etcd compacted revision {compacted} before the watch from {from}: resync"
+                    );
+                    return Ok(true);
+                }
+                WatchMessage::Canceled(reason) => {
+                    return Err(Error::Etcd(format!("the watch was cancelled: {reason}")));
+                }
+                WatchMessage::Other => {}
+            }
+        }
+    }
+
+    /// Hands the membership to the balancer as of `revision`.
+    fn apply(&mut self, revision: i64) {
+        // The changes up to `revision` are consumed either way: the watch goes on from the next
+        // one, and a failed update leaves the balancer on its last good membership.
+        self.last = Some(revision);
+        let nodes = self.members.nodes();
+        match self.balancer.update(nodes.iter().cloned()) {
+            Ok(()) => {
+                // The callback first: a waiter woken by the revision sees its event recorded.
+                self.emit(Event::Applied { revision, nodes });
+                lock(&self.shared.progress).revision = revision;
+                self.shared.changed.notify_all();
+            }
+            Err(error) => self.emit(Event::UpdateFailed { revision, error }),
+        }
+    }
+
+    /// Waits `how_long`, or less if a stop is requested.
+    fn sleep(&self, how_long: Duration) {
+        let deadline = Instant::now() + how_long;
+        let mut progress = lock(&self.shared.progress);
+        while !progress.stopping {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            progress = self
+                .shared
+                .changed
+                .wait_timeout(progress, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn emit(&self, event: Event) {
+        match &event {
+            Event::Applied { revision, nodes } => {
+                log::debug!("revision {revision}: {} nodes applied", nodes.len())
+            }
+            Event::Rejected {
+                revision,
+                key,
+                reason,
+            } => log::warn!("revision {revision}: key {key:?} rejected: {reason}"),
+            Event::UpdateFailed { revision, error } => {
+                log::error!("revision {revision}: update failed, membership kept: {error}")
+            }
+            Event::Disconnected { error } => log::warn!("etcd watch interrupted: {error}"),
+            Event::Resumed { from } => log::info!("etcd watch resumed from revision {from}"),
+            Event::Resynced { revision } => log::info!("resynced at revision {revision}"),
+        }
+        (self.on_event)(&event);
+    }
+}
