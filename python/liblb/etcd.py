@@ -804,10 +804,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--algorithm",
         "-a",
-        default="ring",
+        default="maglev",
         choices=ALGORITHMS,
         metavar="ALGORITHM",
-        help=f"balancing algorithm (default ring; one of {', '.join(ALGORITHMS)})",
+        help=f"balancing algorithm (default maglev, as `lb watch`; one of {', '.join(ALGORITHMS)})",
     )
     parser.add_argument(
         "--key",
