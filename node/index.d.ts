@@ -174,6 +174,26 @@ export declare class Balancer {
    * On any error (e.g. `LB_DUPLICATE_NODE`) nothing changes.
    */
   update(nodes: Array<NodeInit>): void
+  /**
+   * `new Balancer(...)` with the table built on the libuv thread pool instead of the calling
+   * thread: resolves with the balancer, or rejects with the error the constructor would
+   * throw. For big tables (a ring of thousands of weighted nodes) that would block the event
+   * loop.
+   */
+  static create(algorithm: Algorithm, nodes?: Array<NodeInit> | null, options?: BalancerOptions | null): Promise<Balancer>
+  /**
+   * `update(nodes)` with the table rebuilt on the libuv thread pool: resolves when the new
+   * membership is published, or rejects with the error `update` would throw (nothing
+   * changed). Async changes to one balancer apply in the order they finish, not the order
+   * they were called: await one before starting the next when the order matters.
+   */
+  updateAsync(nodes: Array<NodeInit>): Promise<void>
+  /** `add(id, weight)` on the libuv thread pool (see `updateAsync`). */
+  addAsync(id: string, weight?: number | null): Promise<void>
+  /** `remove(id)` on the libuv thread pool (see `updateAsync`). */
+  removeAsync(id: string): Promise<void>
+  /** `setWeight(id, weight)` on the libuv thread pool (see `updateAsync`). */
+  setWeightAsync(id: string, weight: number): Promise<void>
   /** The nodes, in insertion order. */
   nodes(): Array<NodeInfo>
   /** Whether a node with this id exists. */

@@ -120,10 +120,14 @@ const RUN: &str = r"(function (exports) {
 /// instance data (napi-rs leaves that slot to addon authors). Runs once per environment (main
 /// thread and each worker) when the module loads.
 ///
-/// It also defines `Balancer.prototype.run` (see [`RUN`]).
+/// It also defines `Balancer.prototype.run` (see [`RUN`]) and wraps the async methods (see
+/// `tasks::ASYNC`).
 #[napi(module_exports)]
 pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
     let install: Function<Object, ()> = env.run_script(RUN)?;
+    install.call(exports)?;
+    // The async methods become `async` functions (see `tasks.rs`).
+    let install: Function<Object, ()> = env.run_script(crate::tasks::ASYNC)?;
     install.call(exports)?;
     let helpers = Helpers::install(&env)?;
     // SAFETY: a valid env from napi-rs. No finalizer: the helpers are freed by their own
