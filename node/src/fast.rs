@@ -139,9 +139,9 @@ pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
     let install: Unknown = env.run_script(crate::ids::PICK)?;
     // SAFETY: `helpers` was just made and lives until the environment's cleanup hook.
     let handles = unsafe { &(*helpers).fast };
-    let [fast_pick, fast_ids] = crate::ids::functions(&env, handles)?;
+    let [fast_pick, fast_ids, fast_attempts] = crate::ids::functions(&env, handles)?;
     let (mut receiver, mut result) = (ptr::null_mut(), ptr::null_mut());
-    let args = [exports.raw(), fast_pick, fast_ids];
+    let args = [exports.raw(), fast_pick, fast_ids, fast_attempts];
     // SAFETY: a valid env; `install` is the function the script evaluated to; `args` outlives
     // the call; out-pointers to locals.
     unsafe {
