@@ -24,7 +24,7 @@ mod tasks;
 use error::{OrThrow, Result};
 use js::{Id, Ids, KeyBuf};
 use liblb_core::{Algorithm, Outcome};
-use napi::bindgen_prelude::{AsyncTask, Either, Null};
+use napi::bindgen_prelude::{AsyncTask, BigInt, Either, Null};
 use napi::{Env, Unknown};
 use napi_derive::napi;
 
@@ -68,6 +68,7 @@ pub struct Lease {
     inner: Option<liblb_core::Lease>,
     id: String,
     weight: u32,
+    tag: u64,
 }
 
 /// Code of the error thrown when a lease is finished twice (the binding's own: the core's
@@ -86,6 +87,13 @@ impl Lease {
     #[napi(getter, catch_unwind)]
     pub fn weight(&self) -> u32 {
         self.weight
+    }
+
+    /// The node's tag, as given with the node (`{ id, weight, tag }` or `add(id, weight, tag)`;
+    /// 0 if none was), as a bigint: tags are 64-bit.
+    #[napi(getter, catch_unwind)]
+    pub fn tag(&self) -> BigInt {
+        BigInt::from(self.tag)
     }
 
     /// Whether the lease has ended (finished or cancelled).
@@ -158,7 +166,8 @@ pub struct Balancer {
 
 #[napi]
 impl Balancer {
-    /// Creates a balancer over `nodes` (ids, or `{ id, weight }` objects; weight defaults to 1).
+    /// Creates a balancer over `nodes` (ids, or `{ id, weight, tag }` objects; weight defaults
+    /// to 1, tag to 0).
     /// `options`: any of `optionNames()`, each passed to the core by name: `seed` (number or
     /// bigint) makes random picks reproducible, `vnodes` sets the ring's points per unit of weight
     /// (default 160), `hash` picks the key hash (`sha256` or `xxh3`), and so on.
@@ -188,12 +197,21 @@ impl Balancer {
         })
     }
 
-    /// Adds a node at the end (weight defaults to 1). Throws `LB_DUPLICATE_NODE` if the id exists.
-    #[napi(catch_unwind, ts_args_type = "id: string, weight?: number | null")]
-    pub fn add(&self, env: Env, id: Unknown, weight: Option<Unknown>) -> Result<()> {
-        let id = js::id(&env, &id, "id")?;
-        let weight = js::weight(&env, weight, "weight")?;
-        self.inner.add((id.as_str(), weight)).or_throw()
+    /// Adds a node at the end (weight defaults to 1; `tag`, a 64-bit value of yours that leases
+    /// hand back, to 0). Throws `LB_DUPLICATE_NODE` if the id exists.
+    #[napi(
+        catch_unwind,
+        ts_args_type = "id: string, weight?: number | null, tag?: bigint | number | string | null"
+    )]
+    pub fn add(
+        &self,
+        env: Env,
+        id: Unknown,
+        weight: Option<Unknown>,
+        tag: Option<Unknown>,
+    ) -> Result<()> {
+        let node = js::new_node(&env, id, weight, tag)?;
+        self.inner.add(node).or_throw()
     }
 
     /// Takes a node out of service until `markUp` (active health checks): no rebuild, its
@@ -294,11 +312,11 @@ impl Balancer {
         Ok(self.change_task(tasks::Change::Update(nodes)))
     }
 
-    /// `add(id, weight)` on the libuv thread pool (see `updateAsync`).
+    /// `add(id, weight, tag)` on the libuv thread pool (see `updateAsync`).
     #[napi(
         js_name = "addAsync",
         catch_unwind,
-        ts_args_type = "id: string, weight?: number | null",
+        ts_args_type = "id: string, weight?: number | null, tag?: bigint | number | string | null",
         ts_return_type = "Promise<void>"
     )]
     pub fn add_async(
@@ -306,10 +324,9 @@ impl Balancer {
         env: Env,
         id: Unknown,
         weight: Option<Unknown>,
+        tag: Option<Unknown>,
     ) -> Result<AsyncTask<tasks::ChangeTask>> {
-        let id = js::id(&env, &id, "id")?;
-        let weight = js::weight(&env, weight, "weight")?;
-        let node = liblb_core::Node::new(id, weight);
+        let node = js::new_node(&env, id, weight, tag)?;
         Ok(self.change_task(tasks::Change::Add(node)))
     }
 
@@ -384,6 +401,7 @@ impl Balancer {
         Ok(Lease {
             id: lease.id().to_string(),
             weight: lease.weight(),
+            tag: lease.tag(),
             inner: Some(lease),
         })
     }
