@@ -151,14 +151,15 @@ def other_thread_ran_inside(call: Callable[[], object]) -> int:
       second, and the caller retries a few times, so a positive count does not depend on the
       machine being idle.
     """
-    state = {"phase": "idle", "inside": 0}
+    phase = ["idle"]  # one-item lists: shared with the watcher
+    inside = [0]
     go = threading.Event()
 
     def watcher() -> None:
         go.wait()
-        while state["phase"] != "done":
-            if state["phase"] == "building":
-                state["inside"] += 1
+        while phase[0] != "done":
+            if phase[0] == "building":
+                inside[0] += 1
             time.sleep(0.001)
 
     old = sys.getswitchinterval()
@@ -167,14 +168,14 @@ def other_thread_ran_inside(call: Callable[[], object]) -> int:
     sys.setswitchinterval(1000.0)
     try:
         go.set()
-        state["phase"] = "building"
+        phase[0] = "building"
         call()
-        state["phase"] = "done"
+        phase[0] = "done"
     finally:
-        state["phase"] = "done"
+        phase[0] = "done"
         sys.setswitchinterval(old)
         thread.join()
-    return state["inside"]
+    return inside[0]
 
 
 def ran_inside_some(call: Callable[[], object], tries: int = 3) -> int:
