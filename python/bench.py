@@ -18,8 +18,9 @@ algorithms against the core's batch.
 `attempts(key, 3)` and `attempts(key)` (every node: 10 answers) are reported per answer, against
 a single pick. Last, big table builds (a 2000-node ring of weights 1-5, ~960,000 points): how
 long `Balancer(...)` and `update` take, and how much a pure-Python counter thread gets done
-meanwhile, as a fraction of what it does alone in the same time (1.0: the build does not hold
-the GIL at all; a build holding it would give ~0).
+meanwhile, as a fraction of what it does alone in the same time (a build holding the GIL gives
+~0), next to the same figure for `hashlib.sha256` of a big buffer (CPython's own GIL-releasing,
+CPU-bound call: the best a build can do when the machine is loaded) and `sorted` (holds it).
 
 Every timing is a loop over 1000 distinct keys (the loop's own overhead is in every figure
 alike, the floors included), measured once per round over all cells, for 15 rounds; the best
@@ -29,6 +30,7 @@ round is the figure, and `best..median` shows the machine's noise.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import platform
 import random
@@ -272,11 +274,17 @@ def main() -> None:
     print(f"\nbig builds without the GIL: a ring of {len(BIG_RING)} nodes (weights 1-5), best..median of 3")
     print("counter share: a pure-Python thread's progress during the call / its progress alone")
     ring = liblb.Balancer("ring", BIG_RING[:10])
+    # References in the same conditions: a CPU-bound stdlib call that releases the GIL (what a
+    # build without the GIL can at best give the counter on a loaded machine) and one that holds it.
+    blob = b"x" * 64_000_000
+    unsorted = [f"{i * 2654435761 % 1000003:07d}" for i in range(300_000)]
     builds: dict[str, Callable[[], object]] = {
         "Balancer('ring', nodes)": lambda: liblb.Balancer("ring", BIG_RING),
         "update(nodes)": lambda: ring.update(BIG_RING),
         "add(id, 5)": lambda: ring.add("extra", 5),
         "remove(id)": lambda: ring.remove("extra"),
+        "ref: hashlib.sha256(64 MB)": lambda: hashlib.sha256(blob).digest(),
+        "ref: sorted(300k str)": lambda: sorted(unsorted),
     }
     seconds = {n: Best() for n in builds}
     share = {n: Best() for n in builds}
@@ -285,12 +293,12 @@ def main() -> None:
             elapsed, fraction = counter_share_during(call)
             seconds[name].add(elapsed * 1e3)
             share[name].add(-fraction)  # Best keeps the lowest: the best share is the highest
-    head = f"{'call':<26}{'ms':>17}{'counter share':>15}"
+    head = f"{'call':<28}{'ms':>17}{'counter share':>15}"
     print(head)
     print("-" * len(head))
     for name in builds:
         shares = sorted(-x for x in share[name].samples)
-        print(f"{name:<26}{seconds[name]!s:>17}{shares[-1]:>8.2f}..{statistics.median(shares):<5.2f}")
+        print(f"{name:<28}{seconds[name]!s:>17}{shares[-1]:>8.2f}..{statistics.median(shares):<5.2f}")
 
 
 if __name__ == "__main__":
