@@ -22,8 +22,11 @@ export type Algorithm =
 /** A key: a string (hashed as its UTF-8 bytes) or bytes (a `Uint8Array`; a `Buffer` is one). */
 export type Key = string | Uint8Array
 
-/** A node: its id (weight 1), or `{ id, weight }`. Weight 0 drains the node. */
-export type NodeInit = string | { id: string; weight?: number | null }
+/**
+ * A node: its id (weight 1), or `{ id, weight, tag }`. Weight 0 drains the node; the tag is a
+ * 64-bit value of yours (default 0) that a `Lease` hands back as `lease.tag` (a bigint).
+ */
+export type NodeInit = string | { id: string; weight?: number | null; tag?: bigint | number | string | null }
 
 /**
  * Options of `new Balancer`, named as in the core (`optionNames()`); each is passed to the core

@@ -22,8 +22,11 @@ export type Algorithm =
 /** A key: a string (hashed as its UTF-8 bytes) or bytes (a `Uint8Array`; a `Buffer` is one). */
 export type Key = string | Uint8Array
 
-/** A node: its id (weight 1), or `{ id, weight }`. Weight 0 drains the node. */
-export type NodeInit = string | { id: string; weight?: number | null }
+/**
+ * A node: its id (weight 1), or `{ id, weight, tag }`. Weight 0 drains the node; the tag is a
+ * 64-bit value of yours (default 0) that a `Lease` hands back as `lease.tag` (a bigint).
+ */
+export type NodeInit = string | { id: string; weight?: number | null; tag?: bigint | number | string | null }
 
 /**
  * Options of `new Balancer`, named as in the core (`optionNames()`); each is passed to the core
@@ -140,15 +143,19 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
  */
 export declare class Balancer {
   /**
-   * Creates a balancer over `nodes` (ids, or `{ id, weight }` objects; weight defaults to 1).
+   * Creates a balancer over `nodes` (ids, or `{ id, weight, tag }` objects; weight defaults
+   * to 1, tag to 0).
    * `options`: any of `optionNames()`, each passed to the core by name: `seed` (number or
    * bigint) makes random picks reproducible, `vnodes` sets the ring's points per unit of weight
    * (default 160), `hash` picks the key hash (`sha256` or `xxh3`), and so on.
    * An empty node list is allowed: picks fail with `LB_NO_NODES` until a node is added.
    */
   constructor(algorithm: Algorithm, nodes?: Array<NodeInit> | null, options?: BalancerOptions | null)
-  /** Adds a node at the end (weight defaults to 1). Throws `LB_DUPLICATE_NODE` if the id exists. */
-  add(id: string, weight?: number | null): void
+  /**
+   * Adds a node at the end (weight defaults to 1; `tag`, a 64-bit value of yours that leases
+   * hand back, to 0). Throws `LB_DUPLICATE_NODE` if the id exists.
+   */
+  add(id: string, weight?: number | null, tag?: bigint | number | string | null): void
   /**
    * Takes a node out of service until `markUp` (active health checks): no rebuild, its
    * weight and counters kept; keyed algorithms move only its keys. Throws `LB_UNKNOWN_NODE`
@@ -174,6 +181,26 @@ export declare class Balancer {
    * On any error (e.g. `LB_DUPLICATE_NODE`) nothing changes.
    */
   update(nodes: Array<NodeInit>): void
+  /**
+   * `new Balancer(...)` with the table built on the libuv thread pool instead of the calling
+   * thread: resolves with the balancer, or rejects with the error the constructor would
+   * throw. For big tables (a ring of thousands of weighted nodes) that would block the event
+   * loop.
+   */
+  static create(algorithm: Algorithm, nodes?: Array<NodeInit> | null, options?: BalancerOptions | null): Promise<Balancer>
+  /**
+   * `update(nodes)` with the table rebuilt on the libuv thread pool: resolves when the new
+   * membership is published, or rejects with the error `update` would throw (nothing
+   * changed). Async changes to one balancer apply in the order they finish, not the order
+   * they were called: await one before starting the next when the order matters.
+   */
+  updateAsync(nodes: Array<NodeInit>): Promise<void>
+  /** `add(id, weight, tag)` on the libuv thread pool (see `updateAsync`). */
+  addAsync(id: string, weight?: number | null, tag?: bigint | number | string | null): Promise<void>
+  /** `remove(id)` on the libuv thread pool (see `updateAsync`). */
+  removeAsync(id: string): Promise<void>
+  /** `setWeight(id, weight)` on the libuv thread pool (see `updateAsync`). */
+  setWeightAsync(id: string, weight: number): Promise<void>
   /** The nodes, in insertion order. */
   nodes(): Array<NodeInfo>
   /** Whether a node with this id exists. */
@@ -213,6 +240,11 @@ export declare class Lease {
   get id(): string
   /** The node's weight when the lease was acquired. */
   get weight(): number
+  /**
+   * The node's tag, as given with the node (`{ id, weight, tag }` or `add(id, weight, tag)`;
+   * 0 if none was), as a bigint: tags are 64-bit.
+   */
+  get tag(): bigint
   /** Whether the lease has ended (finished or cancelled). */
   get done(): boolean
   /**

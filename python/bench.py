@@ -15,6 +15,13 @@ Then the batches, per answer: `pick_many(keys)` against the core's own `pick_man
 batch floor (reading the keys and building a list as long), and `pick_n(count)` for the unkeyed
 algorithms against the core's batch.
 
+`attempts(key, 3)` and `attempts(key)` (every node: 10 answers) are reported per answer, against
+a single pick. Last, big table builds (a 2000-node ring of weights 1-5, ~960,000 points): how
+long `Balancer(...)` and `update` take, and how much a pure-Python counter thread gets done
+meanwhile, as a fraction of what it does alone in the same time (a build holding the GIL gives
+~0), next to the same figure for `hashlib.sha256` of a big buffer (CPython's own GIL-releasing,
+CPU-bound call: the best a build can do when the machine is loaded) and `sorted` (holds it).
+
 Every timing is a loop over 1000 distinct keys (the loop's own overhead is in every figure
 alike, the floors included), measured once per round over all cells, for 15 rounds; the best
 round is the figure, and `best..median` shows the machine's noise.
@@ -23,11 +30,14 @@ round is the figure, and `best..median` shows the machine's noise.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import platform
 import random
 import statistics
 import sys
+import threading
+import time
 import timeit
 import zlib
 from collections.abc import Callable
@@ -95,6 +105,41 @@ def per_item_batch(fn: Callable[[Any], object], arg: Any, items: int, number: in
     return timeit.timeit(lambda: fn(arg), number=number) / (number * items) * 1e9
 
 
+def retry_order(b: liblb.Balancer, limit: int) -> Callable[[Any], object]:
+    """`b.attempts(key, limit)` as a one-argument function."""
+    return lambda key: b.attempts(key, limit)
+
+
+BIG_RING = [(f"10.0.{i // 256}.{i % 256}:80", 1 + i % 5) for i in range(2000)]
+
+
+def counter_share_during(call: Callable[[], object]) -> tuple[float, float]:
+    """Runs `call` while a pure-Python thread counts; returns (call's seconds, the counter's
+    progress during the call as a fraction of its progress alone over as long)."""
+    count = [0]
+    stop = threading.Event()
+
+    def counter() -> None:
+        while not stop.is_set():
+            count[0] += 1
+
+    thread = threading.Thread(target=counter)
+    thread.start()
+    try:
+        time.sleep(0.05)  # the counter is running
+        c0, t0 = count[0], time.perf_counter()
+        time.sleep(0.2)  # alone (this thread sleeps without the GIL)
+        alone = (count[0] - c0) / (time.perf_counter() - t0)
+        c0, t0 = count[0], time.perf_counter()
+        call()
+        elapsed = time.perf_counter() - t0
+        during = (count[0] - c0) / elapsed
+    finally:
+        stop.set()
+        thread.join()
+    return elapsed, during / alone
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
@@ -139,6 +184,8 @@ def main() -> None:
     many = {a: Best() for a in batched}
     core_many = {a: Best() for a in batched}
     pick_n = {a: Best() for a in unkeyed}
+    attempts3 = {a: Best() for a in batched}
+    attempts_all = {a: Best() for a in batched}
     # Rounds over every cell, so a burst of load on the (shared) machine spoils one sample of
     # each cell rather than every sample of one cell; the best sample of each cell is reported.
     for _ in range(rounds):
@@ -159,6 +206,8 @@ def main() -> None:
             core_many[name].add(_liblb._core_pick_many_ns(b, batch, batch_number))
             if name in pick_n:
                 pick_n[name].add(per_item_batch(b.pick_n, BATCH, BATCH, batch_number))
+            attempts3[name].add(per_call(retry_order(b, 3), keys, number // 5) / 3)
+            attempts_all[name].add(per_call(b.attempts, keys, number // 5) / NODE_COUNT)
 
     print(f"liblb {liblb.__version__}, Python {platform.python_version()} ({platform.machine()}),")
     print(f"{NODE_COUNT} nodes (weights 1-4), {KEY_COUNT} distinct str keys; ns per call, best..median of {rounds} rounds\n")
@@ -209,6 +258,47 @@ def main() -> None:
             f"{name:<22}{many[name]!s:>17}{c:>8.1f}{bound:>12.1f}{m / bound:>15.2f}x"
             f"{pick[name].best / m:>13.1f}x{n}"
         )
+
+
+    print(f"\nattempts, ns per answer (against one pick; 1000 distinct str keys, {NODE_COUNT} nodes)")
+    head = f"{'algorithm':<22}{'attempts(k, 3)':>17}{'x pick':>8}{'attempts(k)':>17}{'x pick':>8}"
+    print(head)
+    print("-" * len(head))
+    for name in batched:
+        p = pick[name].best
+        print(
+            f"{name:<22}{attempts3[name]!s:>17}{attempts3[name].best / p:>7.2f}x"
+            f"{attempts_all[name]!s:>17}{attempts_all[name].best / p:>7.2f}x"
+        )
+
+    print(f"\nbig builds without the GIL: a ring of {len(BIG_RING)} nodes (weights 1-5), best..median of 3")
+    print("counter share: a pure-Python thread's progress during the call / its progress alone")
+    ring = liblb.Balancer("ring", BIG_RING[:10])
+    # References in the same conditions: a CPU-bound stdlib call that releases the GIL (what a
+    # build without the GIL can at best give the counter on a loaded machine) and one that holds it.
+    blob = b"x" * 64_000_000
+    unsorted = [f"{i * 2654435761 % 1000003:07d}" for i in range(300_000)]
+    builds: dict[str, Callable[[], object]] = {
+        "Balancer('ring', nodes)": lambda: liblb.Balancer("ring", BIG_RING),
+        "update(nodes)": lambda: ring.update(BIG_RING),
+        "add(id, 5)": lambda: ring.add("extra", 5),
+        "remove(id)": lambda: ring.remove("extra"),
+        "ref: hashlib.sha256(64 MB)": lambda: hashlib.sha256(blob).digest(),
+        "ref: sorted(300k str)": lambda: sorted(unsorted),
+    }
+    seconds = {n: Best() for n in builds}
+    share = {n: Best() for n in builds}
+    for _ in range(3):
+        for name, call in builds.items():
+            elapsed, fraction = counter_share_during(call)
+            seconds[name].add(elapsed * 1e3)
+            share[name].add(-fraction)  # Best keeps the lowest: the best share is the highest
+    head = f"{'call':<28}{'ms':>17}{'counter share':>15}"
+    print(head)
+    print("-" * len(head))
+    for name in builds:
+        shares = sorted(-x for x in share[name].samples)
+        print(f"{name:<28}{seconds[name]!s:>17}{shares[-1]:>8.2f}..{statistics.median(shares):<5.2f}")
 
 
 if __name__ == "__main__":

@@ -120,10 +120,14 @@ const RUN: &str = r"(function (exports) {
 /// instance data (napi-rs leaves that slot to addon authors). Runs once per environment (main
 /// thread and each worker) when the module loads.
 ///
-/// It also defines `Balancer.prototype.run` (see [`RUN`]).
+/// It also defines `Balancer.prototype.run` (see [`RUN`]) and wraps the async methods (see
+/// `tasks::ASYNC`).
 #[napi(module_exports)]
 pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
     let install: Function<Object, ()> = env.run_script(RUN)?;
+    install.call(exports)?;
+    // The async methods become `async` functions (see `tasks.rs`).
+    let install: Function<Object, ()> = env.run_script(crate::tasks::ASYNC)?;
     install.call(exports)?;
     let helpers = Helpers::install(&env)?;
     // SAFETY: a valid env from napi-rs. No finalizer: the helpers are freed by their own
@@ -135,9 +139,9 @@ pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
     let install: Unknown = env.run_script(crate::ids::PICK)?;
     // SAFETY: `helpers` was just made and lives until the environment's cleanup hook.
     let handles = unsafe { &(*helpers).fast };
-    let [fast_pick, fast_ids] = crate::ids::functions(&env, handles)?;
+    let [fast_pick, fast_ids, fast_attempts] = crate::ids::functions(&env, handles)?;
     let (mut receiver, mut result) = (ptr::null_mut(), ptr::null_mut());
-    let args = [exports.raw(), fast_pick, fast_ids];
+    let args = [exports.raw(), fast_pick, fast_ids, fast_attempts];
     // SAFETY: a valid env; `install` is the function the script evaluated to; `args` outlives
     // the call; out-pointers to locals.
     unsafe {

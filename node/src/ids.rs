@@ -1,4 +1,4 @@
-//! The fast path of `pick()`: node ids as JavaScript strings made once per membership, and no
+//! The fast path of `pick()` and `attempts()`: node ids as JavaScript strings made once per membership, and no
 //! receiver unwrap per call.
 //!
 //! A plain `pick` callback (see `fast.rs`) spent most of its time outside the pick: reading the
@@ -23,8 +23,17 @@
 //! - On a string answer the JavaScript side refreshes `ids = fastIds(handle)` (that array), so
 //!   `ids` is always the array `fastPick` fills; a number `i` is answered only when `ids[i]` is
 //!   the string of node `i` of the membership the pick came from.
+//! - `Balancer.prototype.attempts` works the same way, from the same record: the private
+//!   `fastAttempts(handle, scratch, key, limit)` asks the core for the retry order, puts every
+//!   answered node's string into the membership's array (defining the missing ones), writes the
+//!   answers' indices into `scratch` (a closure-private `Uint32Array` of 1024 slots, or a new
+//!   one for longer answers) and returns their count, with a flag telling the JavaScript side to
+//!   refresh `ids` when the membership's array was replaced. The JavaScript side then builds the
+//!   result as `ids[scratch[i]]`: one native call per `attempts()` and no string made or
+//!   element set through Node-API per answer (which cost 300-500 ns per answer).
 //!
-//! The function calls only `WeakMap` methods and `Function.prototype.call` at pick time. Code
+//! The functions call only `WeakMap` methods and `Function.prototype.call` at pick time (and
+//! `Array.isArray`, read when the module loads). Code
 //! that replaced those before this module loaded could forge records; the worst it can do is
 //! make picks on its own balancers answer wrongly (a forged handle names another balancer of the
 //! same environment, or none: an error), never read memory wrongly.
@@ -44,7 +53,7 @@ use crate::error::{Code, Error, OrThrow, Result};
 use crate::js::{self, KeyBuf};
 use liblb_core::Picked;
 use napi::bindgen_prelude::{JsError, ToNapiValue, panic_to_error};
-use napi::{Env, Unknown, sys};
+use napi::{Env, JsValue, Unknown, sys};
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -55,29 +64,60 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `Balancer.prototype.pick`, installed over the native one when the module loads (see the
 /// module docs). `nativePick` and `makeFast` are the native, receiver-checked methods.
-pub const PICK: &str = r"(function (exports, fastPick, fastIds) {
+pub const PICK: &str = r"(function (exports, fastPick, fastIds, fastAttempts) {
   const proto = exports.Balancer.prototype
   const nativePick = proto.pick
+  const nativeAttempts = proto.attempts
   const makeFast = proto.__liblbFastPick
   delete proto.__liblbFastPick
+  const isArray = Array.isArray
   const fastOf = new WeakMap()
-  const firstPick = (self, key) => {
-    const answer = nativePick.call(self, key)
-    fastOf.set(self, { handle: makeFast.call(self), ids: [] })
-    return answer
+  // Where fastAttempts writes the indices of up to 1024 answers (one per environment: no
+  // JavaScript runs between the native call writing it and the loop below reading it).
+  const scratch = new Uint32Array(1024)
+  const record = (self) => {
+    const fast = { handle: makeFast.call(self), ids: [] }
+    fastOf.set(self, fast)
+    return fast
   }
-  Object.defineProperty(proto, 'pick', {
-    value: function pick(key) {
-      const fast = fastOf.get(this)
-      if (fast === undefined) return firstPick(this, key)
-      const answer = key === undefined ? fastPick(fast.handle) : fastPick(fast.handle, key)
-      if (typeof answer === 'number') return fast.ids[answer]
-      fast.ids = fastIds(fast.handle)
+  const define = (name, value) =>
+    Object.defineProperty(proto, name, { value, writable: true, enumerable: true, configurable: true })
+  define('pick', function pick(key) {
+    const fast = fastOf.get(this)
+    if (fast === undefined) {
+      const answer = nativePick.call(this, key)
+      record(this)
       return answer
-    },
-    writable: true,
-    enumerable: true,
-    configurable: true,
+    }
+    const answer = key === undefined ? fastPick(fast.handle) : fastPick(fast.handle, key)
+    if (typeof answer === 'number') return fast.ids[answer]
+    fast.ids = fastIds(fast.handle)
+    return answer
+  })
+  define('attempts', function attempts(key, limit) {
+    const fast = fastOf.get(this)
+    if (fast === undefined) {
+      const answer = nativeAttempts.call(this, key, limit)
+      record(this)
+      return answer
+    }
+    const answer = fastAttempts(fast.handle, scratch, key, limit)
+    let indices = scratch
+    let count
+    if (typeof answer === 'number') {
+      count = answer >>> 1
+      if (answer & 1) fast.ids = fastIds(fast.handle)
+    } else if (isArray(answer)) {
+      return answer
+    } else {
+      indices = answer
+      count = answer.length
+      fast.ids = fastIds(fast.handle)
+    }
+    const ids = fast.ids
+    const out = new Array(count)
+    for (let i = 0; i < count; i++) out[i] = ids[indices[i]]
+    return out
   })
 })";
 
@@ -152,47 +192,112 @@ impl FastPick {
                 .or_throw()?;
             return Ok(number);
         }
-        let s = match &mut *strings {
-            Some(s) if s.membership == membership.0 && s.env == raw => s,
-            // A new membership (or the first pick): a new, empty array. Replacing the old
-            // `Strings` deletes its reference (same thread, same environment).
-            _ => strings.insert(Strings::new(raw, membership.0, picked.members().len())?),
+        let (s, _) = Strings::current(&mut strings, raw, membership.0, picked.members().len())?;
+        s.fill(raw, index, picked.id())
+    }
+
+    /// `fastAttempts(handle, scratch, key, limit)`: the answers' indices into the array
+    /// `fastIds` returns, after putting every answer's string into it. Up to `scratch.length`
+    /// indices are written into `scratch` (a `Uint32Array`) and the answer is `2 * count + 1` if
+    /// the array was replaced by a new one (a new membership: call `fastIds` again), else
+    /// `2 * count`. More answers come back as a new `Uint32Array` (call `fastIds` again). An
+    /// array of id strings is the answer only if the snapshot is not this binding's (never).
+    fn attempts(
+        &self,
+        env: &Env,
+        scratch: Unknown,
+        key: Option<Unknown>,
+        limit: Option<Unknown>,
+    ) -> Result<sys::napi_value> {
+        let mut buf = KeyBuf::new();
+        let key = match &key {
+            Some(key) => js::key_or_none(env, key, &mut buf)?,
+            None => None,
         };
-        let string = id_string(raw, &picked)?;
-        let (mut array, mut name) = (ptr::null_mut(), ptr::null_mut());
-        let digits = index.to_string();
-        // Defined as an own property rather than assigned (`napi_set_element`): assigning to a
-        // hole consults the prototype chain, where JavaScript could have put a setter for that
-        // index on `Array.prototype` and run in the middle of this call.
-        let element = sys::napi_property_descriptor {
-            utf8name: ptr::null(),
-            name: ptr::null_mut(),
-            method: None,
-            getter: None,
-            setter: None,
-            value: string,
-            attributes: sys::PropertyAttributes::writable
-                | sys::PropertyAttributes::enumerable
-                | sys::PropertyAttributes::configurable,
-            data: ptr::null_mut(),
+        let limit = js::limit(env, limit)?;
+        let picks = self.core.attempts(key, limit).or_throw()?;
+        let raw = env.raw();
+        let (Some(membership), Ok(mut strings)) = (
+            picks.attachment(|_| Membership::next()),
+            self.strings.try_borrow_mut(),
+        ) else {
+            // SAFETY: a valid env for this thread.
+            return unsafe { js::Ids::to_napi_value(raw, js::Ids(picks)) }.or_throw();
         };
-        // SAFETY: a valid env for this thread; `s.array` is a live reference made in it;
-        // out-pointers to locals; `digits` outlives the call that copies it.
-        unsafe {
-            napi::check_status!(sys::napi_get_reference_value(raw, s.array, &mut array))
-                .or_throw()?;
-            napi::check_status!(sys::napi_create_string_utf8(
-                raw,
-                digits.as_ptr().cast(),
-                digits.len() as isize,
-                &mut name
-            ))
-            .or_throw()?;
-            let element = sys::napi_property_descriptor { name, ..element };
-            napi::check_status!(sys::napi_define_properties(raw, array, 1, &element)).or_throw()?;
+        let members = picks.members();
+        let (s, replaced) = Strings::current(&mut strings, raw, membership.0, members.len())?;
+        for &index in picks.indices() {
+            let index = index as usize;
+            if !s.filled[index] {
+                s.fill(raw, index, &members[index].id)?;
+            }
         }
-        s.filled[index] = true;
-        Ok(string)
+        let indices = picks.indices();
+        let (mut kind, mut room, mut data, mut buffer, mut offset) =
+            (0, 0usize, ptr::null_mut(), ptr::null_mut(), 0usize);
+        // SAFETY: a valid env and value; out-pointers to locals. Fails for a non-TypedArray.
+        napi::check_status!(unsafe {
+            sys::napi_get_typedarray_info(
+                raw,
+                scratch.raw(),
+                &mut kind,
+                &mut room,
+                &mut data,
+                &mut buffer,
+                &mut offset,
+            )
+        })
+        .or_throw()?;
+        if kind != sys::TypedarrayType::uint32_array {
+            return Err(internal("scratch is not a Uint32Array"));
+        }
+        let mut out = ptr::null_mut();
+        if indices.len() <= room {
+            // SAFETY: `scratch` is a live Uint32Array (an argument of this call) with room for
+            // `room` >= `indices.len()` u32 at `data`; bytes are copied, so alignment does not
+            // matter. It is [`PICK`]'s private array (a plain ArrayBuffer), which no other thread
+            // can touch and no JavaScript runs while it is written.
+            unsafe {
+                ptr::copy_nonoverlapping(
+                    indices.as_ptr().cast::<u8>(),
+                    data.cast::<u8>(),
+                    indices.len() * 4,
+                );
+            }
+            // Answers are distinct nodes: fewer than `MAX_NODES` (2^24), so this fits a u32.
+            let code = indices.len() as u32 * 2 + u32::from(replaced);
+            // SAFETY: a valid env; out-pointer to a local.
+            napi::check_status!(unsafe { sys::napi_create_uint32(raw, code, &mut out) })
+                .or_throw()?;
+        } else {
+            let (mut buffer, mut data) = (ptr::null_mut(), ptr::null_mut());
+            // SAFETY: a valid env; out-pointers to locals; the new ArrayBuffer is writable for
+            // `4 * indices.len()` bytes at `data`, and nothing else can see it yet.
+            unsafe {
+                napi::check_status!(sys::napi_create_arraybuffer(
+                    raw,
+                    indices.len() * 4,
+                    &mut data,
+                    &mut buffer
+                ))
+                .or_throw()?;
+                ptr::copy_nonoverlapping(
+                    indices.as_ptr().cast::<u8>(),
+                    data.cast::<u8>(),
+                    indices.len() * 4,
+                );
+                napi::check_status!(sys::napi_create_typedarray(
+                    raw,
+                    sys::TypedarrayType::uint32_array,
+                    indices.len(),
+                    buffer,
+                    0,
+                    &mut out
+                ))
+                .or_throw()?;
+            }
+        }
+        Ok(out)
     }
 
     /// `fastIds(handle)`: the array `fastPick` fills (an empty one before the first pick).
@@ -220,6 +325,64 @@ impl FastPick {
 }
 
 impl Strings {
+    /// The strings of `membership` in `env`: the current ones, or a new, empty array when the
+    /// membership changed (or on first use), and whether it was replaced. Replacing the old
+    /// `Strings` deletes its reference (same thread, same environment).
+    fn current(
+        strings: &mut Option<Strings>,
+        env: sys::napi_env,
+        membership: u64,
+        count: usize,
+    ) -> Result<(&mut Strings, bool)> {
+        let fresh = strings
+            .as_ref()
+            .is_some_and(|s| s.membership == membership && s.env == env);
+        if fresh && let Some(s) = strings {
+            return Ok((s, false));
+        }
+        Ok((strings.insert(Strings::new(env, membership, count)?), true))
+    }
+
+    /// Puts node `index`'s id string into the array and returns it.
+    fn fill(&mut self, env: sys::napi_env, index: usize, id: &str) -> Result<sys::napi_value> {
+        // SAFETY: a valid env for this thread, from the caller.
+        let string = unsafe { <&str>::to_napi_value(env, id) }.or_throw()?;
+        let (mut array, mut name) = (ptr::null_mut(), ptr::null_mut());
+        let digits = index.to_string();
+        // Defined as an own property rather than assigned (`napi_set_element`): assigning to a
+        // hole consults the prototype chain, where JavaScript could have put a setter for that
+        // index on `Array.prototype` and run in the middle of this call.
+        let element = sys::napi_property_descriptor {
+            utf8name: ptr::null(),
+            name: ptr::null_mut(),
+            method: None,
+            getter: None,
+            setter: None,
+            value: string,
+            attributes: sys::PropertyAttributes::writable
+                | sys::PropertyAttributes::enumerable
+                | sys::PropertyAttributes::configurable,
+            data: ptr::null_mut(),
+        };
+        // SAFETY: a valid env for this thread; `self.array` is a live reference made in it;
+        // out-pointers to locals; `digits` outlives the call that copies it.
+        unsafe {
+            napi::check_status!(sys::napi_get_reference_value(env, self.array, &mut array))
+                .or_throw()?;
+            napi::check_status!(sys::napi_create_string_utf8(
+                env,
+                digits.as_ptr().cast(),
+                digits.len() as isize,
+                &mut name
+            ))
+            .or_throw()?;
+            let element = sys::napi_property_descriptor { name, ..element };
+            napi::check_status!(sys::napi_define_properties(env, array, 1, &element)).or_throw()?;
+        }
+        self.filled[index] = true;
+        Ok(string)
+    }
+
     /// An empty array for a membership of `count` nodes.
     fn new(env: sys::napi_env, membership: u64, count: usize) -> Result<Strings> {
         let (mut array, mut reference) = (ptr::null_mut(), ptr::null_mut());
@@ -352,13 +515,18 @@ unsafe extern "C" fn release(_env: sys::napi_env, data: *mut c_void, _hint: *mut
     data.0.remove(data.1);
 }
 
-/// Makes `fastPick(handle, key?)` and `fastIds(handle)` for one environment, to be handed to
+/// Makes `fastPick(handle, key?)`, `fastIds(handle)` and `fastAttempts(handle, scratch, key,
+/// limit)` for one environment, to be handed to
 /// [`PICK`] only (never exported). Each holds an `Rc` of the environment's handles, released
 /// when the function is collected.
-pub fn functions(env: &Env, handles: &Rc<Handles>) -> napi::Result<[sys::napi_value; 2]> {
-    let mut out = [ptr::null_mut(); 2];
+pub fn functions(env: &Env, handles: &Rc<Handles>) -> napi::Result<[sys::napi_value; 3]> {
+    let mut out = [ptr::null_mut(); 3];
     type Callback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
-    let made: [(&std::ffi::CStr, Callback); 2] = [(c"fastPick", fast_pick), (c"fastIds", fast_ids)];
+    let made: [(&std::ffi::CStr, Callback); 3] = [
+        (c"fastPick", fast_pick),
+        (c"fastIds", fast_ids),
+        (c"fastAttempts", fast_attempts),
+    ];
     for ((name, callback), slot) in made.into_iter().zip(&mut out) {
         let data = Rc::into_raw(Rc::clone(handles)).cast_mut().cast::<c_void>();
         // SAFETY: a valid env for this thread; `name` is NUL-terminated; `data` stays valid
@@ -391,27 +559,30 @@ pub fn functions(env: &Env, handles: &Rc<Handles>) -> napi::Result<[sys::napi_va
     Ok(out)
 }
 
-/// Finalizer of `fastPick` / `fastIds`: releases the function's `Rc` of the handles.
+/// Finalizer of `fastPick` / `fastIds` / `fastAttempts`: releases the function's `Rc` of the handles.
 unsafe extern "C" fn release_handles(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
     // SAFETY: `data` is the `Rc::into_raw` of `functions`, released only here, once, on the
     // environment's thread (where every other `Rc` of it lives).
     drop(unsafe { Rc::from_raw(data.cast::<Handles>()) });
 }
 
-/// Reads the handle and up to one more argument, and runs `body` with the handle's `FastPick`
-/// inside a panic boundary; throws on error, as `fast::enter` does.
+/// Reads the handle and up to [`MAX_ARGS`] more arguments (`None` past the ones given), and runs
+/// `body` with the handle's `FastPick` inside a panic boundary; throws on error, as
+/// `fast::enter` does.
 ///
 /// # Safety
-/// `env` and `info` are the arguments napi passed to `fast_pick` or `fast_ids`.
+/// `env` and `info` are the arguments napi passed to `fast_pick`, `fast_ids` or
+/// `fast_attempts`.
 #[inline]
 unsafe fn enter_fast(
     env: sys::napi_env,
     info: sys::napi_callback_info,
-    body: impl FnOnce(&FastPick, &Env, Option<Unknown<'_>>) -> Result<sys::napi_value>,
+    body: impl FnOnce(&FastPick, &Env, [Option<Unknown<'_>>; MAX_ARGS]) -> Result<sys::napi_value>,
 ) -> sys::napi_value {
     let call = || -> Result<sys::napi_value> {
-        let (mut argc, mut args, mut data) = (2usize, [ptr::null_mut(); 2], ptr::null_mut());
-        // SAFETY: valid arguments from napi; out-pointers to locals (room for two arguments).
+        let mut argc = 1 + MAX_ARGS;
+        let (mut args, mut data) = ([ptr::null_mut(); 1 + MAX_ARGS], ptr::null_mut());
+        // SAFETY: valid arguments from napi; out-pointers to locals (room for `argc` arguments).
         napi::check_status!(unsafe {
             sys::napi_get_cb_info(
                 env,
@@ -433,9 +604,11 @@ unsafe fn enter_fast(
         let fast = handles
             .get(handle)
             .ok_or_else(|| internal("no such handle"))?;
-        // SAFETY: napi filled `args[1]` when `argc` >= 2.
-        let key = (argc >= 2).then(|| unsafe { Unknown::from_raw_unchecked(env, args[1]) });
-        body(&fast, &Env::from_raw(env), key)
+        // SAFETY: napi filled `args[i]` for every `i` < `argc` (and `undefined` up to the room).
+        let rest = std::array::from_fn(|i| {
+            (i + 1 < argc).then(|| unsafe { Unknown::from_raw_unchecked(env, args[i + 1]) })
+        });
+        body(&fast, &Env::from_raw(env), rest)
     };
     let error: Error = match catch_unwind(AssertUnwindSafe(call)) {
         Ok(Ok(value)) => return value,
@@ -450,13 +623,16 @@ unsafe fn enter_fast(
     ptr::null_mut()
 }
 
+/// Most arguments after the handle (`fastAttempts`' scratch, key and limit).
+const MAX_ARGS: usize = 3;
+
 /// `fastPick(handle, key?)`.
 unsafe extern "C" fn fast_pick(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
     // SAFETY: called by napi as a `napi_callback`.
-    unsafe { enter_fast(env, info, |fast, env, key| fast.pick(env, key)) }
+    unsafe { enter_fast(env, info, |fast, env, [key, ..]| fast.pick(env, key)) }
 }
 
 /// `fastIds(handle)`.
@@ -466,4 +642,19 @@ unsafe extern "C" fn fast_ids(
 ) -> sys::napi_value {
     // SAFETY: called by napi as a `napi_callback`.
     unsafe { enter_fast(env, info, |fast, env, _| fast.ids(env)) }
+}
+
+/// `fastAttempts(handle, scratch, key, limit)`.
+unsafe extern "C" fn fast_attempts(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: called by napi as a `napi_callback`.
+    unsafe {
+        enter_fast(env, info, |fast, env, [scratch, key, limit]| {
+            let scratch =
+                scratch.ok_or_else(|| internal("fastAttempts needs its scratch array"))?;
+            fast.attempts(env, scratch, key, limit)
+        })
+    }
 }

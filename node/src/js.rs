@@ -212,7 +212,9 @@ fn node(env: &Env, value: &Unknown<'_>, index: u32) -> Result<Node> {
             };
             let weight = object.get::<Unknown>("weight").or_throw()?;
             let weight = self::weight(env, weight, &format!("nodes[{index}].weight"))?;
-            Ok(Node::new(id, weight))
+            let tag = object.get::<Unknown>("tag").or_throw()?;
+            let tag = self::tag(env, tag, &format!("nodes[{index}].tag"))?;
+            Ok(Node::with_tag(id, weight, tag))
         }
         _ => Err(type_error(
             env,
@@ -222,6 +224,19 @@ fn node(env: &Env, value: &Unknown<'_>, index: u32) -> Result<Node> {
             ),
         )),
     }
+}
+
+/// The node of `add(id, weight?, tag?)`.
+pub fn new_node(
+    env: &Env,
+    id: Unknown<'_>,
+    weight: Option<Unknown<'_>>,
+    tag: Option<Unknown<'_>>,
+) -> Result<Node> {
+    let id = self::id(env, &id, "id")?;
+    let weight = self::weight(env, weight, "weight")?;
+    let tag = self::tag(env, tag, "tag")?;
+    Ok(Node::with_tag(id, weight, tag))
 }
 
 /// A JavaScript array, or a `TypeError` naming `what`.
@@ -236,7 +251,7 @@ pub fn array<'e>(env: &Env, value: &Unknown<'e>, what: &str) -> Result<Array<'e>
     unsafe { value.cast::<Array>() }.or_throw()
 }
 
-/// A node list: an array of ids or `{ id, weight }` objects.
+/// A node list: an array of ids or `{ id, weight?, tag? }` objects.
 pub fn nodes(env: &Env, value: &Unknown<'_>) -> Result<Vec<Node>> {
     let array = array(env, value, "nodes")?;
     // The length is the caller's (`a.length = 2 ** 32 - 1` costs nothing, and a prototype can
@@ -360,11 +375,25 @@ fn big_u64(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u64> {
 /// A caller's 64-bit key hash (`pickHash`): a bigint, a safe-integer number or decimal text,
 /// 0 to 2^64 - 1.
 pub fn hash64(env: &Env, value: &Unknown<'_>) -> Result<u64> {
+    u64_value(env, value, "hash")
+}
+
+/// A node's 64-bit tag (`{ id, weight, tag }`, `add(id, weight, tag)`), read like a hash;
+/// absent (`undefined` / `null`) is 0.
+pub fn tag(env: &Env, value: Option<Unknown<'_>>, what: &str) -> Result<u64> {
+    match present(value)? {
+        Some(value) => u64_value(env, &value, what),
+        None => Ok(0),
+    }
+}
+
+/// An integer from 0 to 2^64 - 1 given as a bigint, a safe-integer number or decimal text.
+fn u64_value(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u64> {
     match value.get_type().or_throw()? {
-        ValueType::BigInt => big_u64(env, value, "hash"),
-        ValueType::Number => Ok(integer(env, value, "hash", 9_007_199_254_740_991.0)? as u64),
+        ValueType::BigInt => big_u64(env, value, what),
+        ValueType::Number => Ok(integer(env, value, what, 9_007_199_254_740_991.0)? as u64),
         ValueType::String => {
-            let text = string(env, value, "hash")?;
+            let text = string(env, value, what)?;
             // Plain decimal digits only: `u64::from_str` would also take a leading `+`.
             match text.parse::<u64>() {
                 Ok(n) if text.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
@@ -372,7 +401,7 @@ pub fn hash64(env: &Env, value: &Unknown<'_>) -> Result<u64> {
                     env,
                     RANGE_ERROR_CODE,
                     format!(
-                        "hash must be decimal digits of an integer between 0 and 2^64 - 1, got {text:?}"
+                        "{what} must be decimal digits of an integer between 0 and 2^64 - 1, got {text:?}"
                     ),
                 )),
             }
@@ -380,7 +409,7 @@ pub fn hash64(env: &Env, value: &Unknown<'_>) -> Result<u64> {
         _ => Err(type_error(
             env,
             format!(
-                "hash must be a bigint, number or decimal string, got {}",
+                "{what} must be a bigint, number or decimal string, got {}",
                 describe(value)
             ),
         )),

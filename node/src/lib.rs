@@ -19,11 +19,12 @@ mod error;
 mod fast;
 mod ids;
 mod js;
+mod tasks;
 
 use error::{OrThrow, Result};
 use js::{Id, Ids, KeyBuf};
 use liblb_core::{Algorithm, Outcome};
-use napi::bindgen_prelude::{Either, Null};
+use napi::bindgen_prelude::{AsyncTask, BigInt, Either, Null};
 use napi::{Env, Unknown};
 use napi_derive::napi;
 
@@ -67,6 +68,7 @@ pub struct Lease {
     inner: Option<liblb_core::Lease>,
     id: String,
     weight: u32,
+    tag: u64,
 }
 
 /// Code of the error thrown when a lease is finished twice (the binding's own: the core's
@@ -85,6 +87,13 @@ impl Lease {
     #[napi(getter, catch_unwind)]
     pub fn weight(&self) -> u32 {
         self.weight
+    }
+
+    /// The node's tag, as given with the node (`{ id, weight, tag }` or `add(id, weight, tag)`;
+    /// 0 if none was), as a bigint: tags are 64-bit.
+    #[napi(getter, catch_unwind)]
+    pub fn tag(&self) -> BigInt {
+        BigInt::from(self.tag)
     }
 
     /// Whether the lease has ended (finished or cancelled).
@@ -157,7 +166,8 @@ pub struct Balancer {
 
 #[napi]
 impl Balancer {
-    /// Creates a balancer over `nodes` (ids, or `{ id, weight }` objects; weight defaults to 1).
+    /// Creates a balancer over `nodes` (ids, or `{ id, weight, tag }` objects; weight defaults
+    /// to 1, tag to 0).
     /// `options`: any of `optionNames()`, each passed to the core by name: `seed` (number or
     /// bigint) makes random picks reproducible, `vnodes` sets the ring's points per unit of weight
     /// (default 160), `hash` picks the key hash (`sha256` or `xxh3`), and so on.
@@ -187,12 +197,21 @@ impl Balancer {
         })
     }
 
-    /// Adds a node at the end (weight defaults to 1). Throws `LB_DUPLICATE_NODE` if the id exists.
-    #[napi(catch_unwind, ts_args_type = "id: string, weight?: number | null")]
-    pub fn add(&self, env: Env, id: Unknown, weight: Option<Unknown>) -> Result<()> {
-        let id = js::id(&env, &id, "id")?;
-        let weight = js::weight(&env, weight, "weight")?;
-        self.inner.add((id.as_str(), weight)).or_throw()
+    /// Adds a node at the end (weight defaults to 1; `tag`, a 64-bit value of yours that leases
+    /// hand back, to 0). Throws `LB_DUPLICATE_NODE` if the id exists.
+    #[napi(
+        catch_unwind,
+        ts_args_type = "id: string, weight?: number | null, tag?: bigint | number | string | null"
+    )]
+    pub fn add(
+        &self,
+        env: Env,
+        id: Unknown,
+        weight: Option<Unknown>,
+        tag: Option<Unknown>,
+    ) -> Result<()> {
+        let node = js::new_node(&env, id, weight, tag)?;
+        self.inner.add(node).or_throw()
     }
 
     /// Takes a node out of service until `markUp` (active health checks): no rebuild, its
@@ -246,6 +265,101 @@ impl Balancer {
         self.inner.update(nodes).or_throw()
     }
 
+    /// `new Balancer(...)` with the table built on the libuv thread pool instead of the calling
+    /// thread: resolves with the balancer, or rejects with the error the constructor would
+    /// throw. For big tables (a ring of thousands of weighted nodes) that would block the event
+    /// loop.
+    // Configurable and writable (napi-rs defines statics with neither by default) so that
+    // `tasks::ASYNC` can wrap it.
+    #[napi(
+        catch_unwind,
+        writable = true,
+        configurable = true,
+        ts_args_type = "algorithm: Algorithm, nodes?: Array<NodeInit> | null, options?: BalancerOptions | null",
+        ts_return_type = "Promise<Balancer>"
+    )]
+    pub fn create(
+        env: Env,
+        algorithm: Unknown,
+        nodes: Option<Unknown>,
+        options: Option<Unknown>,
+    ) -> Result<AsyncTask<tasks::CreateTask>> {
+        let algorithm: Algorithm = js::string(&env, &algorithm, "algorithm")?
+            .parse::<Algorithm>()
+            .or_throw()?;
+        let nodes = match nodes {
+            Some(nodes) => js::nodes(&env, &nodes)?,
+            None => Vec::new(),
+        };
+        let options = js::options(&env, options)?;
+        Ok(AsyncTask::new(tasks::CreateTask::new(
+            algorithm, nodes, options,
+        )))
+    }
+
+    /// `update(nodes)` with the table rebuilt on the libuv thread pool: resolves when the new
+    /// membership is published, or rejects with the error `update` would throw (nothing
+    /// changed). Async changes to one balancer apply in the order they finish, not the order
+    /// they were called: await one before starting the next when the order matters.
+    #[napi(
+        js_name = "updateAsync",
+        catch_unwind,
+        ts_args_type = "nodes: Array<NodeInit>",
+        ts_return_type = "Promise<void>"
+    )]
+    pub fn update_async(&self, env: Env, nodes: Unknown) -> Result<AsyncTask<tasks::ChangeTask>> {
+        let nodes = js::nodes(&env, &nodes)?;
+        Ok(self.change_task(tasks::Change::Update(nodes)))
+    }
+
+    /// `add(id, weight, tag)` on the libuv thread pool (see `updateAsync`).
+    #[napi(
+        js_name = "addAsync",
+        catch_unwind,
+        ts_args_type = "id: string, weight?: number | null, tag?: bigint | number | string | null",
+        ts_return_type = "Promise<void>"
+    )]
+    pub fn add_async(
+        &self,
+        env: Env,
+        id: Unknown,
+        weight: Option<Unknown>,
+        tag: Option<Unknown>,
+    ) -> Result<AsyncTask<tasks::ChangeTask>> {
+        let node = js::new_node(&env, id, weight, tag)?;
+        Ok(self.change_task(tasks::Change::Add(node)))
+    }
+
+    /// `remove(id)` on the libuv thread pool (see `updateAsync`).
+    #[napi(
+        js_name = "removeAsync",
+        catch_unwind,
+        ts_args_type = "id: string",
+        ts_return_type = "Promise<void>"
+    )]
+    pub fn remove_async(&self, env: Env, id: Unknown) -> Result<AsyncTask<tasks::ChangeTask>> {
+        let id = js::id(&env, &id, "id")?;
+        Ok(self.change_task(tasks::Change::Remove(id)))
+    }
+
+    /// `setWeight(id, weight)` on the libuv thread pool (see `updateAsync`).
+    #[napi(
+        js_name = "setWeightAsync",
+        catch_unwind,
+        ts_args_type = "id: string, weight: number",
+        ts_return_type = "Promise<void>"
+    )]
+    pub fn set_weight_async(
+        &self,
+        env: Env,
+        id: Unknown,
+        weight: Unknown,
+    ) -> Result<AsyncTask<tasks::ChangeTask>> {
+        let id = js::id(&env, &id, "id")?;
+        let weight = js::required_weight(&env, &weight, "weight")?;
+        Ok(self.change_task(tasks::Change::SetWeight(id, weight)))
+    }
+
     /// The nodes, in insertion order.
     #[napi(catch_unwind)]
     pub fn nodes(&self) -> Vec<NodeInfo> {
@@ -287,6 +401,7 @@ impl Balancer {
         Ok(Lease {
             id: lease.id().to_string(),
             weight: lease.weight(),
+            tag: lease.tag(),
             inner: Some(lease),
         })
     }
@@ -362,6 +477,12 @@ impl Balancer {
     #[napi(getter, catch_unwind, ts_return_type = "Algorithm")]
     pub fn algorithm(&self) -> &'static str {
         self.inner.algorithm().name()
+    }
+}
+
+impl Balancer {
+    fn change_task(&self, change: tasks::Change) -> AsyncTask<tasks::ChangeTask> {
+        AsyncTask::new(tasks::ChangeTask::new(&self.inner, change))
     }
 }
 

@@ -276,3 +276,53 @@ const { Balancer } = require(workerData.addon)
     }
   })
 })
+
+describe('lease.tag', () => {
+  it('hands back the tag given with the node, as a bigint, through every way of giving it', async () => {
+    const MAX = 2n ** 64n - 1n
+    const b = new Balancer('ring', [
+      { id: 'a', tag: 7 },
+      { id: 'b', weight: 2, tag: MAX },
+      { id: 'c', tag: '18446744073709551614' },
+      'd',
+      { id: 'e', tag: null },
+    ])
+    const tagOf = new Map([['a', 7n], ['b', MAX], ['c', MAX - 1n], ['d', 0n], ['e', 0n]])
+    const seen = new Set()
+    for (let i = 0; i < 400; i++) {
+      const lease = b.acquire(`k${i}`)
+      assert.equal(typeof lease.tag, 'bigint')
+      assert.equal(lease.tag, tagOf.get(lease.id), lease.id)
+      seen.add(lease.id)
+      lease.finish()
+      assert.equal(lease.tag, tagOf.get(lease.id)) // still readable once ended
+    }
+    assert.deepEqual([...seen].sort(), ['a', 'b', 'c', 'd', 'e'])
+    // add and addAsync take a tag; update keeps each node's own.
+    const rr = new Balancer('round_robin', [])
+    rr.add('x', 1, 42n)
+    assert.equal(rr.acquire().tag, 42n)
+    rr.remove('x')
+    await rr.addAsync('y', 3, 9)
+    assert.equal(rr.acquire().tag, 9n)
+    rr.update([{ id: 'z', tag: 5 }])
+    assert.equal(rr.acquire().tag, 5n)
+    const created = await Balancer.create('round_robin', [{ id: 'w', tag: '11' }])
+    assert.equal(created.acquire().tag, 11n)
+    // setWeight keeps the tag.
+    rr.setWeight('z', 4)
+    assert.equal(rr.acquire().tag, 5n)
+  })
+
+  it('bad tags are refused like bad hashes, and nothing changes', () => {
+    const b = new Balancer('round_robin', ['a'])
+    throwsType(() => b.add('x', 1, {}), 'tag must be a bigint, number or decimal string, got object')
+    throwsType(() => new Balancer('random', [{ id: 'x', tag: true }]), 'nodes[0].tag must be a bigint, number or decimal string, got boolean')
+    throwsRange(() => b.add('x', 1, -1), 'tag')
+    throwsRange(() => b.add('x', 1, 2n ** 64n), 'tag')
+    throwsRange(() => b.add('x', 1, 1.5), 'tag')
+    throwsRange(() => b.update([{ id: 'x', tag: '+1' }]), 'nodes[0].tag')
+    assert.deepEqual(b.nodes(), [{ id: 'a', weight: 1 }])
+    assert.equal(b.acquire().tag, 0n)
+  })
+})

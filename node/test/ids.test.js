@@ -135,11 +135,13 @@ describe('pick() id cache', () => {
       for (const handle of [123456, -1, 'x', {}, null, undefined, Buffer.from('x')]) {
         WeakMap.prototype.get = () => ({ handle, ids: [] })
         assert.throws(() => b.pick(), Error, String(handle))
+        assert.throws(() => b.attempts(), Error, String(handle))
       }
     } finally {
       WeakMap.prototype.get = get
     }
     assert.equal(b.pick(), 'a')
+    assert.deepEqual(b.attempts(), ['a'])
   })
 
   it('setters on Array.prototype indices never run inside a pick', () => {
@@ -164,6 +166,81 @@ describe('pick() id cache', () => {
     const got = answers.split(',')
     assert.deepEqual(got.slice(0, 6), ['a', 'b', 'c', 'a', 'b', 'c'])
     assert.deepEqual(new Set(got.slice(6)), new Set(['x', 'y']))
+  })
+
+  it('attempts() on the cached path: keyed answers equal a fresh balancer\'s (native path)', () => {
+    for (const algorithm of keyedAlgorithms()) {
+      const b = new Balancer(algorithm, ['a', { id: 'b', weight: 2 }, 'c', 'd'], { vnodes: 40 })
+      const fresh = () => new Balancer(algorithm, b.nodes(), { vnodes: 40 })
+      const check = () => {
+        for (const key of KEYS.slice(0, 8)) {
+          for (const limit of [undefined, 1, 2]) {
+            assert.deepEqual(b.attempts(key, limit), fresh().attempts(key, limit), `${algorithm} ${key} ${limit}`)
+          }
+        }
+      }
+      check()
+      b.add('e', 3)
+      check()
+      b.remove('a')
+      b.pick(KEYS[0]) // the cache is shared with pick
+      check()
+      b.update(['x', { id: 'y', weight: 3 }, 'z'])
+      check()
+      b.setWeight('y', 0)
+      check()
+    }
+  })
+
+  it('attempts() on the cached path: unkeyed answers are distinct pickable nodes', () => {
+    for (const algorithm of algorithms().filter((a) => !KEYED.has(a))) {
+      const b = new Balancer(algorithm, ['a', 'b', 'c', { id: 'd', weight: 0 }], { seed: 9 })
+      for (const [change, pickable] of [
+        [() => {}, ['a', 'b', 'c']],
+        [() => b.add('e', 2), ['a', 'b', 'c', 'e']],
+        [() => b.pick(), ['a', 'b', 'c', 'e']],
+        [() => b.update(['p', 'q']), ['p', 'q']],
+        [() => b.setWeight('p', 0), ['q']],
+      ]) {
+        change()
+        for (let i = 0; i < 5; i++) {
+          const all = b.attempts()
+          assert.deepEqual([...all].sort(), [...pickable].sort(), algorithm)
+          const two = b.attempts(undefined, 2)
+          assert.equal(two.length, Math.min(2, pickable.length))
+          assert.ok(subset(new Set(two), pickable) && new Set(two).size === two.length, algorithm)
+        }
+      }
+    }
+  })
+
+  it('attempts() with more answers than its scratch array, before and after smaller ones', () => {
+    const ids = Array.from({ length: 1500 }, (_, i) => `n${i}`)
+    const b = new Balancer('ring', ids, { vnodes: 4 })
+    const small = b.attempts('k', 3)
+    const all = b.attempts('k')
+    assert.equal(all.length, 1500)
+    assert.deepEqual(new Set(all), new Set(ids))
+    assert.deepEqual(all.slice(0, 3), small)
+    assert.deepEqual(b.attempts('k', 3), small)
+    b.update(ids.slice(0, 1200).concat(['extra']))
+    const again = b.attempts('k')
+    assert.equal(again.length, 1201)
+    assert.deepEqual(new Set(again), new Set([...ids.slice(0, 1200), 'extra']))
+    assert.deepEqual(b.attempts('k', 5), again.slice(0, 5))
+    assert.equal(b.pick('k'), again[0])
+  })
+
+  it('attempts() errors are the same on the cached path', () => {
+    const b = new Balancer('ring', ['a'])
+    assert.deepEqual(b.attempts('k'), ['a'])
+    throwsCode(() => b.attempts(), 'LB_KEY_REQUIRED')
+    assert.throws(() => b.attempts(5), { name: 'TypeError' })
+    assert.throws(() => b.attempts('k', -1), { name: 'RangeError' })
+    b.remove('a')
+    throwsCode(() => b.attempts('k'), 'LB_NO_NODES')
+    b.add('z')
+    assert.deepEqual(b.attempts('k', 4), ['z'])
   })
 
   it('balancers that picked are garbage-collected with their caches', async () => {

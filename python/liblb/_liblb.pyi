@@ -8,7 +8,7 @@ from typing import Final, Literal, TypedDict, final
 from typing_extensions import TypeAlias
 
 _Key: TypeAlias = str | bytes | bytearray | memoryview
-_NodeSpec: TypeAlias = str | tuple[str, int]
+_NodeSpec: TypeAlias = str | tuple[str, int] | tuple[str, int, int]
 _Nodes: TypeAlias = Iterable[_NodeSpec] | Mapping[str, int]
 _Latency: TypeAlias = float | datetime.timedelta
 
@@ -138,8 +138,8 @@ class Balancer:
         """Records the outcome of a request routed after ``pick`` (in-flight untouched)."""
     def stats(self) -> list[_NodeStats]:
         """Each node's load, in insertion order (``latency`` in seconds, or None)."""
-    def add(self, id: str, weight: int = 1) -> None:
-        """Adds a node at the end."""
+    def add(self, id: str, weight: int = 1, tag: int = 0) -> None:
+        """Adds a node at the end; its leases hand back ``tag``."""
     def mark_down(self, id: str) -> None:
         """Takes a node out of service until ``mark_up``: no rebuild, weight kept."""
     def mark_up(self, id: str) -> None:
@@ -173,6 +173,9 @@ class Lease:
     @property
     def weight(self) -> int:
         """The node's weight when the lease was acquired."""
+    @property
+    def tag(self) -> int:
+        """The node's tag (the int given with it; 0 if none was)."""
     @property
     def done(self) -> bool:
         """Whether the lease has ended (finished or cancelled)."""

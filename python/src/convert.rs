@@ -273,25 +273,45 @@ fn node(item: &Bound<'_, PyAny>) -> PyResult<Node> {
     if item.is_instance_of::<PyString>() {
         return Ok(Node::new(node_id(item)?, 1));
     }
-    let pair = if let Ok(t) = item.cast::<PyTuple>() {
-        (t.len() == 2).then(|| (t.get_item(0), t.get_item(1)))
+    // A snapshot of the items: reading a weight or tag can run Python code (`__index__`), which
+    // could change a list under us.
+    let items = if let Ok(t) = item.cast::<PyTuple>() {
+        matches!(t.len(), 2 | 3).then(|| t.iter().collect::<Vec<_>>())
     } else if let Ok(l) = item.cast::<PyList>() {
-        (l.len() == 2).then(|| (l.get_item(0), l.get_item(1)))
+        matches!(l.len(), 2 | 3).then(|| l.iter().collect::<Vec<_>>())
     } else {
         None
     };
-    match pair {
-        Some((id, w)) => {
-            let (id, w) = (id?, w?);
-            let id = node_id(&id)?;
-            let w = weight(&w, Some(id))?;
-            Ok(Node::new(id, w))
+    match items.as_deref() {
+        Some([id, w, rest @ ..]) => {
+            let id = node_id(id)?;
+            let w = weight(w, Some(id))?;
+            match rest {
+                [t] => Ok(Node::with_tag(id, w, tag(t)?)),
+                _ => Ok(Node::new(id, w)),
+            }
         }
-        None => Err(PyTypeError::new_err(format!(
-            "a node must be an id (str) or an (id, weight) pair, got {}",
+        _ => Err(PyTypeError::new_err(format!(
+            "a node must be an id (str), an (id, weight) pair or an (id, weight, tag) triple, got {}",
             node_repr(item)
         ))),
     }
+}
+
+/// A node's tag: an int from 0 to 2**64-1, a value of the caller's that leases hand back.
+pub(crate) fn tag(value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if !value.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "tag must be int, got {}",
+            type_name(value)
+        )));
+    }
+    value.extract::<u64>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "tag must be an integer from 0 to 2**64-1, got {}",
+            value.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })
 }
 
 fn node_repr(item: &Bound<'_, PyAny>) -> String {

@@ -224,15 +224,16 @@ impl PyBalancer {
         PyList::new(py, rows.collect::<PyResult<Vec<_>>>()?)
     }
 
-    /// Adds a node at the end.
-    #[pyo3(signature = (id, weight=1))]
+    /// Adds a node at the end; `tag` (an int 0..2**64-1, default 0) is handed back by its leases.
+    #[pyo3(signature = (id, weight=1, tag=0))]
     fn add(
         &self,
         py: Python<'_>,
         id: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::weight_arg)] weight: u32,
+        #[pyo3(from_py_with = convert::tag)] tag: u64,
     ) -> PyResult<()> {
-        let node = liblb_core::Node::new(convert::node_id(id)?, weight);
+        let node = liblb_core::Node::with_tag(convert::node_id(id)?, weight, tag);
         py.detach(|| self.inner.add(node)).or_raise()
     }
 
@@ -351,6 +352,7 @@ struct PyLease {
     lease: Mutex<Option<Lease>>,
     id: Py<PyString>,
     weight: u32,
+    tag: u64,
 }
 
 impl PyLease {
@@ -358,6 +360,7 @@ impl PyLease {
         PyLease {
             id: PyString::new(py, lease.id()).unbind(),
             weight: lease.weight(),
+            tag: lease.tag(),
             lease: Mutex::new(Some(lease)),
         }
     }
@@ -386,6 +389,13 @@ impl PyLease {
     #[getter]
     fn weight(&self) -> u32 {
         self.weight
+    }
+
+    /// The node's tag: the int given with it (`(id, weight, tag)` or `add(id, weight, tag)`),
+    /// 0 if none was.
+    #[getter]
+    fn tag(&self) -> u64 {
+        self.tag
     }
 
     /// Whether the lease has ended (finished or cancelled).

@@ -232,7 +232,9 @@ BAD_TYPES: list[tuple[str, Callable[[liblb.Balancer], object], str]] = [
     ("update str", lambda b: b.update("abc"), "str"),  # a str is an Iterable[str]: runtime check
     ("update int", lambda b: b.update(3), "int"),  # type: ignore[arg-type]
     ("update item", lambda b: b.update([3]), "int"),  # type: ignore[list-item]
-    ("update triple", lambda b: b.update([("a", 1, 2)]), "tuple"),  # type: ignore[list-item]
+    ("update quadruple", lambda b: b.update([("a", 1, 2, 3)]), "tuple"),  # type: ignore[list-item]
+    ("update tag str", lambda b: b.update([("a", 1, "2")]), "str"),  # type: ignore[list-item]
+    ("add tag float", lambda b: b.add("x", 1, 1.0), "float"),  # type: ignore[arg-type]
     ("update pair id", lambda b: b.update([(1, 1)]), "int"),  # type: ignore[list-item]
     ("update pair weight", lambda b: b.update([("a", "1")]), "str"),  # type: ignore[list-item]
     ("update mapping weight", lambda b: b.update({"a": 1.0}), "float"),

@@ -267,3 +267,45 @@ def test_repr_evaluates_back_with_every_option() -> None:
     again = eval(text, {"Balancer": liblb.Balancer})
     assert repr(again) == text
     assert [again.pick(str(i)) for i in range(50)] == [b.pick(str(i)) for i in range(50)]
+
+
+def test_lease_tag_is_the_nodes_tag() -> None:
+    top = 2**64 - 1
+    b = liblb.Balancer("ring", [("a", 1, 7), ("b", 2, top), ("c", 1), "d"], vnodes=40)
+    tags = {"a": 7, "b": top, "c": 0, "d": 0}
+    seen = set()
+    for i in range(400):
+        lease = b.acquire(f"k{i}")
+        assert lease.tag == tags[lease.id], lease.id
+        seen.add(lease.id)
+        lease.finish()
+        assert lease.tag == tags[lease.id]  # still readable once ended
+    assert seen == set(tags)
+    # add takes a tag (positional or by name); update and set_weight keep each node's own.
+    rr = liblb.Balancer("round_robin", [])
+    rr.add("x", 1, 42)
+    with rr.acquire() as node:
+        assert node == "x"
+    assert rr.acquire().tag == 42
+    rr.update([("y", 3, 9)])
+    rr.set_weight("y", 1)
+    assert rr.acquire().tag == 9
+    rr.add("z", tag=5)
+    assert {rr.acquire().tag for _ in range(4)} == {9, 5}
+    # A 3-item list works like the tuple.
+    listed = liblb.Balancer("round_robin", [["l", 1, 3]])  # type: ignore[list-item]
+    assert listed.acquire().tag == 3
+    # A mapping gives no tags.
+    assert liblb.Balancer("round_robin", {"m": 2}).acquire().tag == 0
+
+
+@pytest.mark.parametrize("tag", [-1, 2**64])
+def test_tag_out_of_range(tag: int) -> None:
+    b = liblb.Balancer("round_robin", ["a"])
+    with pytest.raises(ValueError, match="tag must be an integer from 0 to 2\\*\\*64-1"):
+        b.add("x", 1, tag)
+    with pytest.raises(ValueError, match="tag"):
+        b.update([("x", 1, tag)])
+    with pytest.raises(ValueError, match="tag"):
+        liblb.Balancer("round_robin", [("x", 1, tag)])
+    assert b.nodes() == [("a", 1)]
