@@ -48,6 +48,9 @@ step "pytest python/tests"
 ETCD_BIN="$(scripts/etcd-install.sh)"  # assigned apart from export, so set -e sees a failure
 export ETCD_BIN
 export LB_REQUIRE_ETCD=1
+# One etcd test runs the Rust `lb watch` beside a Python watcher: both must place every key alike.
+cargo build --quiet -p liblb-cli --bin lb
+export LB_BIN="$CARGO_TARGET_DIR/debug/lb"
 # Hypothesis keeps its scratch files in the venv, not in the work tree.
 export HYPOTHESIS_STORAGE_DIRECTORY="$venv/.hypothesis"
 # importlib import mode (python/pyproject.toml) and the repo root as working directory keep
