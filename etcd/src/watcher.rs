@@ -105,6 +105,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+impl Shared {
+    /// Waits until `done` holds for the progress, or `timeout` has passed; returns the progress
+    /// as it was last seen (locked).
+    fn wait(
+        &self,
+        timeout: Duration,
+        done: impl Fn(&Progress) -> bool,
+    ) -> MutexGuard<'_, Progress> {
+        let deadline = Instant::now() + timeout;
+        let mut progress = lock(&self.progress);
+        while !done(&progress) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            progress = (self.changed.wait_timeout(progress, left))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        progress
+    }
+}
+
 impl Watcher {
     /// Checks `config`, then starts the thread: it reads the prefix, hands the membership to
     /// `balancer.update`, and watches for changes. `on_event` is called on that thread for
@@ -151,21 +174,10 @@ impl Watcher {
 
     /// Waits until a membership at `revision` or later is applied; `false` after `timeout`.
     pub fn wait_for_revision(&self, revision: i64, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut progress = lock(&self.shared.progress);
-        while progress.revision < revision {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || progress.stopping {
-                return false;
-            }
-            progress = self
-                .shared
-                .changed
-                .wait_timeout(progress, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        true
+        let progress = self
+            .shared
+            .wait(timeout, |p| p.revision >= revision || p.stopping);
+        progress.revision >= revision
     }
 
     /// Stops the thread and waits for it: at once when it is watching or waiting to retry;
@@ -365,20 +377,7 @@ impl Run {
 
     /// Waits `how_long`, or less if a stop is requested.
     fn sleep(&self, how_long: Duration) {
-        let deadline = Instant::now() + how_long;
-        let mut progress = lock(&self.shared.progress);
-        while !progress.stopping {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            progress = self
-                .shared
-                .changed
-                .wait_timeout(progress, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+        drop(self.shared.wait(how_long, |p| p.stopping));
     }
 
     fn emit(&self, event: Event) {
