@@ -24,17 +24,19 @@ use std::sync::OnceLock;
 
 /// How a pick, an answer or a lease holds its snapshot: the thread's pin (see `pin`), or
 /// arc-swap's guard when the thread's cache does not take it (a thread picking from more than
-/// `pin::WAYS` balancers in turn, or exiting); under loom, which models the publish protocol
-/// only, a plain `Arc`.
-#[cfg(not(loom))]
+/// `pin::WAYS` balancers in turn, or exiting) and on targets without 64-bit atomics (which pins
+/// need); under loom, which models the publish protocol only, a plain `Arc`.
+#[cfg(all(not(loom), target_has_atomic = "64"))]
 enum Held {
     Pinned(crate::pin::Pinned<Snapshot>),
     Guarded(crate::sync::publish::Loaded<Snapshot>),
 }
+#[cfg(all(not(loom), not(target_has_atomic = "64")))]
+type Held = crate::sync::publish::Loaded<Snapshot>;
 #[cfg(loom)]
 type Held = Arc<Snapshot>;
 
-#[cfg(not(loom))]
+#[cfg(all(not(loom), target_has_atomic = "64"))]
 impl core::ops::Deref for Held {
     type Target = Snapshot;
 
@@ -170,12 +172,19 @@ impl Clock for ManualClock {
 }
 
 /// A thread-safe load balancer: an algorithm, its options and a membership.
+///
+/// Memory: each thread that picks keeps a pin of the membership it last picked from (one per
+/// balancer, for its last four balancers), so picks take no lock and no locked instruction. A
+/// pin outlives a membership change, or the balancer itself, until that thread misses in its
+/// cache (a pick from a balancer whose membership changed, or one it holds no pin for) or
+/// exits: a thread that keeps picking from one unchanged balancer holds a dropped balancer's
+/// last table until then, and the miss that releases it pays for freeing it.
 pub struct Balancer {
     options: Options,
     clock: Arc<dyn Clock>,
     current: Published<Snapshot>,
     /// Bumped after every publish: validates the threads' pins of `current`.
-    #[cfg(not(loom))]
+    #[cfg(all(not(loom), target_has_atomic = "64"))]
     version: Arc<crate::pin::Version<Snapshot>>,
     state: Arc<State>,
     /// Serialises writers only; picks never touch it.
@@ -425,7 +434,7 @@ impl Balancer {
             options,
             clock,
             current: Published::new(snapshot),
-            #[cfg(not(loom))]
+            #[cfg(all(not(loom), target_has_atomic = "64"))]
             version: Arc::default(),
             state,
             writer: Mutex::new(()),
@@ -435,11 +444,13 @@ impl Balancer {
     /// The current snapshot, as the calling thread's pin.
     #[inline]
     fn held(&self) -> Held {
-        #[cfg(not(loom))]
+        #[cfg(all(not(loom), target_has_atomic = "64"))]
         return match crate::pin::pinned(&self.version, || self.current.load_full()) {
             Some(pinned) => Held::Pinned(pinned),
             None => Held::Guarded(self.current.load()),
         };
+        #[cfg(all(not(loom), not(target_has_atomic = "64")))]
+        return self.current.load();
         #[cfg(loom)]
         return self.current.load_full();
     }
@@ -720,7 +731,7 @@ impl Balancer {
         }
         let snapshot = Snapshot::new(nodes, table, self.clock.clone(), self.state.clone());
         self.current.store(Arc::new(snapshot));
-        #[cfg(not(loom))]
+        #[cfg(all(not(loom), target_has_atomic = "64"))]
         self.version.bump();
         // Nodes came or went: the health summary (panic, what is pending) is rescanned.
         self.state.health.touch();
@@ -735,9 +746,10 @@ fn position(nodes: &[Node], id: &str) -> Result<usize> {
         .ok_or_else(|| Error::UnknownNode(id.to_string()))
 }
 
-#[cfg(not(loom))]
+#[cfg(all(not(loom), target_has_atomic = "64"))]
 impl Drop for Balancer {
-    /// Threads' pins of this balancer's snapshot become stale (freed at their next miss).
+    /// Threads' pins of this balancer's snapshot become stale: each is freed at its thread's
+    /// next cache miss or exit (see [`Balancer`]'s memory note).
     fn drop(&mut self) {
         self.version.retire();
     }

@@ -41,7 +41,7 @@ mod health;
 mod load;
 mod node;
 mod options;
-#[cfg(all(feature = "std", not(loom)))]
+#[cfg(all(feature = "std", not(loom), target_has_atomic = "64"))]
 mod pin;
 mod rng;
 mod select;

@@ -57,15 +57,17 @@ use core::cell::Cell;
 use core::marker::PhantomData;
 use core::ops::Deref;
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicIsize, AtomicU64, Ordering, fence};
+use core::sync::atomic::{AtomicI64, AtomicU64, Ordering, fence};
 
 /// How many balancers one thread caches pins for (a linear scan: small on purpose).
 pub(crate) const WAYS: usize = 4;
 
 /// Added to the shared count when the owner merges: the count is then `MERGED + references`,
 /// and the release that leaves exactly `MERGED` frees the pin. Before the merge the shared
-/// count only goes down from zero, so it never equals `MERGED`.
-const MERGED: isize = 1 << (isize::BITS - 2);
+/// count only goes down from zero, so it never equals `MERGED`. The counts are 64-bit on every
+/// target (this module needs 64-bit atomics): 2^62 releases, or `mem::forget`s, cannot happen,
+/// where 32-bit counts could wrap within days of remote drops and free a pin in use.
+const MERGED: i64 = 1 << 62;
 
 /// A publisher's generation counter (a balancer's), for values of type `T`.
 // repr(C), generation first: a type-erased way reads it through a `*const AtomicU64`.
@@ -104,11 +106,11 @@ struct Pin<T> {
     /// The thread that made it (`thread_token`); 0 = no thread: every release is atomic.
     owner: u64,
     /// References counted by the owner (its cache's included). Owner-only, until merged.
-    biased: Cell<usize>,
+    biased: Cell<u64>,
     /// Whether the owner merged its count into `shared`. Owner-only.
     merged: Cell<bool>,
     /// Releases by other threads (each -1) until the merge; then `MERGED` + live references.
-    shared: AtomicIsize,
+    shared: AtomicI64,
 }
 
 /// One counted reference to a pinned value: `Deref`, `Send` and `Sync` like an `Arc`.
@@ -181,15 +183,20 @@ unsafe fn release_shared<T>(pin: NonNull<Pin<T>>) {
 fn thread_token() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     std::thread_local!(static TOKEN: Cell<u64> = const { Cell::new(0) });
-    TOKEN.with(|token| match token.get() {
-        0 => {
-            // Relaxed: the counter only has to hand out distinct numbers.
-            let fresh = NEXT.fetch_add(1, Ordering::Relaxed);
-            token.set(fresh);
-            fresh
-        }
-        known => known,
-    })
+    // `try_with`: where thread-locals are not native, one may be gone while others are torn
+    // down. 0 then means "not the owner", which only sends a release down the atomic path:
+    // sound for the owner too (its `biased` still counts the reference; the merge adds both).
+    TOKEN
+        .try_with(|token| match token.get() {
+            0 => {
+                // Relaxed: the counter only has to hand out distinct numbers.
+                let fresh = NEXT.fetch_add(1, Ordering::Relaxed);
+                token.set(fresh);
+                fresh
+            }
+            known => known,
+        })
+        .unwrap_or(0)
 }
 
 /// One cached pin, type-erased: the publisher's `Version<T>` (from `Arc::into_raw`, so its
@@ -249,11 +256,9 @@ unsafe fn release_way<T>(version: *const AtomicU64, pin: *mut ()) {
     // SAFETY: the way's own reference keeps the pin alive until the merge below.
     let shared = {
         let pin = unsafe { &*pin };
-        let live = pin.biased.replace(0) - 1;
+        let live = (pin.biased.replace(0) - 1) as i64;
         pin.merged.set(true);
-        pin.shared
-            .fetch_add(MERGED + live as isize, Ordering::AcqRel)
-            + live as isize
+        pin.shared.fetch_add(MERGED + live, Ordering::AcqRel) + live
     };
     if shared == 0 {
         // SAFETY: no reference is left anywhere (AcqRel saw every other release).
@@ -274,7 +279,8 @@ struct ClearAtExit;
 
 impl Drop for ClearAtExit {
     fn drop(&mut self) {
-        WAYS_OF_THREAD.with(|ways| ways.iter().for_each(Way::clear));
+        // Tolerates a torn-down cache (no native thread-locals): its pins then leak.
+        let _ = WAYS_OF_THREAD.try_with(|ways| ways.iter().for_each(Way::clear));
     }
 }
 
@@ -290,11 +296,14 @@ pub(crate) fn pinned<T: Send + Sync + 'static>(
     // Before any load (see the module docs): a pin is never labelled newer than its value.
     let generation = version.generation.load(Ordering::Acquire);
     let key = ptr::from_ref(&version.generation);
-    let hit = WAYS_OF_THREAD.with(|ways| {
-        ways.iter()
-            .find(|way| way.version.get() == key && way.generation.get() == generation)
-            .map(|way| way.pin.get().cast::<Pin<T>>())
-    });
+    let hit = WAYS_OF_THREAD
+        .try_with(|ways| {
+            ways.iter()
+                .find(|way| way.version.get() == key && way.generation.get() == generation)
+                .map(|way| way.pin.get().cast::<Pin<T>>())
+        })
+        .ok()
+        .flatten();
     match hit {
         Some(pin) => {
             // SAFETY: a way whose version is `version` holds a live `Pin<T>` made by this
@@ -328,50 +337,58 @@ fn refresh<T: Send + Sync + 'static>(
 ) -> Option<Pinned<T>> {
     CLEAR_AT_EXIT.try_with(|_| ()).ok()?;
     let key = ptr::from_ref(&version.generation);
-    let slot = WAYS_OF_THREAD.with(|ways| {
-        (ways.iter().position(|way| way.version.get() == key))
-            .or_else(|| ways.iter().position(|way| way.version.get().is_null()))
-            .or_else(|| ways.iter().position(Way::stale))
-    });
+    let slot = WAYS_OF_THREAD
+        .try_with(|ways| {
+            (ways.iter().position(|way| way.version.get() == key))
+                .or_else(|| ways.iter().position(|way| way.version.get().is_null()))
+                .or_else(|| ways.iter().position(Way::stale))
+        })
+        .ok()?;
     let slot = match slot {
         Some(slot) => slot,
-        None => MISSES.with(|misses| {
-            let count = misses.get().wrapping_add(1);
-            misses.set(count);
-            (count % EVICT_EVERY == 0).then_some((count / EVICT_EVERY) as usize % WAYS)
-        })?,
+        None => MISSES
+            .try_with(|misses| {
+                let count = misses.get().wrapping_add(1);
+                misses.set(count);
+                (count % EVICT_EVERY == 0).then_some((count / EVICT_EVERY) as usize % WAYS)
+            })
+            .ok()??,
     };
-    WAYS_OF_THREAD.with(|ways| {
-        // Empty the chosen way and every stale one first; releasing may run destructors
-        // that pick again, which then find only consistent (empty or valid) ways.
-        for (i, way) in ways.iter().enumerate() {
-            if i == slot || way.stale() {
-                way.clear();
+    WAYS_OF_THREAD
+        .try_with(|ways| {
+            // Empty the chosen way and every stale one first; releasing may run destructors
+            // that pick again, which then find only consistent (empty or valid) ways.
+            for (i, way) in ways.iter().enumerate() {
+                if i == slot || way.stale() {
+                    way.clear();
+                }
             }
-        }
-        let value = load();
-        let way = &ways[slot];
-        if !way.version.get().is_null() {
-            // A destructor run by `clear` refilled the slot: leave that pin and let the caller
-            // hold the value its own way.
-            return None;
-        }
-        let pin = Box::leak(Box::new(Pin {
-            value,
-            owner: thread_token(),
-            biased: Cell::new(2), // the way's reference and the one returned
-            merged: Cell::new(false),
-            shared: AtomicIsize::new(0),
-        }));
-        // One raw pointer for the way and the answer alike (no `&mut` is made of it again).
-        let pin = NonNull::from(pin);
-        way.generation.set(generation);
-        way.pin.set(pin.as_ptr().cast());
-        way.release.set(release_way::<T>);
-        way.version
-            .set(Arc::into_raw(Arc::clone(version)).cast::<AtomicU64>());
-        Some(Pinned { pin })
-    })
+            let value = load();
+            let way = &ways[slot];
+            if !way.version.get().is_null() || ways.iter().any(|way| way.version.get() == key) {
+                // A destructor run by `clear` picked meanwhile: it refilled the slot, or cached
+                // this very publisher in another way. Keep one way per publisher and let the
+                // caller hold the value its own way.
+                return None;
+            }
+            let pin = Box::leak(Box::new(Pin {
+                value,
+                owner: thread_token(),
+                biased: Cell::new(2), // the way's reference and the one returned
+                merged: Cell::new(false),
+                shared: AtomicI64::new(0),
+            }));
+            // One raw pointer for the way and the answer alike (no `&mut` is made of it again).
+            let pin = NonNull::from(pin);
+            way.generation.set(generation);
+            way.pin.set(pin.as_ptr().cast());
+            way.release.set(release_way::<T>);
+            way.version
+                .set(Arc::into_raw(Arc::clone(version)).cast::<AtomicU64>());
+            Some(Pinned { pin })
+        })
+        .ok()
+        .flatten()
 }
 
 #[cfg(test)]
@@ -459,6 +476,11 @@ mod tests {
             assert_eq!(first.1, 1);
             p.publish(2);
             let second = p.pin();
+            assert_eq!(
+                LIVE.load(Ordering::Relaxed),
+                2,
+                "the first value is still held"
+            );
             assert_eq!((first.1, second.1), (1, 2), "an old answer keeps its value");
             drop(first);
             p.publish(3);
@@ -635,5 +657,94 @@ mod tests {
             0,
             "every pin freed once the thread is gone"
         );
+    }
+
+    #[test]
+    fn remote_drops_race_with_owner_picks_and_merges() {
+        static LIVE: AtomicUsize = AtomicUsize::new(0);
+        on_thread(|| {
+            let p = Published::new(&LIVE, 0);
+            let (answers, received) = std::sync::mpsc::channel::<Pinned<Counted<'static>>>();
+            // Drops each answer while the owner keeps picking (biased increments) and, after
+            // each publish, merges the previous pin: the atomic releases race with both.
+            let dropper = std::thread::spawn(move || {
+                for answer in received {
+                    drop(answer);
+                }
+            });
+            for v in 1..12 {
+                for _ in 0..3 {
+                    answers.send(p.pin()).unwrap();
+                }
+                p.publish(v);
+            }
+            drop(answers);
+            dropper.join().unwrap();
+            // The current value, and the previous one, still pinned by this thread's way.
+            assert_eq!(LIVE.load(Ordering::Relaxed), 2);
+        });
+        assert_eq!(LIVE.load(Ordering::Relaxed), 0);
+    }
+
+    /// Counts how often a membership's attachment is dropped: when its snapshot is freed.
+    struct Freed(&'static AtomicUsize);
+
+    impl Drop for Freed {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn two_nodes() -> crate::Balancer {
+        let options = crate::Options::default();
+        crate::Balancer::new(crate::Algorithm::RoundRobin, ["a", "b"], options).unwrap()
+    }
+
+    #[test]
+    fn an_answer_outlives_its_balancer_and_its_thread() {
+        static FREED: AtomicUsize = AtomicUsize::new(0);
+        let picked = on_thread(|| {
+            let b = two_nodes();
+            let picked = b.pick(None).unwrap();
+            assert!(picked.attachment(|_| Freed(&FREED)).is_some());
+            drop(b);
+            picked
+        });
+        assert_eq!(
+            FREED.load(Ordering::Relaxed),
+            0,
+            "the answer keeps its membership"
+        );
+        assert_eq!(picked.id(), "a");
+        std::thread::spawn(move || drop(picked)).join().unwrap();
+        assert_eq!(
+            FREED.load(Ordering::Relaxed),
+            1,
+            "freed with the last answer, once"
+        );
+    }
+
+    #[test]
+    fn a_dropped_balancers_pin_lives_until_the_threads_next_miss() {
+        static FREED: AtomicUsize = AtomicUsize::new(0);
+        on_thread(|| {
+            let hot = two_nodes();
+            drop(hot.pick(None).unwrap());
+            let cold = two_nodes();
+            assert!(
+                cold.pick(None)
+                    .unwrap()
+                    .attachment(|_| Freed(&FREED))
+                    .is_some()
+            );
+            drop(cold);
+            // Hits on another balancer free nothing: the documented retention.
+            drop(hot.pick(None).unwrap());
+            assert_eq!(FREED.load(Ordering::Relaxed), 0);
+            // A miss sweeps the ways of changed or dropped balancers.
+            drop(two_nodes().pick(None).unwrap());
+            assert_eq!(FREED.load(Ordering::Relaxed), 1);
+        });
+        assert_eq!(FREED.load(Ordering::Relaxed), 1);
     }
 }
