@@ -74,11 +74,12 @@ def layer():
     print()
     print("| algorithm | `Balancer` | `Table` + `State` | layer (ns) | arc-swap guard + `Table` | bare `AtomicUsize` | `Balancer` / `AtomicUsize` |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    floor = need("layer", "round_robin", "AtomicUsize")
+    # Criterion turns the "/" of a benchmark's name into "_" in its directory.
+    floor = need("layer", "round_robin_AtomicUsize")
     for algorithm in ["round_robin", "random"]:
-        full = need("layer", algorithm, "balancer")
-        table = need("layer", algorithm, "table_state")
-        guard = need("layer", algorithm, "arc_swap_guard_table")
+        full = need("layer", f"{algorithm}_balancer")
+        table = need("layer", f"{algorithm}_table_state")
+        guard = need("layer", f"{algorithm}_arc_swap_guard_table")
         ratio = f"{full / floor:.2f}" if algorithm == "round_robin" else "—"
         atomic = f"{floor:.1f}" if algorithm == "round_robin" else "—"
         print(f"| {algorithm} | {full:.1f} | {table:.1f} | {full - table:+.1f} | {guard:.1f} | {atomic} | {ratio} |")
@@ -140,18 +141,18 @@ def builds():
     print("**Table builds** (`Table::build`, default options; `equal`: every weight 1, `1..100`:")
     print("weights cycling 1..100 for the algorithms whose build depends on them):")
     print()
-    sizes = sorted({int(n) for a in subdirs("build") for w in subdirs("build", a) for n in subdirs("build", a, w)})
+    # Directories are <algorithm>_<weights> (criterion flattens the name's "/").
+    runs = [d.rsplit("_", 1) for d in subdirs("build")]
+    sizes = sorted({int(n) for d in subdirs("build") for n in subdirs("build", d) if n.isdigit()})
     print("| algorithm | weights | " + " | ".join(f"10^{len(str(n)) - 1}" for n in sizes) + " |")
     print("|---|---|" + "---:|" * len(sizes))
     for label in ["equal", "1..100"]:
-        for algorithm in subdirs("build"):
-            if label not in subdirs("build", algorithm):
-                continue
-            cells = [estimate("build", algorithm, label, n) for n in sizes]
+        for algorithm in sorted(a for a, w in runs if w == label):
+            cells = [estimate("build", f"{algorithm}_{label}", n) for n in sizes]
             print(f"| {algorithm} | {label} | " + " | ".join(ns(c) if c else "—" for c in cells) + " |")
     print()
-    loop = estimate("wrr_schedule", "nginx_loop", 1000)
-    table = estimate("wrr_schedule", "table_build", 1000)
+    loop = estimate("wrr_schedule", "nginx_loop_1000")
+    table = estimate("wrr_schedule", "table_build_1000")
     if loop and table:
         print(f"**Smooth WRR, 1000 nodes of weights 1..100:** nginx's loop {ns(loop)}, `Table::build` "
               f"{ns(table)}: {loop / table:.0f}x faster.")

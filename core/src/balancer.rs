@@ -466,7 +466,7 @@ impl Balancer {
     }
 
     /// Picks a node. Keyed algorithms need `key`; the others ignore it.
-    #[inline]
+    #[inline(always)]
     pub fn pick(&self, key: Option<&[u8]>) -> Result<Picked> {
         let snapshot = self.held();
         let index = snapshot
