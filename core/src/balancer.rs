@@ -16,9 +16,10 @@ use crate::sync::publish::{Mutex, Published};
 use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, State, Status, Table};
 use alloc::boxed::Box;
 use alloc::string::{String, ToString};
-use alloc::sync::Arc;
+use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 use core::any::Any;
+use core::cell::Cell;
 use core::time::Duration;
 use std::sync::OnceLock;
 
@@ -62,12 +63,21 @@ struct Snapshot {
     clock: Arc<dyn Clock>,
     /// The balancer's state (leases end through it: health, bounded loads).
     state: Arc<State>,
+    /// The balancer's publication, while the balancer lives: a lease from this membership that
+    /// ends after a change decides its node's ejection against the membership current then.
+    current: Weak<Published<Snapshot>>,
     /// What a binding derived from this membership (see [`Picked::attachment`]).
     attachment: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 impl Snapshot {
-    fn new(nodes: Vec<Node>, table: Table, clock: Arc<dyn Clock>, state: Arc<State>) -> Snapshot {
+    fn new(
+        nodes: Vec<Node>,
+        table: Table,
+        clock: Arc<dyn Clock>,
+        state: Arc<State>,
+        current: Weak<Published<Snapshot>>,
+    ) -> Snapshot {
         let mut by_id: Vec<u32> = (0..nodes.len() as u32).collect();
         by_id.sort_unstable_by(|a, b| nodes[*a as usize].id.cmp(&nodes[*b as usize].id));
         Snapshot {
@@ -76,6 +86,7 @@ impl Snapshot {
             by_id,
             clock,
             state,
+            current,
             attachment: OnceLock::new(),
         }
     }
@@ -106,14 +117,47 @@ impl Snapshot {
             .map_err(|_| Error::UnknownNode(id.to_string()))
     }
 
-    /// The clock reading for a pick: read only for algorithms that weigh latency, or while
-    /// some node is ejected, down or warming.
+    /// The clock, for operations that read it at most once (a batch shares one reading).
+    fn now(&self) -> Now<'_> {
+        Now {
+            clock: &*self.clock,
+            at: Cell::new(None),
+        }
+    }
+
+    /// Ends a request on node `index` of this membership (see [`Lease`]).
+    fn end(&self, index: usize, outcome: Option<Outcome>) {
+        let now = self.clock.now_ns();
+        if !(self.table).end_counting(index, outcome, &self.state, now) {
+            return;
+        }
+        // The failure streak reached the threshold: the ejection and its cap are decided
+        // against the membership current now (issue 19, finding 4: a lease from an older, larger
+        // membership ejected past the cap of the current one).
+        let load = &self.table.loads()[index];
+        match self.current.upgrade() {
+            Some(current) => current.load().table.try_eject(load, &self.state, now),
+            None => self.table.try_eject(load, &self.state, now), // the balancer is gone
+        };
+    }
+}
+
+/// One clock reading, taken the first time an operation asks for it.
+struct Now<'a> {
+    clock: &'a dyn Clock,
+    at: Cell<Option<u64>>,
+}
+
+impl Now<'_> {
     #[inline]
-    fn now_for_pick(&self) -> u64 {
-        if self.table.needs_clock(&self.state) {
-            self.clock.now_ns()
-        } else {
-            0
+    fn get(&self) -> u64 {
+        match self.at.get() {
+            Some(at) => at,
+            None => {
+                let at = self.clock.now_ns();
+                self.at.set(Some(at));
+                at
+            }
         }
     }
 }
@@ -182,7 +226,7 @@ impl Clock for ManualClock {
 pub struct Balancer {
     options: Options,
     clock: Arc<dyn Clock>,
-    current: Published<Snapshot>,
+    current: Arc<Published<Snapshot>>,
     /// Bumped after every publish: validates the threads' pins of `current`.
     #[cfg(all(not(loom), target_has_atomic = "64"))]
     version: Arc<crate::pin::Version<Snapshot>>,
@@ -276,9 +320,7 @@ impl Lease {
 
     fn end(&mut self, outcome: Option<Outcome>) {
         if !core::mem::replace(&mut self.ended, true) {
-            let snapshot = &self.snapshot;
-            let now = snapshot.clock.now_ns();
-            (snapshot.table).end(self.index, outcome, &snapshot.state, now);
+            self.snapshot.end(self.index, outcome);
         }
     }
 }
@@ -429,11 +471,19 @@ impl Balancer {
         let nodes: Vec<Node> = nodes.into_iter().map(Into::into).collect();
         let table = Table::build(algorithm, &options, &nodes)?;
         let state = Arc::new(State::for_options(&options));
-        let snapshot = Snapshot::new(nodes, table, clock.clone(), state.clone());
+        let current = Arc::new_cyclic(|current| {
+            Published::new(Snapshot::new(
+                nodes,
+                table,
+                clock.clone(),
+                state.clone(),
+                current.clone(),
+            ))
+        });
         Ok(Balancer {
             options,
             clock,
-            current: Published::new(snapshot),
+            current,
             #[cfg(all(not(loom), target_has_atomic = "64"))]
             version: Arc::default(),
             state,
@@ -469,9 +519,8 @@ impl Balancer {
     #[inline(always)]
     pub fn pick(&self, key: Option<&[u8]>) -> Result<Picked> {
         let snapshot = self.held();
-        let index = snapshot
-            .table
-            .pick(key, &self.state, snapshot.now_for_pick())?;
+        let clock = &snapshot.clock;
+        let index = (snapshot.table).pick_with(key, &self.state, || clock.now_ns())?;
         Ok(Picked { snapshot, index })
     }
 
@@ -481,8 +530,8 @@ impl Balancer {
     /// [`Error::HashUnsupported`].
     pub fn pick_hash(&self, hash: u64) -> Result<Picked> {
         let snapshot = self.held();
-        let now = snapshot.now_for_pick();
-        let index = snapshot.table.pick_hash_at(hash, &self.state, now)?;
+        let clock = &snapshot.clock;
+        let index = (snapshot.table).pick_hash_with(hash, &self.state, || clock.now_ns())?;
         Ok(Picked { snapshot, index })
     }
 
@@ -490,8 +539,8 @@ impl Balancer {
     pub fn attempts_hash(&self, hash: u64, limit: usize) -> Result<Picks> {
         let snapshot = self.held();
         let mut indices = Vec::new();
-        let now = snapshot.now_for_pick();
-        (snapshot.table).attempts_hash_at(hash, &self.state, now, limit, &mut indices)?;
+        let now = || snapshot.clock.now_ns();
+        (snapshot.table).attempts_hash_with(hash, &self.state, now, limit, &mut indices)?;
         Ok(Picks { snapshot, indices })
     }
 
@@ -583,7 +632,7 @@ impl Balancer {
     pub fn pick_many<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> Result<Picks> {
         let snapshot = self.held();
         snapshot.table.check(Some(&[]))?;
-        let now = snapshot.now_for_pick();
+        let now = snapshot.now();
         let keys = keys.into_iter();
         // The hint is the caller's claim: a lower bound over the limit fails before any pick;
         // the up-front reservation is capped and grows as keys actually arrive.
@@ -596,7 +645,7 @@ impl Balancer {
             if indices.len() == MAX_BATCH {
                 return Err(Error::BatchTooLarge(MAX_BATCH as u64 + 1));
             }
-            indices.push(snapshot.table.pick(Some(key), &self.state, now)? as u32);
+            indices.push((snapshot.table).pick_with(Some(key), &self.state, || now.get())? as u32);
         }
         Ok(Picks { snapshot, indices })
     }
@@ -607,13 +656,13 @@ impl Balancer {
         // Fail before reserving anything: an impossible pick must not turn a huge `count`
         // into an allocation failure (which aborts) instead of an error.
         snapshot.table.check(None)?;
-        let now = snapshot.now_for_pick();
+        let now = snapshot.now();
         if count > MAX_BATCH {
             return Err(Error::BatchTooLarge(count as u64));
         }
         let mut indices = Vec::with_capacity(count.min(RESERVE_CAP));
         for _ in 0..count {
-            indices.push(snapshot.table.pick(None, &self.state, now)? as u32);
+            indices.push((snapshot.table).pick_with(None, &self.state, || now.get())? as u32);
         }
         Ok(Picks { snapshot, indices })
     }
@@ -623,13 +672,8 @@ impl Balancer {
     pub fn attempts(&self, key: Option<&[u8]>, limit: usize) -> Result<Picks> {
         let snapshot = self.held();
         let mut indices = Vec::new();
-        snapshot.table.attempts(
-            key,
-            &self.state,
-            snapshot.now_for_pick(),
-            limit,
-            &mut indices,
-        )?;
+        let now = || snapshot.clock.now_ns();
+        (snapshot.table).attempts_with(key, &self.state, now, limit, &mut indices)?;
         Ok(Picks { snapshot, indices })
     }
 
@@ -729,12 +773,21 @@ impl Balancer {
         for at in joined {
             table.warm_up(at, &self.state, now);
         }
-        let snapshot = Snapshot::new(nodes, table, self.clock.clone(), self.state.clone());
-        self.current.store(Arc::new(snapshot));
+        let snapshot = Snapshot::new(
+            nodes,
+            table,
+            self.clock.clone(),
+            self.state.clone(),
+            Arc::downgrade(&self.current),
+        );
+        let snapshot = Arc::new(snapshot);
+        self.current.store(snapshot.clone());
         #[cfg(all(not(loom), target_has_atomic = "64"))]
         self.version.bump();
-        // Nodes came or went: the health summary (panic, what is pending) is rescanned.
-        self.state.health.touch();
+        // Nodes came or went: the health summary (panic, what is pending) now describes the
+        // new table, rescanned by its next pick; picks still holding older tables no longer
+        // rescan it.
+        snapshot.table.touch_health(&self.state);
         Ok(())
     }
 }

@@ -10,6 +10,9 @@ use core::fmt;
 pub enum Error {
     /// The balancer has no node with weight > 0 to pick from.
     NoNodes,
+    /// Every node with weight > 0 is ejected or marked down and panic is disabled
+    /// (`panic_threshold` 0), so no node may be chosen (Envoy's "no healthy upstream").
+    NoUsableNodes,
     /// A node id was empty.
     EmptyId,
     /// A node id contained a NUL byte.
@@ -56,6 +59,7 @@ impl Error {
     pub fn code(&self) -> &'static str {
         match self {
             Error::NoNodes => "LB_NO_NODES",
+            Error::NoUsableNodes => "LB_NO_USABLE_NODES",
             Error::EmptyId => "LB_EMPTY_ID",
             Error::IdContainsNul(_) => "LB_ID_CONTAINS_NUL",
             Error::InvalidUtf8 => "LB_INVALID_UTF8",
@@ -81,6 +85,9 @@ impl Error {
     pub fn summary(&self) -> &'static str {
         match self {
             Error::NoNodes => "no nodes: the balancer has no node with weight > 0",
+            Error::NoUsableNodes => {
+                "no usable nodes: every node is ejected or down and panic_threshold is 0"
+            }
             Error::EmptyId => "node id is empty",
             Error::IdContainsNul(_) => "node id contains a NUL byte",
             Error::InvalidUtf8 => "id, name or value is not valid UTF-8",
@@ -118,6 +125,10 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::NoNodes => f.write_str("no nodes: the balancer has no node with weight > 0"),
+            Error::NoUsableNodes => f.write_str(
+                "no usable nodes: every node with weight > 0 is ejected or marked down, and \
+                 panic_threshold is 0 (panic disabled)",
+            ),
             Error::EmptyId => f.write_str("node id is empty"),
             Error::IdContainsNul(id) => write!(f, "node id {id:?} contains a NUL byte"),
             Error::InvalidUtf8 => f.write_str("node id or key is not valid UTF-8"),

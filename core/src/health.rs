@@ -31,7 +31,7 @@ use crate::load::{Load, TICK_NS, elapsed, stamp_mask, ticks};
 use crate::options::Options;
 use crate::sync::{AtomicCounter, AtomicU32, Ordering};
 use alloc::sync::Arc;
-use core::sync::atomic::AtomicBool;
+use core::sync::atomic::{AtomicBool, AtomicUsize};
 use core::time::Duration;
 
 /// A node's health as of some time.
@@ -101,6 +101,17 @@ impl Policy {
         self.window_ticks > 0
     }
 
+    /// The longest an ejection lasts, in ticks (see `NodeHealth::eject`).
+    fn longest_ejection(&self) -> u64 {
+        self.max_ejection_ticks.max(1)
+    }
+
+    /// Whether picks fail rather than fall back to an unusable node when no node is usable
+    /// (`panic_threshold` 0: panic disabled, as Envoy's 0% threshold chooses no host).
+    pub(crate) fn strict(&self) -> bool {
+        self.panic_threshold == 0
+    }
+
     pub(crate) fn new(options: &Options) -> Policy {
         let ticks_of = |d: Duration| (d.as_nanos() as u64) / TICK_NS;
         Policy {
@@ -120,6 +131,16 @@ impl Policy {
 /// Whether tick `a` is after tick `b` (modulo the stamp width: within half of it).
 fn after(a: u64, b: u64) -> bool {
     a != b && elapsed(a, b) != 0
+}
+
+/// Whether an ejection ending at tick `until` still holds at tick `now`, for stamps `mask`
+/// wide and ejections at most `longest` ticks long: `until` is ahead of `now` by at most
+/// `longest`. Where stamps wrap (32-bit milliseconds, every 49.7 days), "ahead by less than
+/// half the width" alone would bring an ejection back from 2^31 ms (24.9 days) after it ended
+/// (issue 19, finding 5); no ejection is longer than `longest`, so nothing further ahead holds.
+fn ejection_holds(until: u64, now: u64, longest: u64, mask: u64) -> bool {
+    let ahead = until.wrapping_sub(now) & mask;
+    ahead != 0 && ahead <= longest
 }
 
 /// Ticks to nanoseconds (the width-limited tick count back to the caller's scale).
@@ -160,7 +181,7 @@ impl NodeHealth {
         }
         if self.ejections.load(Ordering::Relaxed) > 0 {
             let until = Self::load(&self.until);
-            if after(until, now) {
+            if ejection_holds(until, now, policy.longest_ejection(), stamp_mask()) {
                 return Status::Ejected {
                     until_ns: to_ns(until),
                 };
@@ -210,14 +231,32 @@ impl NodeHealth {
         policy.consecutive_failures > 0 && streak >= policy.consecutive_failures
     }
 
+    /// Ticks since the last ejection ended, for a node that is in (not ejected); `u64::MAX`
+    /// when that end is further back than half the stamp width (it wrapped: long ago).
+    fn since_ejection(&self, now: u64) -> u64 {
+        let since = now.wrapping_sub(Self::load(&self.until)) & stamp_mask();
+        if since > stamp_mask() / 2 {
+            u64::MAX
+        } else {
+            since
+        }
+    }
+
+    /// Whether the node was ejected before and has stayed in long enough since for the
+    /// multiplier to decay to nothing (one base period per ejection counted).
+    fn decayed(&self, now: u64, policy: &Policy) -> bool {
+        let n = self.ejections.load(Ordering::Relaxed);
+        n > 0 && self.since_ejection(now) / policy.base_ejection_ticks.max(1) >= u64::from(n)
+    }
+
     /// Ejects the node at tick `now`: for `base · n`, capped, where `n` is the ejection
     /// count, less one for every base period the node has stayed in since its last ejection
     /// (Envoy decrements the multiplier while a host stays healthy), plus one.
     fn eject(&self, now: u64, policy: &Policy) -> u64 {
         let mut n = self.ejections.load(Ordering::Relaxed);
         if n > 0 {
-            let returned = Self::load(&self.until);
-            let stayed = elapsed(now, returned) / policy.base_ejection_ticks.max(1);
+            // The node is in (callers check), so its last ejection ended at or before `now`.
+            let stayed = self.since_ejection(now) / policy.base_ejection_ticks.max(1);
             n = n.saturating_sub(u32::try_from(stayed).unwrap_or(u32::MAX));
         }
         let n = n.saturating_add(1);
@@ -237,9 +276,41 @@ impl NodeHealth {
     }
 }
 
+/// One table's view of its membership, as health reads it.
+#[derive(Clone, Copy)]
+pub(crate) struct Members<'a> {
+    /// Each node's load, indexed like the table's node list.
+    pub(crate) loads: &'a [Arc<Load>],
+    /// Indices of the nodes with weight > 0.
+    pub(crate) active: &'a [u32],
+    /// Every node's weight.
+    pub(crate) weights: &'a [u32],
+    /// The table's identity (see [`Summary::adopt`]); never 0.
+    pub(crate) table: usize,
+}
+
+impl Members<'_> {
+    fn active(&self) -> impl Iterator<Item = &Arc<Load>> + '_ {
+        self.active.iter().map(|i| &self.loads[*i as usize])
+    }
+}
+
 /// What a balancer knows about its nodes' health as a whole. Part of `State`.
+///
+/// The summary describes one membership: the table last *adopted* (every membership change
+/// adopts its new table before it is used by a writer's event; see [`Summary::adopt`]). A pick
+/// still holding an older table checks its candidates but never rescans, so it cannot clear
+/// what an event on the newer membership set (finding 2 of issue 19: a pick on an old snapshot
+/// found its own nodes healthy and switched checking off for everyone, so a node marked down on
+/// the new membership kept getting traffic).
 #[derive(Debug, Default)]
 pub(crate) struct Summary {
+    /// The adopted table's identity; 0 = none adopted yet (a lone table: any table's scan
+    /// counts, as when a `Table` is used on its own).
+    table: AtomicUsize,
+    /// The weight of the usable nodes of the adopted table as of the last scan (bounded loads
+    /// size their caps by it), saturated at `usize::MAX` where that is narrower than `u64`.
+    usable_weight: AtomicUsize,
     /// Some node may be unusable or warming: picks must check. Cleared by a scan that finds
     /// every node healthy with nothing scheduled.
     check: AtomicBool,
@@ -267,13 +338,29 @@ pub(crate) enum Gate {
 }
 
 impl Summary {
-    /// Something changed (an ejection, a node marked down or up, new members): picks check
-    /// and the next one rescans.
+    /// Something changed (an ejection, a node marked down or up, a warm-up): picks check and
+    /// the next one rescans.
     pub(crate) fn touch(&self) {
-        // SeqCst with the scan's re-check of `stale` below: either the scan sees this event's
-        // `stale`, or this `check` store comes after the scan's and stands.
+        // SeqCst with the scan's `swap` and re-check of `stale` below: either the scan's swap
+        // reads this `stale` (and, being a read-modify-write that acquires, sees the node
+        // writes made before it), or this event comes after the swap in the single order of
+        // SeqCst operations, and then either the scan's re-check sees `stale` or this `check`
+        // store comes after the scan's and stands.
         self.stale.store(true, Ordering::SeqCst);
         self.check.store(true, Ordering::SeqCst);
+    }
+
+    /// A new membership's table (`members.table`) takes over: from now on only its scans
+    /// update the summary. Then [`Summary::touch`]: its first pick rescans.
+    pub(crate) fn adopt(&self, table: usize) {
+        self.table.store(table, Ordering::SeqCst);
+        self.touch();
+    }
+
+    /// Whether `table`'s scans may update the summary.
+    fn owns(&self, table: usize) -> bool {
+        let adopted = self.table.load(Ordering::SeqCst);
+        adopted == 0 || adopted == table
     }
 
     /// Whether a pick must read the clock: only when some node may be unusable or warming.
@@ -287,24 +374,26 @@ impl Summary {
         self.panic.load(Ordering::Relaxed)
     }
 
-    /// The gate for a pick at `now_ns` over `loads` (the table's nodes; `active` are those
-    /// with weight > 0).
-    pub(crate) fn gate(
-        &self,
-        now_ns: u64,
-        loads: &[Arc<Load>],
-        active: &mut dyn Iterator<Item = usize>,
-        policy: &Policy,
-    ) -> Gate {
-        if !self.checking() {
-            return Gate::Open;
+    /// The usable weight of `members` as of the last scan, if that scan was of this table
+    /// (`None`: the caller computes it).
+    pub(crate) fn usable_weight(&self, members: &Members<'_>) -> Option<u64> {
+        if self.table.load(Ordering::Relaxed) != members.table {
+            return None;
         }
+        let weight = self.usable_weight.load(Ordering::Relaxed);
+        (weight != usize::MAX).then_some(weight as u64)
+    }
+
+    /// The gate for a pick at `now_ns` over `members`, for a pick that read
+    /// [`Summary::checking`] as true (one reading per pick: a second one could disagree, and
+    /// the caller read the clock only because of the first).
+    pub(crate) fn gate(&self, now_ns: u64, members: &Members<'_>, policy: &Policy) -> Gate {
         let now = ticks(now_ns);
         let due = self.stale.load(Ordering::SeqCst)
             || (self.scheduled.load(Ordering::Relaxed)
                 && !after(NodeHealth::load(&self.next), now));
-        if due {
-            self.scan(now, loads, active, policy);
+        if due && self.owns(members.table) {
+            self.scan(now, members, policy);
             if !self.checking() {
                 return Gate::Open; // nothing unusable or warming after all
             }
@@ -318,13 +407,7 @@ impl Summary {
 
     /// Recomputes the summary by one pass over the active nodes (one scan at a time; a pick
     /// that finds one running goes on with the current summary).
-    fn scan(
-        &self,
-        now: u64,
-        loads: &[Arc<Load>],
-        active: &mut dyn Iterator<Item = usize>,
-        policy: &Policy,
-    ) {
+    fn scan(&self, now: u64, members: &Members<'_>, policy: &Policy) {
         if self
             .scanning
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -332,8 +415,13 @@ impl Summary {
         {
             return;
         }
-        self.stale.store(false, Ordering::SeqCst);
+        // A read-modify-write, not a store: it reads the latest `stale`, so when an event's
+        // `touch` came before it, it synchronises with that touch and the node reads below see
+        // the event's writes (a plain store could overwrite the event's flag without seeing
+        // them, on ARM or POWER: issue 19, finding 3).
+        self.stale.swap(false, Ordering::SeqCst);
         let (mut total, mut healthy, mut pending) = (0usize, 0usize, false);
+        let mut usable_weight = 0u64;
         let mut next: Option<u64> = None;
         let mut sooner = |t: u64| {
             let t = t / TICK_NS;
@@ -342,9 +430,10 @@ impl Summary {
                 _ => t,
             });
         };
-        for i in active {
+        for &i in members.active {
             total += 1;
-            match loads[i].health().status(now, policy) {
+            let status = members.loads[i as usize].health().status(now, policy);
+            match status {
                 Status::Healthy => healthy += 1,
                 Status::Warming { until_ns, .. } => {
                     healthy += 1;
@@ -357,43 +446,75 @@ impl Summary {
                 }
                 Status::Down => pending = true,
             }
+            if status.usable() {
+                usable_weight += u64::from(members.weights[i as usize]);
+            }
         }
         let panic = policy.panic_threshold > 0
             && (healthy as u64) * 100 < u64::from(policy.panic_threshold) * total as u64;
         self.panic.store(panic, Ordering::Relaxed);
+        self.usable_weight.store(
+            usize::try_from(usable_weight).unwrap_or(usize::MAX),
+            Ordering::Relaxed,
+        );
         if let Some(next) = next {
             self.next.store(next as _, Ordering::Relaxed);
         }
         self.scheduled.store(next.is_some(), Ordering::Relaxed);
         self.check.store(pending, Ordering::SeqCst);
-        // An event during the scan: keep checking so the next pick rescans.
+        // An event during the scan (a membership adopted meanwhile touches too): keep checking
+        // so the next pick rescans.
         if self.stale.load(Ordering::SeqCst) {
             self.check.store(true, Ordering::SeqCst);
         }
         self.scanning.store(false, Ordering::Release);
     }
 
-    /// Counts an outcome for the node with `index`; ejects it when its streak reaches the
-    /// threshold and the cap allows. Returns whether it was ejected.
-    pub(crate) fn record(
-        &self,
-        index: usize,
-        success: bool,
-        now_ns: u64,
-        loads: &[Arc<Load>],
-        active: &mut dyn Iterator<Item = usize>,
-        policy: &Policy,
-    ) -> bool {
-        let health = loads[index].health();
+    /// Counts an outcome for `load` at `now_ns`: true when a failure brings its streak to the
+    /// threshold, so the node is due for ejection ([`Summary::try_eject`] decides). Outcomes of
+    /// requests that were in flight when the node was ejected or marked down do not count
+    /// towards its next streak: it starts clean when it returns.
+    pub(crate) fn count(&self, load: &Load, success: bool, now_ns: u64, policy: &Policy) -> bool {
+        let health = load.health();
         let now = ticks(now_ns);
-        // Outcomes of requests that were in flight when the node was ejected or marked down do
-        // not count towards its next streak: it starts clean when it returns.
         if !health.status(now, policy).usable() {
             return false;
         }
-        if !health.count(success, policy) {
-            return false;
+        if health.decayed(now, policy) {
+            self.settle(health, now, policy);
         }
+        health.count(success, policy)
+    }
+
+    /// Forgets a node's past ejections once their multiplier has decayed to nothing, under the
+    /// ejection flag (so it cannot undo a racing ejection). Until then an ended ejection's stamp
+    /// is kept, and where stamps wrap (32-bit) it would read as a new ejection again one stamp
+    /// width (49.7 days) later: a node that gets any outcome meanwhile never does.
+    fn settle(&self, health: &NodeHealth, now: u64, policy: &Policy) {
+        if (self.ejecting)
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            if health.decayed(now, policy) {
+                health.ejections.store(0, Ordering::Relaxed);
+            }
+            self.ejecting.store(false, Ordering::Release);
+        }
+    }
+
+    /// Ejects `load`'s node at `now_ns` if `members` (the membership current when the decision
+    /// is made) has it as an active node and `max_ejection_percent` of `members` allows.
+    /// Decisions are serialised by a try-lock flag: one that finds another in progress gives
+    /// up, leaving the node's streak standing, so the next failure tries again. Returns whether
+    /// the node was ejected.
+    pub(crate) fn try_eject(
+        &self,
+        load: &Arc<Load>,
+        now_ns: u64,
+        members: &Members<'_>,
+        policy: &Policy,
+    ) -> bool {
+        let now = ticks(now_ns);
         if self
             .ejecting
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -401,18 +522,23 @@ impl Summary {
         {
             return false; // another ejection is being decided; the next failure retries
         }
-        let (mut total, mut ejected) = (0usize, 0usize);
-        for i in active {
-            total += 1;
-            if matches!(
-                loads[i].health().status(now, policy),
-                Status::Ejected { .. }
-            ) {
-                ejected += 1;
+        // Re-checked under the flag: failures racing on one node each reach the threshold
+        // before any of them ejects; only the first may eject it (issue 19, finding 1: a
+        // second ejection doubled the first one's length and inflated the multiplier).
+        let health = load.health();
+        let mut eject = health.status(now, policy).usable();
+        if eject {
+            let (mut total, mut ejected, mut member) = (0usize, 0usize, false);
+            for other in members.active() {
+                total += 1;
+                member |= Arc::ptr_eq(other, load);
+                if matches!(other.health().status(now, policy), Status::Ejected { .. }) {
+                    ejected += 1;
+                }
             }
+            let cap = (total * policy.max_ejection_percent as usize / 100).max(1);
+            eject = member && ejected < cap;
         }
-        let cap = (total * policy.max_ejection_percent as usize / 100).max(1);
-        let eject = ejected < cap;
         if eject {
             health.eject(now, policy);
             self.touch();
@@ -426,4 +552,102 @@ impl Summary {
 #[inline]
 pub(crate) fn unit(r: u64) -> f32 {
     (r >> 40) as f32 / (1u64 << 24) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    /// Issue 19, finding 1, as one exact interleaving: two failures of one node both bring its
+    /// streak to the threshold before either ejects; the second decision re-checks the node
+    /// under the flag and leaves it alone (it used to eject again, for twice as long).
+    #[test]
+    fn a_second_racing_failure_does_not_eject_again() {
+        let loads: Vec<Arc<Load>> = (0..20).map(|_| Arc::default()).collect();
+        let (active, weights): (Vec<u32>, Vec<u32>) = ((0..20).collect(), vec![1; 20]);
+        let members = Members {
+            loads: &loads,
+            active: &active,
+            weights: &weights,
+            table: 1,
+        };
+        let policy = Policy::new(&Options::default());
+        let summary = Summary::default();
+        let now = 1000 * SECOND;
+        for _ in 0..4 {
+            assert!(!summary.count(&loads[0], false, now, &policy));
+        }
+        assert!(summary.count(&loads[0], false, now, &policy));
+        assert!(summary.count(&loads[0], false, now, &policy));
+        assert!(summary.try_eject(&loads[0], now, &members, &policy));
+        assert!(!summary.try_eject(&loads[0], now, &members, &policy));
+        let status = loads[0].health().status(ticks(now), &policy);
+        assert_eq!(status.until_ns(), Some(now + 30 * SECOND));
+    }
+
+    /// Issue 19, finding 5: with 32-bit millisecond stamps (simulated by the mask), an ejection
+    /// holds only up to its end, and never again: the old test ("ahead by less than half the
+    /// width") brought it back from 2^31 ms after it ended, for the next 24.9 days.
+    #[test]
+    fn an_ended_ejection_stays_ended_when_stamps_wrap() {
+        let mask = u64::from(u32::MAX);
+        let longest = 300_000; // max_ejection_time in milliseconds
+        let until = 4_000_000_000; // near the top of the 32-bit range: the end wraps soon
+        let holds = |now: u64| ejection_holds(until, now & mask, longest, mask);
+        assert!(holds(until - 1));
+        assert!(holds(until - longest));
+        assert!(!holds(until - longest - 1)); // not yet ejected then
+        assert!(!holds(until));
+        let old = |now: u64| {
+            let d = until.wrapping_sub(now & mask) & mask;
+            d != 0 && d <= mask / 2
+        };
+        // Within one stamp width of the end (after it, the stamp is ambiguous: the outcome path
+        // forgets decayed ejections first; see `settle`).
+        let mut now = until;
+        while now < until + (1 << 32) - longest {
+            assert!(!holds(now), "holds again {} ms after it ended", now - until);
+            now += 997;
+        }
+        // What the old test answered 2^31 ms + 1 s after the end.
+        assert!(old(until + (1 << 31) + 1000));
+    }
+
+    /// A node whose last ejection ended long ago (further back than half the stamp width) is
+    /// ejected with the multiplier fully decayed, for `base_ejection_time`.
+    #[test]
+    fn a_long_quiet_node_is_ejected_for_the_base_time() {
+        let health = NodeHealth::default();
+        let policy = Policy::new(&Options::default());
+        let first = 1000 * SECOND / TICK_NS;
+        health.eject(first, &policy);
+        health.eject(first + 31 * SECOND / TICK_NS, &policy);
+        let later = first.wrapping_add(stamp_mask() / 2 + 10) & stamp_mask();
+        let until = health.eject(later, &policy);
+        assert_eq!(until, (later + 30 * SECOND / TICK_NS) & stamp_mask());
+    }
+
+    /// The outcome path forgets an ejection once its multiplier has decayed, so an old stamp
+    /// cannot come back (where stamps wrap) and a racing ejection is never undone.
+    #[test]
+    fn a_decayed_ejection_is_forgotten_by_the_next_outcome() {
+        let load: Arc<Load> = Arc::default();
+        let policy = Policy::new(&Options::default());
+        let summary = Summary::default();
+        let now = 1000 * SECOND;
+        let until = load.health().eject(ticks(now), &policy);
+        let back = until * TICK_NS;
+        summary.count(&load, true, back + 10 * SECOND, &policy);
+        assert_eq!(
+            load.health().ejections.load(Ordering::Relaxed),
+            1,
+            "not decayed yet"
+        );
+        summary.count(&load, true, back + 30 * SECOND, &policy);
+        assert_eq!(load.health().ejections.load(Ordering::Relaxed), 0);
+    }
 }

@@ -149,8 +149,10 @@ impl<T> Drop for Pinned<T> {
     fn drop(&mut self) {
         // SAFETY: this reference keeps the pin alive until it is released below.
         let pin = unsafe { self.pin.as_ref() };
-        // `owner` is checked first, so only the owner reads its own fields.
-        if pin.owner == thread_token() && !pin.merged.get() {
+        // `owner` is checked first, so only the owner reads its own fields. Owner 0 is no
+        // thread (see `Pin::owner`): a thread without a token also reads 0, and must not take
+        // itself for the owner.
+        if pin.owner != 0 && pin.owner == thread_token() && !pin.merged.get() {
             // The owner's cache still holds a reference, so this never reaches zero.
             pin.biased.set(pin.biased.get() - 1);
         } else {
@@ -230,6 +232,21 @@ impl Way {
         !version.is_null() && unsafe { &*version }.load(Ordering::Relaxed) != self.generation.get()
     }
 
+    /// Empties the way without letting go of what it held (another way holding the same
+    /// references lets go of them).
+    fn forget(&self) {
+        self.version.set(ptr::null());
+        self.pin.set(ptr::null_mut());
+    }
+
+    /// Makes this way hold what `other` holds (a copy of the same references, not new ones).
+    fn mirror(&self, other: &Way) {
+        self.generation.set(other.generation.get());
+        self.pin.set(other.pin.get());
+        self.release.set(other.release.get());
+        self.version.set(other.version.get());
+    }
+
     /// Empties the way and lets go of what it held. The cells are cleared first, so whatever
     /// the release runs (a snapshot's destructors) finds a consistent cache.
     fn clear(&self) {
@@ -271,16 +288,46 @@ std::thread_local! {
     static WAYS_OF_THREAD: [Way; WAYS] = const { [Way::empty(), Way::empty(), Way::empty(), Way::empty()] };
     /// Misses that found every way holding another live publisher's current value.
     static MISSES: Cell<u32> = const { Cell::new(0) };
-    /// Empties the ways when the thread exits (registered by the first miss).
-    static CLEAR_AT_EXIT: ClearAtExit = const { ClearAtExit };
+    /// Empties the ways when the thread exits (registered by the first miss). It keeps a copy
+    /// of every way, so it can let go of the pins even when the ways themselves are gone.
+    static CLEAR_AT_EXIT: ClearAtExit = const { ClearAtExit([Way::empty(), Way::empty(), Way::empty(), Way::empty()]) };
 }
 
-struct ClearAtExit;
+/// Lets go of the thread's pins when the thread exits.
+///
+/// Where thread-locals are native (`#[thread_local]`), `WAYS_OF_THREAD` has no destructor and
+/// its storage outlives every destructor of the thread, so this empties the ways themselves.
+/// Where they are emulated with pthread keys (Android, OpenBSD, ...), each thread-local is a
+/// heap value freed by its key's destructor, and destructors run in an order POSIX leaves
+/// open: `WAYS_OF_THREAD` may be freed first, its pins never released (issue 19, finding 6).
+/// So this thread-local holds its own copy of every way (each way and its copy change together,
+/// in `refresh`; a copy holds the same references, not counted twice), and lets go of the pins
+/// through the copy when the ways are gone. Either way each pin is let go of exactly once: the
+/// copy is forgotten before a way is cleared, and a way is never cleared after its copy was.
+struct ClearAtExit([Way; WAYS]);
 
 impl Drop for ClearAtExit {
     fn drop(&mut self) {
-        // Tolerates a torn-down cache (no native thread-locals): its pins then leak.
-        let _ = WAYS_OF_THREAD.try_with(|ways| ways.iter().for_each(Way::clear));
+        let ways = WAYS_OF_THREAD.try_with(|ways| {
+            clear_at_exit(Some(ways), &self.0);
+        });
+        if ways.is_err() {
+            clear_at_exit(None, &self.0);
+        }
+    }
+}
+
+/// Lets go of every pin at thread exit: through `ways` while they exist, else through their
+/// copies in `copies`.
+fn clear_at_exit(ways: Option<&[Way; WAYS]>, copies: &[Way; WAYS]) {
+    match ways {
+        Some(ways) => {
+            for (way, copy) in ways.iter().zip(copies) {
+                copy.forget();
+                way.clear();
+            }
+        }
+        None => copies.iter().for_each(Way::clear),
     }
 }
 
@@ -335,7 +382,19 @@ fn refresh<T: Send + Sync + 'static>(
     generation: u64,
     load: impl FnOnce() -> Arc<T>,
 ) -> Option<Pinned<T>> {
-    CLEAR_AT_EXIT.try_with(|_| ()).ok()?;
+    CLEAR_AT_EXIT
+        .try_with(|copies| refill(version, generation, load, &copies.0))
+        .ok()
+        .flatten()
+}
+
+/// `refresh` with the thread's copies of its ways (see [`ClearAtExit`]).
+fn refill<T: Send + Sync + 'static>(
+    version: &Arc<Version<T>>,
+    generation: u64,
+    load: impl FnOnce() -> Arc<T>,
+    copies: &[Way; WAYS],
+) -> Option<Pinned<T>> {
     let key = ptr::from_ref(&version.generation);
     let slot = WAYS_OF_THREAD
         .try_with(|ways| {
@@ -360,6 +419,7 @@ fn refresh<T: Send + Sync + 'static>(
             // that pick again, which then find only consistent (empty or valid) ways.
             for (i, way) in ways.iter().enumerate() {
                 if i == slot || way.stale() {
+                    copies[i].forget();
                     way.clear();
                 }
             }
@@ -385,6 +445,7 @@ fn refresh<T: Send + Sync + 'static>(
             way.release.set(release_way::<T>);
             way.version
                 .set(Arc::into_raw(Arc::clone(version)).cast::<AtomicU64>());
+            copies[slot].mirror(way);
             Some(Pinned { pin })
         })
         .ok()
@@ -746,5 +807,43 @@ mod tests {
             assert_eq!(FREED.load(Ordering::Relaxed), 1);
         });
         assert_eq!(FREED.load(Ordering::Relaxed), 1);
+    }
+
+    /// Issue 19, finding 6: where thread-locals are pthread keys, the ways may be freed before
+    /// `ClearAtExit` runs. Its copies of the ways then let go of the pins: simulated here by
+    /// forgetting the ways (what freeing their storage does) before the exit path runs.
+    #[test]
+    fn the_exit_path_lets_go_of_the_pins_when_the_ways_are_gone() {
+        static LIVE: AtomicUsize = AtomicUsize::new(0);
+        on_thread(|| {
+            let first = Published::new(&LIVE, 1);
+            let second = Published::new(&LIVE, 2);
+            drop(first.pin());
+            drop(second.pin());
+            first.publish(3); // the way keeps pinning value 1 until a miss
+            drop(first);
+            drop(second);
+            assert_eq!(LIVE.load(Ordering::Relaxed), 2, "values 1 and 2 are pinned");
+            WAYS_OF_THREAD.with(|ways| ways.iter().for_each(Way::forget));
+            CLEAR_AT_EXIT.with(|copies| clear_at_exit(None, &copies.0));
+            assert_eq!(LIVE.load(Ordering::Relaxed), 0, "the copies let go of both");
+        });
+        // The real exit ran after: it found empty ways and empty copies (nothing freed twice).
+        assert_eq!(LIVE.load(Ordering::Relaxed), 0);
+    }
+
+    /// With the ways there (native thread-locals), the exit path lets go through them, once.
+    #[test]
+    fn the_exit_path_lets_go_of_each_pin_once() {
+        static LIVE: AtomicUsize = AtomicUsize::new(0);
+        on_thread(|| {
+            let p = Published::new(&LIVE, 1);
+            drop(p.pin());
+            drop(p);
+            assert_eq!(LIVE.load(Ordering::Relaxed), 1);
+            WAYS_OF_THREAD.with(|ways| CLEAR_AT_EXIT.with(|c| clear_at_exit(Some(ways), &c.0)));
+            assert_eq!(LIVE.load(Ordering::Relaxed), 0);
+        });
+        assert_eq!(LIVE.load(Ordering::Relaxed), 0);
     }
 }

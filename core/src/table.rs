@@ -2,7 +2,7 @@
 //! structures and their dispatch live in `select` (the registration list); the mutable state
 //! that outlives tables lives in `state`.
 
-use crate::health::{Gate, Policy, Status};
+use crate::health::{Gate, Members, Policy, Status};
 use crate::load::{Load, Outcome};
 use crate::node::{Node, validate_id};
 use crate::select::{Ctx, Selector};
@@ -12,6 +12,7 @@ use crate::{Algorithm, Error, MAX_NODES, Options, Result};
 use alloc::string::ToString;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::sync::atomic::AtomicUsize;
 
 /// An immutable selection table for one node list. Cheap to share; rebuilt on change.
 pub struct Table {
@@ -30,10 +31,32 @@ pub struct Table {
     policy: Policy,
     /// Latency-estimate decay (leases and reports).
     decay: core::time::Duration,
+    /// This table's identity, unique in the process (see `health::Summary::adopt`).
+    id: usize,
+}
+
+/// Hands out table identities (0 is never one: it means "none adopted"). A `usize` wraps
+/// only after 2^32 builds on 32-bit targets, and then only an identity still in use could
+/// collide with a new one.
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
+fn next_id() -> usize {
+    // Relaxed: identities only have to differ.
+    match NEXT_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed) {
+        0 => NEXT_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
+        id => id,
+    }
 }
 
 /// Redraws of an unusable unkeyed pick before the table falls back to a scan.
 const REDRAWS: usize = 32;
+
+/// A bounded-loads bound: `(in-flight + 1) · hash_balance_factor`, shared over `weight`.
+#[derive(Clone, Copy)]
+struct Bound {
+    scaled: u128,
+    weight: u64,
+}
 
 impl core::fmt::Debug for Table {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -112,6 +135,7 @@ impl Table {
             active,
             policy: Policy::new(options),
             decay: options.decay,
+            id: next_id(),
         })
     }
 
@@ -149,19 +173,51 @@ impl Table {
     /// you have no clock: estimates then never decay).
     #[inline]
     pub fn pick(&self, key: Option<&[u8]>, state: &State, now_ns: u64) -> Result<usize> {
+        self.pick_with(key, state, || now_ns)
+    }
+
+    /// [`Table::pick`] reading the caller's clock (`now_ns`) only when the pick needs it: the
+    /// algorithm weighs latency, or some node may be ejected, down or warming. Whether health
+    /// must be checked is read once, and that one reading decides both the clock and the
+    /// check (reading it twice could see an event in between and check at time 0).
+    #[inline]
+    pub fn pick_with(
+        &self,
+        key: Option<&[u8]>,
+        state: &State,
+        now_ns: impl FnOnce() -> u64,
+    ) -> Result<usize> {
         let (selector, key) = self.ready(key)?;
         let ctx = self.ctx(state, now_ns);
         if !ctx.checking() && self.policy.balance_factor == 0 {
             return Ok(selector.pick(key, &ctx) as usize);
         }
-        Ok(self.pick_checked(selector, key, &ctx) as usize)
+        self.pick_checked(selector, key, &ctx).map(|i| i as usize)
     }
 
+    /// This table's membership, as health reads it.
     #[inline]
-    fn ctx<'a>(&'a self, state: &'a State, now_ns: u64) -> Ctx<'a> {
-        let gate = if state.health.checking() {
-            let mut active = self.active.iter().map(|i| *i as usize);
-            (state.health).gate(now_ns, &self.loads, &mut active, &self.policy)
+    fn members(&self) -> Members<'_> {
+        Members {
+            loads: &self.loads,
+            active: &self.active,
+            weights: &self.weights,
+            table: self.id,
+        }
+    }
+
+    /// The context of one pick: reads [`Summary::checking`](crate::health) once, and the clock
+    /// only when that or the algorithm needs it.
+    #[inline]
+    fn ctx<'a>(&'a self, state: &'a State, now_ns: impl FnOnce() -> u64) -> Ctx<'a> {
+        let checking = state.health.checking();
+        let now_ns = if checking || self.algorithm.is_timed() {
+            now_ns()
+        } else {
+            0
+        };
+        let gate = if checking {
+            (state.health).gate(now_ns, &self.members(), &self.policy)
         } else {
             Gate::Open
         };
@@ -175,7 +231,9 @@ impl Table {
     }
 
     /// Whether a pick needs the caller's clock: the algorithm weighs latency, or some node may
-    /// be ejected, down or warming. Callers with a costly clock read it only then.
+    /// be ejected, down or warming. Only a hint (an event can happen right after it answers):
+    /// callers with a costly clock give [`Table::pick_with`] the clock instead, which reads it
+    /// exactly when the pick uses it.
     #[inline]
     pub fn needs_clock(&self, state: &State) -> bool {
         self.algorithm.is_timed() || state.health.checking()
@@ -186,16 +244,16 @@ impl Table {
     /// one is taken (a uniform or weighted draw conditioned on being usable stays uniform or
     /// weighted over the usable nodes; round robin skips); keyed picks walk the key's retry
     /// order, so only an unusable node's keys move, and they return with it.
-    fn pick_checked(&self, selector: &Selector, key: &[u8], ctx: &Ctx<'_>) -> u32 {
+    fn pick_checked(&self, selector: &Selector, key: &[u8], ctx: &Ctx<'_>) -> Result<u32> {
         if self.algorithm.is_keyed() {
             return self.pick_keyed(selector, key, ctx);
         }
         if self.algorithm.health_aware() {
             let index = selector.pick(key, ctx);
             return if ctx.usable(index) {
-                index
+                Ok(index)
             } else {
-                self.first_usable(selector, key, ctx).unwrap_or(index)
+                self.first_usable(selector, key, ctx, index)
             };
         }
         let mut index = 0;
@@ -204,24 +262,44 @@ impl Table {
             // Only a warming candidate takes a draw (so skipping an unusable node leaves the
             // seeded sequence of the others as it was).
             if ctx.accept(index, || ctx.rng.next()) {
-                return index;
+                return Ok(index);
             }
         }
-        self.first_usable(selector, key, ctx).unwrap_or(index)
+        self.first_usable(selector, key, ctx, index)
     }
 
-    /// The first node of the full retry order that may be chosen; `None` if none may
-    /// (possible only with `panic_threshold` 0).
+    /// The first node of the full retry order that may be chosen. When none may (possible
+    /// only while panic is off for this pick): with `panic_threshold` 0 the pick fails with
+    /// [`Error::NoUsableNodes`], as Envoy chooses no host; otherwise (a summary not yet
+    /// rescanned into panic) it falls back to `drawn`, failing open.
     #[cold]
-    fn first_usable(&self, selector: &Selector, key: &[u8], ctx: &Ctx<'_>) -> Option<u32> {
+    fn first_usable(
+        &self,
+        selector: &Selector,
+        key: &[u8],
+        ctx: &Ctx<'_>,
+        drawn: u32,
+    ) -> Result<u32> {
         let mut order = Vec::new();
         selector.attempts(key, ctx, self.active.len(), &mut order);
-        order.into_iter().find(|i| ctx.usable(*i))
+        match order.into_iter().find(|i| ctx.usable(*i)) {
+            Some(index) => Ok(index),
+            None => self.none_usable(drawn),
+        }
+    }
+
+    /// What a pick answers when no node may be chosen (see [`Table::first_usable`]).
+    fn none_usable(&self, fallback: u32) -> Result<u32> {
+        if self.policy.strict() {
+            Err(Error::NoUsableNodes)
+        } else {
+            Ok(fallback)
+        }
     }
 
     /// A keyed pick: the first node in the key's retry order that is usable and, with bounded
     /// loads, under its bound; if none is under its bound, the first usable one.
-    fn pick_keyed(&self, selector: &Selector, key: &[u8], ctx: &Ctx<'_>) -> u32 {
+    fn pick_keyed(&self, selector: &Selector, key: &[u8], ctx: &Ctx<'_>) -> Result<u32> {
         let first = selector.pick(key, ctx);
         self.first_fitting(first, ctx, |limit, order| {
             selector.attempts(key, ctx, limit, order)
@@ -236,11 +314,11 @@ impl Table {
         first: u32,
         ctx: &Ctx<'_>,
         mut attempts: impl FnMut(usize, &mut Vec<u32>),
-    ) -> u32 {
+    ) -> Result<u32> {
         let bound = self.load_bound(ctx);
         let fits = |i: u32| ctx.usable(i) && bound.is_none_or(|b| self.under(i, b, ctx));
         if fits(first) {
-            return first;
+            return Ok(first);
         }
         let n = self.active.len();
         let mut order = Vec::new();
@@ -249,19 +327,32 @@ impl Table {
             order.clear();
             attempts(limit, &mut order);
             if let Some(i) = order.iter().copied().find(|i| fits(*i)) {
-                return i;
+                return Ok(i);
             }
             if limit >= n || order.len() < limit {
                 break;
             }
             limit = (limit * 8).min(n);
         }
-        order.into_iter().find(|i| ctx.usable(*i)).unwrap_or(first)
+        match order.into_iter().find(|i| ctx.usable(*i)) {
+            Some(i) => Ok(i),
+            None => self.none_usable(first),
+        }
     }
 
     /// [`Table::pick_hash`] honouring health and bounded loads as keyed picks do: a hash whose
     /// node is unusable goes to the next usable node of its retry order (`attempts_hash`).
     pub fn pick_hash_at(&self, hash: u64, state: &State, now_ns: u64) -> Result<usize> {
+        self.pick_hash_with(hash, state, || now_ns)
+    }
+
+    /// [`Table::pick_hash_at`] reading the clock only when needed (see [`Table::pick_with`]).
+    pub fn pick_hash_with(
+        &self,
+        hash: u64,
+        state: &State,
+        now_ns: impl FnOnce() -> u64,
+    ) -> Result<usize> {
         let first = self.pick_hash(hash)?;
         let ctx = self.ctx(state, now_ns);
         if !ctx.checking() && self.policy.balance_factor == 0 {
@@ -270,11 +361,12 @@ impl Table {
         let selector = self.selector.as_ref().ok_or(Error::NoNodes)?;
         let index = self.first_fitting(first as u32, &ctx, |limit, order| {
             selector.attempts_by_hash(hash, limit, order);
-        });
+        })?;
         Ok(index as usize)
     }
 
-    /// [`Table::attempts_hash`] with usable nodes first (each group in retry order).
+    /// [`Table::attempts_hash`] with usable nodes first (each group in retry order); the first
+    /// is what [`Table::pick_hash_at`] answers, bounded loads included.
     pub fn attempts_hash_at(
         &self,
         hash: u64,
@@ -283,35 +375,93 @@ impl Table {
         limit: usize,
         out: &mut Vec<u32>,
     ) -> Result<()> {
+        self.attempts_hash_with(hash, state, || now_ns, limit, out)
+    }
+
+    /// [`Table::attempts_hash_at`] reading the clock only when needed.
+    pub fn attempts_hash_with(
+        &self,
+        hash: u64,
+        state: &State,
+        now_ns: impl FnOnce() -> u64,
+        limit: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
         let ctx = self.ctx(state, now_ns);
-        if !ctx.checking() {
+        if !ctx.checking() && self.policy.balance_factor == 0 {
             return self.attempts_hash(hash, limit, out);
         }
+        let selector = self.selector.as_ref().ok_or(Error::NoNodes)?;
         let mut order = Vec::new();
         self.attempts_hash(hash, self.active.len(), &mut order)?;
-        let (mut usable, unusable): (Vec<u32>, Vec<u32>) =
-            order.into_iter().partition(|i| ctx.usable(*i));
-        usable.extend(unusable);
-        usable.truncate(limit);
-        out.extend_from_slice(&usable);
+        if limit == 0 {
+            return Ok(());
+        }
+        let first = self.first_fitting(order[0], &ctx, |limit, order| {
+            selector.attempts_by_hash(hash, limit, order);
+        })?;
+        self.usable_first(first, order, &ctx, limit, out);
         Ok(())
     }
 
+    /// Writes `first`, then the rest of `order`'s usable nodes, then (unless panic is off:
+    /// `panic_threshold` 0) its unusable ones, each group in retry order, up to `limit`.
+    fn usable_first(
+        &self,
+        first: u32,
+        order: Vec<u32>,
+        ctx: &Ctx<'_>,
+        limit: usize,
+        out: &mut Vec<u32>,
+    ) {
+        let rest = order.into_iter().filter(|i| *i != first);
+        let (usable, unusable): (Vec<u32>, Vec<u32>) = rest.partition(|i| ctx.usable(*i));
+        let unusable = if self.policy.strict() && ctx.checking() {
+            Vec::new()
+        } else {
+            unusable
+        };
+        let all = core::iter::once(first).chain(usable).chain(unusable);
+        out.extend(all.take(limit));
+    }
+
     /// Bounded loads: total in-flight requests + 1 times the factor, or `None` when off.
-    fn load_bound(&self, ctx: &Ctx<'_>) -> Option<u128> {
+    fn load_bound(&self, ctx: &Ctx<'_>) -> Option<Bound> {
         let factor = self.policy.balance_factor;
         (factor > 0).then(|| {
             let total = ctx.state.in_flight.load(Ordering::Relaxed) as u128;
-            (total + 1) * u128::from(factor)
+            Bound {
+                scaled: (total + 1) * u128::from(factor),
+                weight: self.bound_weight(ctx),
+            }
         })
     }
 
+    /// The weight the bound is shared over: the usable nodes' (their caps must add up to the
+    /// bound, or the overflow lands on one node: issue 19, finding 8), or every active node's
+    /// while nothing is checked (all healthy, or panic: every node takes traffic).
+    fn bound_weight(&self, ctx: &Ctx<'_>) -> u64 {
+        if !ctx.checking() {
+            return self.total_weight;
+        }
+        let members = self.members();
+        if let Some(weight) = ctx.state.health.usable_weight(&members) {
+            return weight;
+        }
+        // The summary describes another table (this is an older one) or was never computed
+        // for this one: sum it here.
+        (self.active.iter())
+            .filter(|i| ctx.usable(**i))
+            .map(|i| u64::from(self.weights[*i as usize]))
+            .sum()
+    }
+
     /// Whether node `i` is below `ceil(bound / 100 · weight share)`, i.e.
-    /// `in_flight < ceil(bound · w / (100 · W))`.
-    fn under(&self, i: u32, bound: u128, ctx: &Ctx<'_>) -> bool {
+    /// `in_flight < ceil(bound · w / (100 · W))`, W being the weight the bound is shared over.
+    fn under(&self, i: u32, bound: Bound, ctx: &Ctx<'_>) -> bool {
         let w = u128::from(self.weights[i as usize]);
-        let total = 100 * u128::from(self.total_weight.max(1));
-        let cap = (bound * w).div_ceil(total);
+        let total = 100 * u128::from(bound.weight.max(1));
+        let cap = (bound.scaled * w).div_ceil(total);
         (ctx.loads[i as usize].in_flight() as u128) < cap
     }
 
@@ -327,29 +477,54 @@ impl Table {
     /// A request started with [`Table::start`] ends at `now_ns`: `None` = cancelled (nothing
     /// counted), else its outcome is recorded and may eject the node (see [`Table::record`]).
     pub fn end(&self, index: usize, outcome: Option<Outcome>, state: &State, now_ns: u64) {
+        if self.end_counting(index, outcome, state, now_ns) {
+            self.try_eject(&self.loads[index], state, now_ns);
+        }
+    }
+
+    /// [`Table::end`] up to the ejection: true when the outcome brought the node's failure
+    /// streak to the threshold, so the caller decides the ejection against the membership
+    /// current now ([`Table::try_eject`] on the newest table), not the one the request began in.
+    pub(crate) fn end_counting(
+        &self,
+        index: usize,
+        outcome: Option<Outcome>,
+        state: &State,
+        now_ns: u64,
+    ) -> bool {
         self.loads[index].end(None, now_ns, self.decay);
         if self.policy.balance_factor > 0 {
             state.in_flight.fetch_sub(1, Ordering::Relaxed);
         }
-        if let Some(outcome) = outcome {
-            self.record(index, outcome, state, now_ns);
-        }
+        outcome.is_some_and(|outcome| self.record_counting(index, outcome, state, now_ns))
     }
 
     /// Records an outcome for node `index` at `now_ns` (requests, failures, latency) without
     /// touching in-flight; enough consecutive failures eject the node (`consecutive_failures`,
-    /// within `max_ejection_percent`). Returns whether this outcome ejected it.
+    /// within `max_ejection_percent` of this table's nodes). Returns whether this outcome
+    /// ejected it.
     pub fn record(&self, index: usize, outcome: Outcome, state: &State, now_ns: u64) -> bool {
-        self.loads[index].record(outcome, now_ns, self.decay);
-        let mut active = self.active.iter().map(|i| *i as usize);
-        (state.health).record(
-            index,
-            outcome.is_success(),
-            now_ns,
-            &self.loads,
-            &mut active,
-            &self.policy,
-        )
+        self.record_counting(index, outcome, state, now_ns)
+            && self.try_eject(&self.loads[index], state, now_ns)
+    }
+
+    /// [`Table::record`] up to the ejection (see [`Table::end_counting`]).
+    pub(crate) fn record_counting(
+        &self,
+        index: usize,
+        outcome: Outcome,
+        state: &State,
+        now_ns: u64,
+    ) -> bool {
+        let load = &self.loads[index];
+        load.record(outcome, now_ns, self.decay);
+        (state.health).count(load, outcome.is_success(), now_ns, &self.policy)
+    }
+
+    /// Ejects the node whose load is `load` at `now_ns` if it is one of this table's active
+    /// nodes and this table's `max_ejection_percent` allows. Returns whether it was ejected.
+    pub(crate) fn try_eject(&self, load: &Arc<Load>, state: &State, now_ns: u64) -> bool {
+        (state.health).try_eject(load, now_ns, &self.members(), &self.policy)
     }
 
     /// Marks node `index` down (`true`: no picks until marked up) or up (a warm-up starts
@@ -381,13 +556,17 @@ impl Table {
     /// Whether picks at `now_ns` ignore health because too few nodes are healthy (the
     /// summary is rescanned first if it is due).
     pub fn panic(&self, state: &State, now_ns: u64) -> bool {
-        let _ = self.ctx(state, now_ns);
+        let _ = self.ctx(state, || now_ns);
         state.health.checking() && state.health.panic()
     }
 
-    /// Marks the health summary stale (membership changed): the next pick rescans.
+    /// Makes this table the one `state`'s health summary describes (call it when this table
+    /// replaces another over the same state: a membership change) and marks the summary stale,
+    /// so the next pick rescans. From then on picks through older tables check their
+    /// candidates but no longer rescan, so they cannot overwrite what this membership's
+    /// events set.
     pub fn touch_health(&self, state: &State) {
-        state.health.touch();
+        state.health.adopt(self.id);
     }
 
     /// The node for a caller's 64-bit key hash — what `pick` answers for a key with that hash —
@@ -424,34 +603,55 @@ impl Table {
         limit: usize,
         out: &mut Vec<u32>,
     ) -> Result<()> {
+        self.attempts_with(key, state, || now_ns, limit, out)
+    }
+
+    /// [`Table::attempts`] reading the clock only when needed (see [`Table::pick_with`]).
+    /// With health to check, usable nodes come first (each group in retry order; with
+    /// `panic_threshold` 0 unusable ones are left out, and none usable fails with
+    /// [`Error::NoUsableNodes`] as a pick does); with bounded loads (keyed algorithms) the first
+    /// is the node a pick would choose.
+    pub fn attempts_with(
+        &self,
+        key: Option<&[u8]>,
+        state: &State,
+        now_ns: impl FnOnce() -> u64,
+        limit: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
         let (selector, key) = self.ready(key)?;
-        if limit > 0 {
-            let ctx = self.ctx(state, now_ns);
-            let mut order = Vec::with_capacity(limit.min(64));
-            if ctx.checking() {
-                // Usable nodes first, each group in retry order: widen the order until it holds
-                // `limit` usable nodes or every node.
-                let n = self.active.len();
-                let mut want = limit.min(n);
-                loop {
-                    order.clear();
-                    selector.attempts(key, &ctx, want, &mut order);
-                    let usable = order.iter().filter(|i| ctx.usable(**i)).count();
-                    if usable >= limit || order.len() < want || want >= n {
-                        break;
-                    }
-                    want = want.saturating_mul(4).min(n);
-                }
-                let (mut usable, unusable): (Vec<u32>, Vec<u32>) =
-                    order.into_iter().partition(|i| ctx.usable(*i));
-                usable.extend(unusable);
-                usable.truncate(limit);
-                order = usable;
-            } else {
-                selector.attempts(key, &ctx, limit, &mut order);
-            }
-            out.extend_from_slice(&order);
+        if limit == 0 {
+            return Ok(());
         }
+        let ctx = self.ctx(state, now_ns);
+        let mut order = Vec::with_capacity(limit.min(64));
+        let bounded = self.policy.balance_factor > 0 && self.algorithm.is_keyed();
+        if !ctx.checking() && !bounded {
+            selector.attempts(key, &ctx, limit, &mut order);
+            out.extend_from_slice(&order);
+            return Ok(());
+        }
+        // Widen the order until it holds `limit` usable nodes or every node.
+        let n = self.active.len();
+        let mut want = limit.min(n);
+        loop {
+            order.clear();
+            selector.attempts(key, &ctx, want, &mut order);
+            let usable = order.iter().filter(|i| ctx.usable(**i)).count();
+            if usable >= limit || order.len() < want || want >= n {
+                break;
+            }
+            want = want.saturating_mul(4).min(n);
+        }
+        let first = if bounded {
+            self.pick_keyed(selector, key, &ctx)?
+        } else {
+            match order.iter().copied().find(|i| ctx.usable(*i)) {
+                Some(i) => i,
+                None => self.none_usable(order[0])?,
+            }
+        };
+        self.usable_first(first, order, &ctx, limit, out);
         Ok(())
     }
 }
