@@ -175,6 +175,11 @@ enum lb_result
      * recorded (and a lease given to `lb_lease_finish` is still the caller's).
      */
     LB_RESULT_INVALID_OUTCOME = 107,
+    /**
+     * Every node with weight > 0 is ejected or marked down and `panic_threshold` is 0 (panic
+     * disabled): nothing may be chosen until a node is back (Envoy's "no healthy upstream").
+     */
+    LB_RESULT_NO_USABLE_NODES = 108,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -77,6 +77,8 @@ export interface BalancerOptions {
 /** Every error thrown by liblb itself has one of these codes. */
 export type ErrorCode =
   | 'LB_NO_NODES'
+  /** Every node is ejected or marked down and `panic_threshold` is 0 (panic disabled). */
+  | 'LB_NO_USABLE_NODES'
   | 'LB_EMPTY_ID'
   | 'LB_ID_CONTAINS_NUL'
   | 'LB_INVALID_UTF8'

@@ -1,7 +1,8 @@
 //! `lb_result`: one code per failure, stable numbers, static text.
 //!
 //! Codes 1..=13 are core `Error` kinds (the same failures every binding reports, see
-//! `Error::code`); from 100 up, codes of the C boundary and core kinds added later (105, 106).
+//! `Error::code`); from 100 up, codes of the C boundary and core kinds added later (105, 106,
+//! 108).
 //! Names and texts of the core's kinds come from the core (`Error::code`, `Error::summary`).
 
 use core::ffi::{CStr, c_char};
@@ -75,6 +76,9 @@ pub enum lb_result {
     /// An `lb_outcome` was neither `LB_OUTCOME_SUCCESS` nor `LB_OUTCOME_FAILURE`: nothing was
     /// recorded (and a lease given to `lb_lease_finish` is still the caller's).
     InvalidOutcome = 107,
+    /// Every node with weight > 0 is ejected or marked down and `panic_threshold` is 0 (panic
+    /// disabled): nothing may be chosen until a node is back (Envoy's "no healthy upstream").
+    NoUsableNodes = 108,
 }
 
 /// The one list of codes: each variant once, with where its name and text come from —
@@ -150,6 +154,7 @@ lb_result_table! {
         "LB_INVALID_OUTCOME",
         "an outcome is neither LB_OUTCOME_SUCCESS nor LB_OUTCOME_FAILURE"
     ),
+    NoUsableNodes => core(Error::NoUsableNodes),
 }
 
 impl From<Error> for lb_result {

@@ -60,6 +60,17 @@ describe('health', () => {
     })
   }
 
+  it('panic_threshold 0 with every node down picks nothing (LB_NO_USABLE_NODES)', () => {
+    const b = new Balancer('ring', NODES, { panic_threshold: 0 })
+    for (const node of NODES) b.markDown(node)
+    assert.equal(b.panic, false)
+    throwsCode(() => b.pick('k'), 'LB_NO_USABLE_NODES', 'no usable nodes')
+    throwsCode(() => b.attempts('k', 3), 'LB_NO_USABLE_NODES')
+    b.markUp('b')
+    assert.equal(b.pick('k'), 'b')
+    assert.deepEqual(b.attempts('k', 3), ['b'])
+  })
+
   it('bad ids and options throw the core\'s errors and change nothing', () => {
     const b = new Balancer('random', NODES)
     throwsCode(() => b.markDown('zz'), 'LB_UNKNOWN_NODE')

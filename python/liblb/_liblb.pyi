@@ -32,6 +32,7 @@ __all__ = [
     "OPTIONS",
     "Error",
     "NoNodesError",
+    "NoUsableNodesError",
     "InvalidNodeIdError",
     "InvalidUtf8Error",
     "DuplicateNodeError",
@@ -199,6 +200,10 @@ class Error(ValueError):
 
 class NoNodesError(Error):
     """The balancer has no node with weight > 0 to pick from (LB_NO_NODES)."""
+
+class NoUsableNodesError(NoNodesError):
+    """Every node with weight > 0 is ejected or marked down and panic_threshold is 0, so no
+    node may be chosen (LB_NO_USABLE_NODES)."""
 
 class InvalidNodeIdError(Error):
     """A node id is empty (LB_EMPTY_ID) or contains a NUL character (LB_ID_CONTAINS_NUL)."""

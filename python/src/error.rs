@@ -29,6 +29,12 @@ create_exception!(
 );
 create_exception!(
     liblb,
+    NoUsableNodesError,
+    NoNodesError,
+    "Every node with weight > 0 is ejected or marked down and panic_threshold is 0, so no node may be chosen (LB_NO_USABLE_NODES)."
+);
+create_exception!(
+    liblb,
     InvalidNodeIdError,
     Error,
     "A node id is empty (LB_EMPTY_ID) or contains a NUL character (LB_ID_CONTAINS_NUL)."
@@ -116,6 +122,7 @@ create_exception!(
 fn class_of<'py>(py: Python<'py>, error: &E) -> Bound<'py, PyType> {
     match error {
         E::NoNodes => py.get_type::<NoNodesError>(),
+        E::NoUsableNodes => py.get_type::<NoUsableNodesError>(),
         E::EmptyId | E::IdContainsNul(_) => py.get_type::<InvalidNodeIdError>(),
         E::InvalidUtf8 => py.get_type::<InvalidUtf8Error>(),
         E::DuplicateNode(_) => py.get_type::<DuplicateNodeError>(),
@@ -190,9 +197,10 @@ impl<T> OrRaise<T> for liblb_core::Result<T> {
 /// it as the class attribute `code`, taken from the core itself (never retyped here).
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    let with_code: [(Bound<'_, PyType>, Option<E>); 15] = [
+    let with_code: [(Bound<'_, PyType>, Option<E>); 16] = [
         (py.get_type::<Error>(), None),
         (py.get_type::<NoNodesError>(), Some(E::NoNodes)),
+        (py.get_type::<NoUsableNodesError>(), Some(E::NoUsableNodes)),
         (py.get_type::<InvalidNodeIdError>(), None),
         (py.get_type::<InvalidUtf8Error>(), Some(E::InvalidUtf8)),
         (

@@ -16,6 +16,7 @@ NODES = ["NodeA", "NodeB", "NodeC"]
 CLASSES: list[tuple[type[liblb.Error], type[Exception], str | None]] = [
     (liblb.Error, ValueError, None),
     (liblb.NoNodesError, liblb.Error, "LB_NO_NODES"),
+    (liblb.NoUsableNodesError, liblb.NoNodesError, "LB_NO_USABLE_NODES"),
     (liblb.InvalidNodeIdError, liblb.Error, None),
     (liblb.InvalidUtf8Error, liblb.Error, "LB_INVALID_UTF8"),
     (liblb.DuplicateNodeError, liblb.Error, "LB_DUPLICATE_NODE"),

@@ -76,6 +76,22 @@ def test_mark_down_and_up_for_every_algorithm(algorithm: str) -> None:
         assert b.pick_many(keys) == before
 
 
+def test_panic_threshold_zero_with_every_node_down_picks_nothing() -> None:
+    b = liblb.Balancer("ring", NODES, panic_threshold=0)
+    for node in NODES:
+        b.mark_down(node)
+    assert b.panic is False
+    with pytest.raises(liblb.NoUsableNodesError) as raised:
+        b.pick("k")
+    assert raised.value.code == "LB_NO_USABLE_NODES"
+    assert isinstance(raised.value, liblb.NoNodesError)
+    with pytest.raises(liblb.NoUsableNodesError):
+        b.attempts("k", 3)
+    b.mark_up("b")
+    assert b.pick("k") == "b"
+    assert b.attempts("k", 3) == ["b"]
+
+
 def test_health_calls_reject_unknown_ids_and_change_nothing() -> None:
     b = liblb.Balancer("random", NODES)
     with pytest.raises(liblb.UnknownNodeError):

@@ -738,6 +738,7 @@ static void test_least_connections_reads_leases(void) {
 /* Health: failures reported eject a node (stats say until when), mark_down/mark_up for a
  * keyed algorithm move only that node's keys and bring them back, panic, bad input. */
 static void test_health(void) {
+    static const char *const ids_of[] = {"a", "b", "c", "d"};
     lb_options *o = NULL;
     CHECK_OK(lb_options_new(&o));
     CHECK_OK(lb_options_set_int(o, S("consecutive_failures"), 2));
@@ -818,6 +819,25 @@ static void test_health(void) {
         CHECK(st[i].status == LB_NODE_HEALTHY);
     lb_balancer_free(rr);
     lb_balancer_free(ring);
+
+    /* Panic disabled (panic_threshold 0) and every node down: nothing may be chosen. */
+    lb_options *strict = NULL;
+    CHECK_OK(lb_options_new(&strict));
+    CHECK_OK(lb_options_set_int(strict, S("panic_threshold"), 0));
+    lb_balancer *none = make("ring", strict, abcd, 4);
+    lb_options_free(strict);
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(lb_balancer_mark_down(none, ids_of[i], 1));
+    uint64_t tag = 99;
+    CHECK_RESULT(lb_balancer_pick(none, S("k"), &tag, NULL, 0, NULL), LB_RESULT_NO_USABLE_NODES);
+    CHECK(tag == 99);
+    CHECK(strcmp(lb_result_name(LB_RESULT_NO_USABLE_NODES), "LB_NO_USABLE_NODES") == 0);
+    CHECK_OK(lb_balancer_panic(none, &panic));
+    CHECK(!panic);
+    CHECK_OK(lb_balancer_mark_up(none, S("b")));
+    CHECK_OK(lb_balancer_pick(none, S("k"), &tag, NULL, 0, NULL));
+    CHECK(tag == 2);
+    lb_balancer_free(none);
 }
 
 static void test_pick_hash(void) {
