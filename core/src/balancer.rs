@@ -272,7 +272,10 @@ pub struct NodeStats {
 /// latency with the balancer's clock); a lease dropped unfinished ends as *cancelled*
 /// (in-flight released, nothing counted). A lease keeps its snapshot alive, so its id stays
 /// valid and ending it is harmless even after its node was removed (the removed node's
-/// counters are simply no longer listed).
+/// counters are simply no longer listed). The price: a lease that lives across membership
+/// changes holds its membership's table until it ends (2.9 MiB for a 1,000-node `ring`; see
+/// `docs/health.md`, "Memory held by leases"). If its failure ejects the node, the cap
+/// (`max_ejection_percent`) is that of the membership current when it ends.
 pub struct Lease {
     snapshot: Held,
     index: usize,
