@@ -308,9 +308,11 @@ pub(crate) struct Summary {
     /// The adopted table's identity; 0 = none adopted yet (a lone table: any table's scan
     /// counts, as when a `Table` is used on its own).
     table: AtomicUsize,
-    /// The weight of the usable nodes of the adopted table as of the last scan (bounded loads
-    /// size their caps by it), saturated at `usize::MAX` where that is narrower than `u64`.
+    /// The weight of the usable nodes as of the last scan (bounded loads size their caps by
+    /// it), saturated at `usize::MAX` where that is narrower than `u64`, and the identity of
+    /// the table that scan read.
     usable_weight: AtomicUsize,
+    weighed: AtomicUsize,
     /// Some node may be unusable or warming: picks must check. Cleared by a scan that finds
     /// every node healthy with nothing scheduled.
     check: AtomicBool,
@@ -375,9 +377,12 @@ impl Summary {
     }
 
     /// The usable weight of `members` as of the last scan, if that scan was of this table
-    /// (`None`: the caller computes it).
+    /// (`None`: the caller computes it). Acquire: pairs with the scan's release of `weighed`,
+    /// so the weight read is that scan's or a later one's. Only one table scans at a time but
+    /// for the moment a membership change hands over: a pick on the older table may then size
+    /// its caps by the newer table's weight, once.
     pub(crate) fn usable_weight(&self, members: &Members<'_>) -> Option<u64> {
-        if self.table.load(Ordering::Relaxed) != members.table {
+        if self.weighed.load(Ordering::Acquire) != members.table {
             return None;
         }
         let weight = self.usable_weight.load(Ordering::Relaxed);
@@ -457,6 +462,7 @@ impl Summary {
             usize::try_from(usable_weight).unwrap_or(usize::MAX),
             Ordering::Relaxed,
         );
+        self.weighed.store(members.table, Ordering::Release);
         if let Some(next) = next {
             self.next.store(next as _, Ordering::Relaxed);
         }
