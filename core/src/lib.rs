@@ -35,6 +35,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+mod budget;
 mod error;
 mod hash;
 mod health;
@@ -52,6 +53,7 @@ mod table;
 #[cfg(feature = "std")]
 mod balancer;
 
+pub use budget::{AdaptiveThrottle, RetryBudget, RetryThrottle};
 pub use error::{Error, Result};
 pub use hash::HashKind;
 pub use health::Status;
