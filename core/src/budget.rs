@@ -252,26 +252,27 @@ pub struct RetryThrottle {
 }
 
 impl RetryThrottle {
-    /// A throttle with `max_tokens` (1 to 1000) tokens, regaining `token_ratio` (above 0, up to
-    /// `max_tokens`, three decimal places: more are rounded to the nearest thousandth) per
-    /// success. It starts full.
+    /// A throttle with `max_tokens` (1 to 1000) tokens, regaining `token_ratio` per success
+    /// (at least 0.001; digits past the third decimal are dropped, as A6 says: 0.5466 is 0.546,
+    /// computed as grpc-java does, `(int) (ratio * 1000)`). It starts full.
     pub fn new(max_tokens: u32, token_ratio: f64) -> Result<RetryThrottle> {
         if !(1..=1000).contains(&max_tokens) {
             return Err(invalid("max_tokens", max_tokens, "1 to 1000"));
         }
-        let ratio = libm::round(token_ratio * 1000.0);
-        if !(token_ratio > 0.0 && ratio >= 1.0 && ratio <= f64::from(max_tokens) * 1000.0) {
+        // `as` truncates towards zero and saturates, as Java's `(int)` does.
+        let ratio = (token_ratio * 1000.0) as u32;
+        if !token_ratio.is_finite() || ratio == 0 {
             return Err(invalid(
                 "token_ratio",
                 token_ratio,
-                "a number from 0.001 to max_tokens",
+                "a number of at least 0.001",
             ));
         }
         let max = max_tokens * 1000;
         Ok(RetryThrottle {
             tokens: AtomicU32::new(max),
             max,
-            ratio: ratio as u32,
+            ratio,
         })
     }
 
@@ -566,6 +567,39 @@ mod tests {
         assert!(RetryThrottle::new(10, 0.0004).is_err());
         assert!(RetryThrottle::new(10, f64::NAN).is_err());
         assert!(RetryThrottle::new(10, 10.0).is_ok());
+        // Digits past the third decimal are dropped (A6: 0.5466 is 0.546).
+        let t = RetryThrottle::new(10, 0.5466).unwrap();
+        for _ in 0..10 {
+            t.failure();
+        }
+        t.success();
+        assert_eq!(t.tokens(), 0.546);
+    }
+
+    /// Ported from grpc-java `RetriableStreamTest.throttle()` (grpc/grpc-java,
+    /// `core/src/test/java/io/grpc/internal/RetriableStreamTest.java`): `Throttle(4, 0.8)`,
+    /// threshold 2; `failure()` is `onQualifiedFailureThenCheckIsAboveThreshold`.
+    #[test]
+    fn grpc_java_throttle() {
+        let t = RetryThrottle::new(4, 0.8).unwrap();
+        assert!(t.allows());
+        assert!(t.failure()); // 3
+        assert!(t.allows());
+        assert!(!t.failure()); // 2
+        assert!(!t.allows());
+        for expected in [1.0, 0.0, 0.0, 0.0] {
+            assert!(!t.failure());
+            assert_eq!(t.tokens(), expected);
+        }
+        for (expected, above) in [(0.8, false), (1.6, false), (2.4, true), (3.2, true)] {
+            t.success();
+            assert_eq!((t.tokens(), t.allows()), (expected, above));
+        }
+        t.success();
+        t.success();
+        assert_eq!(t.tokens(), 4.0); // capped
+        assert!(t.failure()); // 3
+        assert!(!t.failure()); // 2
     }
 
     #[test]
