@@ -120,9 +120,25 @@ def _json_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
+class _NotInteger(str):
+    """A JSON number written with a fraction or an exponent (``1.0``, ``1e2``): the format
+    takes integer literals only, even integral ones (tests/membership/values.json)."""
+
+
+class _HugeInteger(str):
+    """An integer literal too long to be in range, kept as text (int() of thousands of digits
+    is slow, and refused beyond sys.get_int_max_str_digits())."""
+
+
+def _parse_int(text: str) -> int | _HugeInteger:
+    # 2**64 - 1 has 20 digits; anything longer than 21 characters ("-" and 20 digits) is out
+    # of every range this format has.
+    return int(text) if len(text) <= 21 else _HugeInteger(text)
+
+
 def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     # json keeps the last of two equal names silently; a duplicate field is an error here, as
-    # it is for the Rust reader.
+    # it is for the Rust reader (names compared after unescaping: "w\u0065ight" is "weight").
     fields: dict[str, Any] = {}
     for name, value in pairs:
         if name in fields:
@@ -131,10 +147,26 @@ def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return fields
 
 
+# A member value is one flat object: a valid one holds exactly one "{" and no "[" (its only
+# strings are the names "weight" and "tag"). More brackets than this cannot be valid, and
+# refusing them before json.loads bounds its recursion: a value of 100,000 "[" is a
+# ValueError here, never a RecursionError (or a C stack overflow under a raised limit).
+_MAX_BRACKETS = 32
+
+
 def _integer_field(fields: dict[str, Any], name: str, maximum: int) -> int | None:
     if name not in fields:
         return None
     value = fields[name]
+    if isinstance(value, _HugeInteger):
+        raise ValueError(
+            f'"{name}" {value[:24]}... ({len(value)} characters) is out of range 0..={maximum}'
+        )
+    if isinstance(value, _NotInteger):
+        raise ValueError(
+            f'"{name}" must be an integer 0..={maximum} written without fraction or '
+            f"exponent, not {value}"
+        )
     # bool is an int subclass in Python; true/false are not numbers in JSON.
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f'"{name}" must be an integer 0..={maximum}, not {json.dumps(value)}')
@@ -147,7 +179,10 @@ def parse_member(value: bytes) -> Member:
     """A node's settings from its etcd value, or ValueError saying what is wrong with it.
 
     Empty means weight 1; otherwise a JSON object with only the optional integer fields
-    ``weight`` (0..=MAX_WEIGHT, default 1) and ``tag`` (0..=MAX_TAG).
+    ``weight`` (0..=MAX_WEIGHT, default 1) and ``tag`` (0..=MAX_TAG), each at most once,
+    written as integer literals (``-0`` is 0; ``1.0`` and ``1e2`` are refused). The accepted
+    and rejected values are the table tests/membership/values.json, shared with the Rust
+    watcher.
     """
     if not isinstance(value, bytes):
         raise TypeError(f"value must be bytes, not {type(value).__name__}")
@@ -157,14 +192,23 @@ def parse_member(value: bytes) -> Member:
         text = value.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"value is not UTF-8 ({e.reason} at byte {e.start})") from None
+    brackets = text.count("{") + text.count("[")
+    if brackets > _MAX_BRACKETS:
+        raise ValueError(
+            f"value is not a flat JSON object: {brackets} '{{' or '[' (nested too deeply)"
+        )
     try:
         parsed = json.loads(
-            text, object_pairs_hook=_unique_fields, parse_constant=_json_constant
+            text,
+            object_pairs_hook=_unique_fields,
+            parse_constant=_json_constant,
+            parse_float=_NotInteger,
+            parse_int=_parse_int,
         )
-    except ValueError as e:  # json.JSONDecodeError, and the hooks' errors
+    except ValueError as e:  # json.JSONDecodeError (a BOM too), and the hooks' errors
         raise ValueError(f"value is not valid JSON: {e}") from None
     if not isinstance(parsed, dict):
-        raise ValueError(f"value must be a JSON object, not {type(parsed).__name__}")
+        raise ValueError(f"value must be a JSON object, not {_json_type(parsed)}")
     unknown = sorted(set(parsed) - set(_FIELDS))
     if unknown:
         raise ValueError(
@@ -173,6 +217,14 @@ def parse_member(value: bytes) -> Member:
     weight = _integer_field(parsed, "weight", MAX_WEIGHT)
     tag = _integer_field(parsed, "tag", MAX_TAG)
     return Member(1 if weight is None else weight, tag)
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, (_NotInteger, _HugeInteger)):
+        return "number"
+    if isinstance(value, bool):
+        return "bool"
+    return type(value).__name__
 
 
 def node_id_from_key(key: bytes, prefix: bytes) -> str:

@@ -338,6 +338,44 @@ def test_parse_member_rejects(value: bytes, problem: str) -> None:
         parse_member(value)
 
 
+VALUES = Path(__file__).resolve().parents[2] / "tests" / "membership" / "values.json"
+
+
+def value_cases(kind: str) -> list[Any]:
+    """The rows of tests/membership/values.json (the table the Rust watcher reads too)."""
+    table = json.loads(VALUES.read_text(encoding="utf-8"))
+    rows: list[dict[str, Any]] = table[kind]
+    assert rows, kind
+    return [
+        pytest.param(
+            bytes.fromhex(row["value_hex"]) if "value_hex" in row else row["value"].encode(),
+            row,
+            id=row.get("why", row.get("value", "")) + f" [{i}]",
+        )
+        for i, row in enumerate(rows)
+    ]
+
+
+@pytest.mark.parametrize(("value", "row"), value_cases("accepted"))
+def test_shared_table_accepted(value: bytes, row: dict[str, Any]) -> None:
+    member = parse_member(value)
+    # The table says tag 0 for "no tag"; Member keeps None for a value without one.
+    assert (member.weight, member.tag or 0) == (row["weight"], row["tag"]), value
+
+
+@pytest.mark.parametrize(("value", "row"), value_cases("rejected"))
+def test_shared_table_rejected(value: bytes, row: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        parse_member(value)
+
+
+@pytest.mark.parametrize("opener", [b"[", b"{\"a\": ", b'{"weight": ['])
+def test_parse_member_deep_nesting_is_a_value_error(opener: bytes) -> None:
+    # 100,000 levels: json.loads alone raises RecursionError here.
+    with pytest.raises(ValueError, match="nested too deeply"):
+        parse_member(b'{"weight": ' + opener * 100_000)
+
+
 def test_parse_member_type() -> None:
     with pytest.raises(TypeError, match="value must be bytes, not str"):
         parse_member("{}")  # type: ignore[arg-type]
