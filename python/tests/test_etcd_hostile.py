@@ -196,8 +196,11 @@ class FakeEtcd:
             thread.join(BOUND)
 
 
+Start = Callable[[Callable[[Request], None]], FakeEtcd]
+
+
 @pytest.fixture
-def fake() -> Iterator[Callable[[Callable[[Request], None]], FakeEtcd]]:
+def fake() -> Iterator[Start]:
     servers: list[FakeEtcd] = []
 
     def start(script: Callable[[Request], None]) -> FakeEtcd:
@@ -274,7 +277,7 @@ def good_range_then(watch: Callable[[Request], None]) -> Callable[[Request], Non
 # -- finding 3: every read has a cap ----------------------------------------------------------
 
 
-def test_endless_watch_message_is_capped(fake: Any, logs: pytest.LogCaptureFixture) -> None:
+def test_endless_watch_message_is_capped(fake: Start, logs: pytest.LogCaptureFixture) -> None:
     def watch(request: Request) -> None:
         request.stream_head()
         request.message(created(5))
@@ -295,7 +298,7 @@ def test_endless_watch_message_is_capped(fake: Any, logs: pytest.LogCaptureFixtu
 
 @pytest.mark.parametrize("framing", ["chunked", "close", "content-length"])
 def test_endless_range_body_is_capped(
-    fake: Any, logs: pytest.LogCaptureFixture, framing: str
+    fake: Start, logs: pytest.LogCaptureFixture, framing: str
 ) -> None:
     def script(request: Request) -> None:
         if framing == "content-length":
@@ -321,7 +324,7 @@ def test_endless_range_body_is_capped(
         assert first.sent < SLACK
 
 
-def test_huge_error_body_is_cut(fake: Any, logs: pytest.LogCaptureFixture) -> None:
+def test_huge_error_body_is_cut(fake: Start, logs: pytest.LogCaptureFixture) -> None:
     def script(request: Request) -> None:
         request.send(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\n\r\n")
         request.endless(b"E" * 65536, chunked=False)
@@ -343,7 +346,7 @@ def test_huge_error_body_is_cut(fake: Any, logs: pytest.LogCaptureFixture) -> No
 
 
 def test_trickled_range_hits_the_request_deadline(
-    fake: Any, logs: pytest.LogCaptureFixture
+    fake: Start, logs: pytest.LogCaptureFixture
 ) -> None:
     answer = json.dumps(range_answer(5, {"a": ""})).encode()
 
@@ -366,7 +369,7 @@ def test_trickled_range_hits_the_request_deadline(
 
 
 def test_trickled_watch_message_is_a_logged_stall(
-    fake: Any, logs: pytest.LogCaptureFixture
+    fake: Start, logs: pytest.LogCaptureFixture
 ) -> None:
     def watch(request: Request) -> None:
         request.stream_head()
@@ -386,7 +389,7 @@ def test_trickled_watch_message_is_a_logged_stall(
 
 
 def test_silent_watch_is_reopened_after_idle_timeout(
-    fake: Any, logs: pytest.LogCaptureFixture
+    fake: Start, logs: pytest.LogCaptureFixture
 ) -> None:
     def watch(request: Request) -> None:
         request.stream_head()
@@ -405,7 +408,7 @@ def test_silent_watch_is_reopened_after_idle_timeout(
 # -- finding 5 and 1: resync loops back off; another cluster resyncs ----------------------------
 
 
-def rate_test(fake: Any, watch: Callable[[Request], None]) -> list[Request]:
+def rate_test(fake: Start, watch: Callable[[Request], None]) -> list[Request]:
     """Runs a watcher for 3 s against a fake looping it through range and watch; returns the
     ranges it made."""
     server = fake(good_range_then(watch))
@@ -414,7 +417,7 @@ def rate_test(fake: Any, watch: Callable[[Request], None]) -> list[Request]:
     return server.paths("/v3/kv/range")
 
 
-def test_revision_behind_loop_backs_off(fake: Any, logs: pytest.LogCaptureFixture) -> None:
+def test_revision_behind_loop_backs_off(fake: Start, logs: pytest.LogCaptureFixture) -> None:
     def watch(request: Request) -> None:
         request.stream_head()
         request.message(created(3))  # behind the range's 5: resync
@@ -427,7 +430,7 @@ def test_revision_behind_loop_backs_off(fake: Any, logs: pytest.LogCaptureFixtur
     assert "etcd's revision 3 is behind ours (5)" in log_text(logs)
 
 
-def test_compaction_loop_backs_off(fake: Any, logs: pytest.LogCaptureFixture) -> None:
+def test_compaction_loop_backs_off(fake: Start, logs: pytest.LogCaptureFixture) -> None:
     def watch(request: Request) -> None:
         request.stream_head()
         request.message(created(5))
@@ -443,7 +446,7 @@ def test_compaction_loop_backs_off(fake: Any, logs: pytest.LogCaptureFixture) ->
 
 
 def test_other_cluster_behind_the_endpoint_resyncs(
-    fake: Any, logs: pytest.LogCaptureFixture
+    fake: Start, logs: pytest.LogCaptureFixture
 ) -> None:
     def script(request: Request) -> None:
         ranges = len(fake_server.paths("/v3/kv/range"))
@@ -469,7 +472,7 @@ def test_other_cluster_behind_the_endpoint_resyncs(
 
 
 def test_decreasing_and_negative_revisions_are_refused(
-    fake: Any, logs: pytest.LogCaptureFixture
+    fake: Start, logs: pytest.LogCaptureFixture
 ) -> None:
     def script(request: Request) -> None:
         watches = len(fake_server.paths("/v3/watch"))
@@ -519,7 +522,7 @@ MALFORMED_RANGES: list[tuple[bytes, str]] = [
 
 
 def test_malformed_ranges_keep_the_last_good_membership(
-    fake: Any, logs: pytest.LogCaptureFixture
+    fake: Start, logs: pytest.LogCaptureFixture
 ) -> None:
     def script(request: Request) -> None:
         ranges = len(fake_server.paths("/v3/kv/range"))
@@ -556,7 +559,7 @@ def test_malformed_ranges_keep_the_last_good_membership(
 
 
 def test_unexpected_error_is_logged_with_its_traceback(
-    fake: Any, logs: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    fake: Start, logs: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(value: bytes) -> liblb.etcd.Member:
         raise RuntimeError("a bug in the parser")
@@ -573,7 +576,7 @@ def test_unexpected_error_is_logged_with_its_traceback(
 
 @pytest.mark.parametrize("exception", [SystemExit, KeyboardInterrupt])
 def test_on_change_raising_base_exceptions_is_logged_and_ignored(
-    fake: Any, logs: pytest.LogCaptureFixture, exception: type[BaseException]
+    fake: Start, logs: pytest.LogCaptureFixture, exception: type[BaseException]
 ) -> None:
     def watch(request: Request) -> None:
         request.stream_head()
@@ -595,7 +598,7 @@ def test_on_change_raising_base_exceptions_is_logged_and_ignored(
         assert f"on_change raised at revision {revision}: {exception.__name__}" in log_text(logs)
 
 
-def test_several_endpoints_skip_the_dead_one(fake: Any, logs: pytest.LogCaptureFixture) -> None:
+def test_several_endpoints_skip_the_dead_one(fake: Start, logs: pytest.LogCaptureFixture) -> None:
     def watch(request: Request) -> None:
         request.stream_head()
         request.message(created(5))
