@@ -24,6 +24,7 @@ import re
 import shutil
 import socket
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -78,20 +79,90 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-class EtcdServer:
-    """One single-member etcd on loopback; restartable on the same ports and data dir."""
+AUTHENTICATE = "/v3/auth/authenticate"
 
-    def __init__(self, binary: str, data: Path) -> None:
+
+class Certs:
+    """A CA, etcd's server certificate (subjectAltName IP:127.0.0.1) and a client certificate
+    signed by it, and an unrelated CA: made with the openssl command for each test run."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        for ca in ("ca", "other"):
+            self.openssl(
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-subj", f"/CN=liblb test {ca}",
+            )
+        for name, usage, san in (
+            ("server", "serverAuth,clientAuth", "subjectAltName=IP:127.0.0.1\n"),
+            ("client", "clientAuth", ""),
+        ):
+            (folder / f"{name}.ext").write_text(f"{san}extendedKeyUsage={usage}\n")
+            self.openssl(
+                "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+                # No CommonName on the client's: with authentication on, etcd 3.4's gateway
+                # refuses a certificate with one ("CommonName of client sending a request
+                # against gateway will be ignored and not used as expected").
+                "-out", f"{name}.csr", "-subj", "/CN=etcd" if name == "server" else "/O=liblb",
+            )
+            self.openssl(
+                "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "2", "-out", f"{name}.pem",
+                "-extfile", f"{name}.ext",
+            )
+
+    def openssl(self, *args: str) -> None:
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            pytest.fail("the TLS tests need the openssl command")
+        subprocess.run(
+            [openssl, *args], cwd=self.folder, check=True, capture_output=True, timeout=60
+        )
+
+    def __getitem__(self, name: str) -> str:
+        return str(self.folder / name)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return Certs(tmp_path_factory.mktemp("certs"))
+
+
+class EtcdServer:
+    """One single-member etcd on loopback; restartable on the same ports and data dir.
+
+    With `certs`, its client URL is https:// and it requires client certificates
+    (--client-cert-auth); `extra` are more etcd flags. `token` (set by `enable_auth`) goes
+    with every request the test makes.
+    """
+
+    def __init__(
+        self, binary: str, data: Path, certs: Certs | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
         self.binary = binary
         self.data = data / "etcd-data"
         self.log = data / "etcd.log"
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.certs = certs
+        self.extra = extra
+        scheme = "https" if certs else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.client_port}"
+        self.token: str | None = None
+        self.password: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         peer = f"http://127.0.0.1:{self.peer_port}"
+        tls: list[str] = []
+        if self.certs is not None:
+            tls = [
+                f"--cert-file={self.certs['server.pem']}",
+                f"--key-file={self.certs['server.key']}",
+                f"--trusted-ca-file={self.certs['ca.pem']}",
+                "--client-cert-auth",
+            ]
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [
@@ -103,6 +174,8 @@ class EtcdServer:
                     f"--listen-peer-urls={peer}",
                     f"--initial-advertise-peer-urls={peer}",
                     f"--initial-cluster=liblb-test={peer}",
+                    *tls,
+                    *self.extra,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -113,7 +186,7 @@ class EtcdServer:
             if self.process.poll() is not None:
                 pytest.fail(f"etcd exited with {self.process.returncode}:\n{self.log_tail()}")
             try:
-                self.call("/v3/kv/range", {"key": b64(b"probe")})
+                self.call("/v3/maintenance/status", {})
                 return
             except (OSError, http.client.HTTPException, AssertionError):
                 if time.monotonic() > deadline:
@@ -142,13 +215,30 @@ class EtcdServer:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
 
     def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.client_port, timeout=10)
+        conn: http.client.HTTPConnection
+        if self.certs is None:
+            conn = http.client.HTTPConnection("127.0.0.1", self.client_port, timeout=10)
+        else:
+            context = ssl.create_default_context(cafile=self.certs["ca.pem"])
+            context.load_cert_chain(self.certs["client.pem"], self.certs["client.key"])
+            conn = http.client.HTTPSConnection(
+                "127.0.0.1", self.client_port, timeout=10, context=context
+            )
+        headers = {"Content-Type": "application/json"}
+        if self.token is not None:
+            headers["Authorization"] = self.token
         try:
-            conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            conn.request("POST", path, json.dumps(body), headers)
             response = conn.getresponse()
             answer: dict[str, Any] = json.loads(response.read())
         finally:
             conn.close()
+        if response.status == 401 and self.password is not None and path != AUTHENTICATE:
+            self.token = None  # expired (tests run etcd with short token lives): once more
+            self.token = self.call(AUTHENTICATE, {"name": "root", "password": self.password})[
+                "token"
+            ]
+            return self.call(path, body)
         assert response.status == 200, f"{path}: {response.status} {answer}"
         return answer
 
@@ -167,6 +257,15 @@ class EtcdServer:
 
     def compact(self, revision: int) -> None:
         self.call("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+
+    def enable_auth(self, password: str) -> None:
+        """User root with `password` and role root, then authentication on (the gateway's
+        /v3/auth calls, as etcdctl user add / user grant-role / auth enable do)."""
+        self.call("/v3/auth/user/add", {"name": "root", "password": password})
+        self.call("/v3/auth/user/grant", {"user": "root", "role": "root"})
+        self.call("/v3/auth/enable", {})
+        self.password = password
+        self.token = self.call(AUTHENTICATE, {"name": "root", "password": password})["token"]
 
 
 @pytest.fixture
@@ -804,6 +903,217 @@ def test_etcd_wiped_resyncs(etcd: EtcdServer) -> None:
         # The range may come before or after the put (it races the watcher's reconnection).
         after = recorder.snapshot()[seen:]
         assert after[0].resync and set(after[0].removed) == {f"n{i}" for i in range(10)}
+
+
+# -- TLS, users, several endpoints (issue 20) --------------------------------------------------
+
+
+@pytest.fixture
+def tls_etcd(tmp_path: Path, certs: Certs) -> Iterator[EtcdServer]:
+    """etcd on https://127.0.0.1 requiring client certificates (--client-cert-auth)."""
+    server = EtcdServer(etcd_binary(), tmp_path, certs)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def auth_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+    """etcd with authentication on (user root), tokens living 1 s unused."""
+    server = EtcdServer(etcd_binary(), tmp_path, extra=("--auth-token-ttl=1",))
+    server.start()
+    try:
+        server.enable_auth("s3cret")
+        yield server
+    finally:
+        server.stop()
+
+
+def test_mutual_tls(tls_etcd: EtcdServer, certs: Certs) -> None:
+    etcd = tls_etcd
+    etcd.put("svc/a", '{"weight": 2}')
+    balancer = liblb.Balancer("ring", [])
+    with EtcdMembership(
+        balancer,
+        etcd.url,
+        "svc",
+        ca_file=certs["ca.pem"],
+        cert_file=certs["client.pem"],
+        key_file=certs["client.key"],
+        backoff=0.05,
+    ) as w:
+        revision = etcd.put("svc/b")
+        assert w.wait_for_revision(revision, BOUND)
+        assert balancer.nodes() == [("a", 2), ("b", 1)]
+        revision = etcd.delete("svc/a")
+        assert w.wait_for_revision(revision, BOUND)
+        assert balancer.nodes() == [("b", 1)]
+
+
+@pytest.mark.parametrize(
+    ("case", "problem"),
+    [
+        ("wrong CA", "TLS: unable to get local issuer certificate (is ca_file the CA that signed"),
+        ("no client certificate", "it requires a client certificate (give cert_file and key_file)"),
+    ],
+)
+def test_tls_mistakes_are_clear_and_keep_the_membership(
+    tls_etcd: EtcdServer, certs: Certs, caplog: pytest.LogCaptureFixture, case: str, problem: str
+) -> None:
+    etcd = tls_etcd
+    etcd.put("svc/a")
+    options: dict[str, Any] = {
+        "wrong CA": {"ca_file": certs["other.pem"], "cert_file": certs["client.pem"],
+                     "key_file": certs["client.key"]},
+        "no client certificate": {"ca_file": certs["ca.pem"]},
+    }[case]
+    balancer = liblb.Balancer("ring", [("kept", 1)])
+    caplog.set_level(logging.WARNING, logger="liblb.etcd")
+    with EtcdMembership(balancer, etcd.url, "svc", backoff=0.05, max_backoff=0.2, **options) as w:
+        eventually(lambda: problem in caplog.text, f"{case}: {problem!r} logged")
+        assert w.revision == 0
+        assert balancer.nodes() == [("kept", 1)]
+
+
+def test_tls_settings_are_checked_at_construction(certs: Certs, tmp_path: Path) -> None:
+    b = liblb.Balancer("ring", [])
+    https = "https://127.0.0.1:2379"
+    bad: list[tuple[dict[str, Any], str, type[Exception], str]] = [
+        ({"ca_file": str(tmp_path / "missing.pem")}, https, ValueError, "ca_file .* is not a readable file"),
+        ({"ca_file": certs["client.key"]}, https, ValueError, "not a CA bundle"),
+        ({"cert_file": certs["client.pem"], "key_file": certs["other.key"]}, https, ValueError,
+         "not a certificate and its key"),
+        ({"key_file": certs["client.key"]}, https, ValueError, "key_file given without cert_file"),
+        ({"ca_file": certs["ca.pem"]}, "http://127.0.0.1:2379", ValueError, "no endpoint is https"),
+        ({"ca_file": 3}, https, TypeError, "ca_file must be a path"),
+        ({"password": "x"}, https, ValueError, "user must be a non-empty str"),
+        ({"user": "root", "password": 3}, https, TypeError, "password must be a str"),
+    ]
+    for options, url, error, message in bad:
+        with pytest.raises(error, match=message):
+            EtcdMembership(b, url, "svc", **options)
+    with pytest.raises(ValueError, match="no etcd endpoint given"):
+        EtcdMembership(b, [], "svc")
+    with pytest.raises(TypeError, match="url must be a str"):
+        EtcdMembership(b, [https, 3], "svc")  # type: ignore[list-item]
+
+
+def test_user_password_and_token_renewal(
+    auth_etcd: EtcdServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    etcd = auth_etcd
+    etcd.put("svc/a")
+    proxy = Proxy(etcd.client_port)
+    balancer = liblb.Balancer("ring", [])
+    caplog.set_level(logging.INFO, logger="liblb.etcd")
+    try:
+        with EtcdMembership(
+            balancer, proxy.url, "svc", user="root", password="s3cret", backoff=0.05,
+            max_backoff=0.2,
+        ) as w:
+            revision = etcd.put("svc/b")
+            assert w.wait_for_revision(revision, BOUND)
+            assert balancer.nodes() == [("a", 1), ("b", 1)]
+            assert "authenticated as 'root'" in caplog.text
+            # Cut off for longer than the token lives (1 s): the next watch is refused, the
+            # watcher authenticates again once and goes on.
+            proxy.block()
+            time.sleep(2.5)
+            revision = etcd.put("svc/c")
+            proxy.unblock()
+            assert w.wait_for_revision(revision, BOUND)
+            assert balancer.nodes() == [("a", 1), ("b", 1), ("c", 1)]
+            assert "invalid auth token; authenticating again" in caplog.text
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize(
+    ("credentials", "problem"),
+    [
+        ({"user": "root", "password": "wrong"},
+         "authentication failed, invalid user ID or password (check the user name 'root'"),
+        ({}, "user name is empty (etcd has authentication enabled: give user= and password=)"),
+    ],
+)
+def test_wrong_password_is_clear_and_keeps_the_membership(
+    auth_etcd: EtcdServer, caplog: pytest.LogCaptureFixture, credentials: dict[str, Any],
+    problem: str,
+) -> None:
+    auth_etcd.put("svc/a")
+    balancer = liblb.Balancer("ring", [("kept", 1)])
+    caplog.set_level(logging.WARNING, logger="liblb.etcd")
+    with EtcdMembership(balancer, auth_etcd.url, "svc", backoff=0.05, max_backoff=0.2,
+                        **credentials) as w:
+        eventually(lambda: problem in caplog.text, f"{problem!r} logged")
+        assert w.revision == 0 and balancer.nodes() == [("kept", 1)]
+
+
+def test_cli_tls_and_user(tmp_path: Path, certs: Certs) -> None:
+    etcd = EtcdServer(etcd_binary(), tmp_path, certs)
+    etcd.start()
+    try:
+        etcd.enable_auth("pw:with:colons")
+        start = etcd.put("svc/a")
+        args = [
+            sys.executable, "-m", "liblb.etcd", "--url", etcd.url, "--prefix", "svc", "--json",
+            "--cacert", certs["ca.pem"], "--cert", certs["client.pem"],
+            "--key-file", certs["client.key"],
+        ]
+        for user, env in (("root:pw:with:colons", {}), ("root", {"LB_ETCD_PASSWORD": "pw:with:colons"})):
+            with subprocess.Popen(
+                [*args, "--user", user], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, env={**os.environ, **env},
+            ) as process:
+                try:
+                    assert process.stdout is not None
+                    line = process.stdout.readline()
+                finally:
+                    process.terminate()
+                    process.communicate(timeout=10)
+            assert json.loads(line) == {"revision": start, "nodes": [["a", 1]], "keys": {}}, user
+    finally:
+        etcd.stop()
+    env = {k: v for k, v in os.environ.items() if k != "LB_ETCD_PASSWORD"}
+    done = subprocess.run(
+        [sys.executable, "-m", "liblb.etcd", "--url", "http://127.0.0.1:1", "--prefix", "svc",
+         "--user", "root"],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )
+    assert done.returncode == 2 and "--user root: no password" in done.stderr, done.stderr
+
+
+def test_several_endpoints_fail_over(etcd: EtcdServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Two ways to the same etcd: the one in use is cut, the watch goes on through the other."""
+    proxies = [Proxy(etcd.client_port), Proxy(etcd.client_port)]
+    balancer = liblb.Balancer("ring", [])
+    recorder = Recorder()
+    caplog.set_level(logging.INFO, logger="liblb.etcd")
+    try:
+        with EtcdMembership(
+            balancer, [p.url for p in proxies], "svc", on_change=recorder, backoff=0.05,
+            max_backoff=0.2,
+        ) as w:
+            revisions = [etcd.put("svc/a")]
+            assert w.wait_for_revision(revisions[-1], BOUND)
+            for cut in (0, 1, 0):
+                caplog.clear()
+                proxies[cut].block()
+                proxies[1 - cut].unblock()
+                revisions.append(etcd.put(f"svc/n{len(revisions)}"))
+                assert w.wait_for_revision(revisions[-1], BOUND), f"cut {cut}"
+                # The cut one was tried first (it answered last), then the other.
+                assert f"etcd {proxies[cut].url}: " in caplog.text, caplog.text
+            # Each change applied once, in order, across the switches.
+            applied = recorder.event_revisions()
+            assert applied[-3:] == revisions[1:] and len(set(applied)) == len(applied), applied
+            assert balancer.nodes() == [("a", 1), ("n1", 1), ("n2", 1), ("n3", 1)]
+            assert "trying the next endpoint" in caplog.text
+    finally:
+        for p in proxies:
+            p.close()
 
 
 # -- two watcher processes --------------------------------------------------------------------
