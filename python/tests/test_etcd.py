@@ -1154,12 +1154,19 @@ class CliWatcher:
 
     def until(self, revision: int) -> dict[str, Any]:
         """The line for `revision`, the next line the process prints at or past it."""
+        self.lines_until(lambda line: line["revision"] >= revision, f"revision {revision}")
+        return self.latest
+
+    def lines_until(self, done: Callable[[dict[str, Any]], bool], what: str) -> list[dict[str, Any]]:
+        """The lines the process prints until one satisfies `done` (included); fails after
+        BOUND seconds without it."""
         deadline = time.monotonic() + BOUND
-        while self.latest["revision"] < revision:
+        seen: list[dict[str, Any]] = []
+        while not (seen and done(seen[-1])) and not (not seen and done(self.latest)):
             try:
                 line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                pytest.fail(f"no line for revision {revision}; stderr:\n{''.join(self.stderr)}")
+                pytest.fail(f"no line for {what}; stderr:\n{''.join(self.stderr)}")
             # Exactly the documented format: compact JSON, one object per line (Python escapes
             # non-ASCII, serde_json in `lb watch` writes it as UTF-8: both are that JSON).
             parsed: dict[str, Any] = json.loads(line)
@@ -1167,7 +1174,8 @@ class CliWatcher:
             assert line.removesuffix("\n") in compact
             assert list(parsed) == ["revision", "nodes", "keys"]
             self.latest = parsed
-        return self.latest
+            seen.append(parsed)
+        return seen
 
     def close(self) -> None:
         self.process.terminate()
@@ -1213,6 +1221,11 @@ def test_two_processes_agree(etcd: EtcdServer, algorithm: str, pair: str) -> Non
             ("a", b'{"weight": 1}'),
             ("b", None),
             ("a", b'{"weight": "heavy"}'),  # rejected in both: a keeps weight 1
+            # The shared value table's disagreements (issue 20, finding 2): rejected in both,
+            # and -0 is 0 in both.
+            ("a", b'{"weight": 1, "weight": 9}'),
+            ("z", b'{"weight": -0, "tag": -0}'),
+            ("a", b'{"weight": 1.0}'),
             ("c", b'{"weight": 0}'),
             ("seed", None),
             ("B", b""),
@@ -1243,6 +1256,62 @@ def test_two_processes_agree(etcd: EtcdServer, algorithm: str, pair: str) -> Non
         assert "svc/a" in "".join(w.stderr), "the rejected value is reported"
     python_stderr = "".join(watchers[0].stderr)
     assert "etcd key 'svc/a': \"weight\" must be an integer" in python_stderr
+
+
+@pytest.mark.parametrize("pair", ["python+python", "python+rust"])
+def test_wiped_etcd_two_processes_agree(etcd: EtcdServer, pair: str) -> None:
+    """Issue 20's wipe: both watchers hold a and b at revision 63; etcd comes back on the same
+    port with an empty data directory (revisions start over); c is added, d with weight 5, a
+    deleted (a no-op there: the new etcd never had a). Both must drop what the old etcd held
+    and agree with each other and with the new etcd at every revision they print."""
+    keys = [f"k{i}" for i in range(20)]
+    while etcd.put("other/filler") < 61:  # outside the prefix: only moves the revision
+        pass
+    etcd.put("svc/a")
+    assert etcd.put("svc/b") == 63
+    second = lb_watcher if pair == "python+rust" else python_watcher
+    commands = [python_watcher(etcd.url, "maglev", keys), second(etcd.url, "maglev", keys)]
+    watchers = [CliWatcher(command) for command in commands]
+    try:
+        before = [w.until(63) for w in watchers]
+        assert before[0] == before[1] and before[0]["nodes"] == [["a", 1], ["b", 1]]
+        etcd.stop(hard=True)
+        shutil.rmtree(etcd.data)
+        etcd.start()
+        # The new etcd's membership at each of its revisions.
+        models: dict[int, dict[str, int]] = {1: {}}
+        models[etcd.put("svc/c")] = {"c": 1}
+        models[etcd.put("svc/d", '{"weight": 5}')] = {"c": 1, "d": 5}
+        deleted = etcd.call("/v3/kv/deleterange", {"key": b64(b"svc/a")})
+        assert deleted.get("deleted") in (None, "0")  # a is not in the new etcd
+        last = max(models)
+        assert last == 3 and int(deleted["header"]["revision"]) == last
+        final = {"c": 1, "d": 5}
+        lines = [
+            w.lines_until(lambda line: line["nodes"] == [["c", 1], ["d", 5]], "c and d")
+            for w in watchers
+        ]
+        for w, printed in zip(watchers, lines, strict=True):
+            for line in printed:
+                assert line["revision"] in models, (w.process.args, line)
+                model = models[line["revision"]]
+                assert line["nodes"] == [[n, m] for n, m in sorted(model.items())], line
+                want = reference_picks("maglev", model, keys) if model else [None] * len(keys)
+                assert line["keys"] == dict(zip(keys, want, strict=True)), line
+            assert printed[-1]["revision"] == last
+        assert lines[0][-1] == lines[1][-1]
+        by_revision = [{line["revision"]: line for line in printed} for printed in lines]
+        for revision in by_revision[0].keys() & by_revision[1].keys():
+            assert by_revision[0][revision] == by_revision[1][revision], revision
+        # And both follow the new etcd from there.
+        revision = etcd.put("svc/e", '{"weight": 2}')
+        after = [w.until(revision) for w in watchers]
+        assert after[0] == after[1] and after[0]["revision"] == revision
+        final["e"] = 2
+        assert after[0]["nodes"] == [[n, m] for n, m in sorted(final.items())]
+    finally:
+        for w in watchers:
+            w.close()
 
 
 def test_cli_readable_output(etcd: EtcdServer) -> None:
