@@ -138,8 +138,8 @@ impl Printer {
             }
             Event::Disconnected { error } => format!("lb: etcd: {error} (retrying)\n"),
             Event::Resumed { from } => format!("lb: watch resumed from revision {from}\n"),
-            Event::Resynced { revision } => {
-                format!("lb: history compacted; read the prefix again at revision {revision}\n")
+            Event::Resynced { revision, reason } => {
+                format!("lb: {reason}; read the prefix again at revision {revision}\n")
             }
             other => format!("lb: {other:?}\n"),
         };

@@ -69,10 +69,14 @@ mod http;
 mod membership;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tls;
 mod watcher;
 
+#[cfg(feature = "fuzzing")]
+pub use client::fuzz_response;
 pub use client::{Client, KeyValue, Range, WatchEvent};
 pub use membership::parse_value;
+pub use tls::TlsConfig;
 pub use watcher::{Config, Watcher};
 
 use liblb_core::Node;
@@ -106,7 +110,9 @@ pub enum Event {
         /// The balancer's error.
         error: liblb_core::Error,
     },
-    /// Reading or watching failed; the watcher retries after a backoff.
+    /// Reading or watching failed (etcd unreachable, a TLS or authentication failure, an
+    /// answer refused as malformed or over a size limit, a stalled stream); the watcher keeps
+    /// the last good membership and retries after a backoff.
     Disconnected {
         /// What failed.
         error: String,
@@ -116,11 +122,16 @@ pub enum Event {
         /// The first revision the new watch reports.
         from: i64,
     },
-    /// The revisions after the last applied one were compacted away; the whole prefix was read
-    /// again at `revision` and replaces the membership.
+    /// The whole prefix was read again at `revision` and replaces the membership, because
+    /// the watch could not go on from the last applied revision: `reason` says why (the
+    /// revisions after it were compacted away; etcd's revision is behind ours, as after a
+    /// wiped or restored data directory; another cluster answers at the same endpoint; a watch
+    /// message over the size limit).
     Resynced {
         /// The revision of the fresh read.
         revision: i64,
+        /// Why the watch could not go on.
+        reason: String,
     },
 }
 
@@ -128,7 +139,8 @@ pub enum Event {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// A bad argument: an empty prefix, an endpoint URL that is not `http://HOST:PORT`, ...
+    /// A bad argument: an empty prefix, an endpoint URL that is not `http(s)://HOST:PORT`, an
+    /// unreadable certificate file, ...
     Config(String),
     /// Connecting, sending or receiving failed.
     Io {
@@ -146,8 +158,17 @@ pub enum Error {
         /// The start of the answer's body (etcd's error JSON).
         body: String,
     },
-    /// An answer that does not parse as the gateway's JSON.
+    /// An answer that does not parse as the gateway's JSON, or breaks its rules.
     Protocol(String),
+    /// The TLS handshake or session failed (wrong CA, no client certificate, ...).
+    Tls {
+        /// The endpoint.
+        endpoint: String,
+        /// What failed and what to check.
+        reason: String,
+    },
+    /// etcd refused the user name or password.
+    Auth(String),
     /// etcd reported an error (in a watch stream, or a cancelled watch).
     Etcd(String),
 }
@@ -164,6 +185,8 @@ impl fmt::Display for Error {
             } => write!(f, "{endpoint}: HTTP {status}: {body}"),
             Error::Protocol(why) => write!(f, "unexpected answer from etcd: {why}"),
             Error::Etcd(why) => write!(f, "etcd: {why}"),
+            Error::Tls { endpoint, reason } => write!(f, "{endpoint}: TLS: {reason}"),
+            Error::Auth(why) => write!(f, "authentication failed: {why}"),
         }
     }
 }
