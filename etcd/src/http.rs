@@ -287,13 +287,12 @@ impl<R: BufRead> Response<R> {
     /// Reads one chunk-size line; 0 ends the body.
     fn next_chunk(&mut self) -> io::Result<u64> {
         let mut line = Vec::new();
-        if read_line(
-            &mut self.reader,
-            &mut line,
-            MAX_CHUNK_LINE,
-            "chunk-size line",
-        )? == 0
-        {
+        let too_long = || {
+            bad(&format!(
+                "chunk-size line longer than {MAX_CHUNK_LINE} bytes"
+            ))
+        };
+        if read_line(&mut self.reader, &mut line, MAX_CHUNK_LINE, &too_long)? == 0 {
             return Err(eof("the connection closed before the last chunk"));
         }
         let line = String::from_utf8_lossy(&line);
@@ -371,14 +370,14 @@ fn cut(text: &str) -> String {
     text.chars().take(60).collect()
 }
 
-/// Reads one line (up to and including `\n`) into `line`, refusing to hold more than `limit`
-/// bytes: the check runs as bytes arrive, so a line that never ends costs at most `limit`.
-/// Returns the bytes read (0 at the end of the stream).
+/// Reads one line (up to and including `\n`) into `line`, refusing (with `too_long()`) to hold
+/// more than `limit` bytes: the check runs as bytes arrive, so a line that never ends costs at
+/// most `limit`. Returns the bytes read (0 at the end of the stream).
 pub(crate) fn read_line(
     reader: &mut impl BufRead,
     line: &mut Vec<u8>,
     limit: usize,
-    what: &str,
+    too_long: &dyn Fn() -> io::Error,
 ) -> io::Result<usize> {
     let start = line.len();
     loop {
@@ -391,7 +390,7 @@ pub(crate) fn read_line(
             None => (available.len(), false),
         };
         if line.len() - start + take > limit {
-            return Err(bad(&format!("{what} longer than {limit} bytes")));
+            return Err(too_long());
         }
         line.extend_from_slice(&available[..take]);
         reader.consume(take);
@@ -421,15 +420,8 @@ fn read_head(reader: &mut impl BufRead) -> io::Result<(u16, bool, Option<u64>)> 
     let (mut chunked, mut length) = (false, None);
     loop {
         line.clear();
-        let n =
-            read_line(reader, &mut line, MAX_HEAD - total, "response head").map_err(|e| match e
-                .kind()
-            {
-                io::ErrorKind::InvalidData => {
-                    bad(&format!("response head longer than {MAX_HEAD} bytes"))
-                }
-                _ => e,
-            })?;
+        let too_long = || bad(&format!("response head longer than {MAX_HEAD} bytes"));
+        let n = read_line(reader, &mut line, MAX_HEAD - total, &too_long)?;
         total += n;
         if n == 0 {
             return Err(eof("the connection closed before the response head ended"));

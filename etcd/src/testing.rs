@@ -43,12 +43,153 @@ pub struct EtcdServer {
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    /// Certificates when the client port speaks TLS.
+    certs: Option<Certs>,
+    /// Whether the server asks for client certificates (`--client-cert-auth`).
+    client_cert_auth: bool,
+    /// root's password once authentication is enabled.
+    root_password: Option<String>,
+}
+
+/// Certificates made with the `openssl` command for a TLS test, in PEM files: a CA, a server
+/// certificate for `IP:127.0.0.1` and a client certificate signed by it, and a second,
+/// unrelated CA (the wrong one).
+#[derive(Debug, Clone)]
+pub struct Certs {
+    /// The CA that signed the server and client certificates.
+    pub ca: PathBuf,
+    /// The server's certificate and key.
+    pub server_cert: PathBuf,
+    /// The server's key.
+    pub server_key: PathBuf,
+    /// A client certificate the server trusts.
+    pub client_cert: PathBuf,
+    /// Its key.
+    pub client_key: PathBuf,
+    /// A CA that signed nothing here.
+    pub other_ca: PathBuf,
+}
+
+impl Certs {
+    /// Makes the certificates in `dir` with the `openssl` command (EC P-256, valid 2 days).
+    pub fn generate(dir: &Path) -> Certs {
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run openssl: {e}"));
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for ca in ["ca", "other-ca"] {
+            let (key, pem, subject) = (
+                format!("{ca}.key"),
+                format!("{ca}.pem"),
+                format!("/CN=liblb test {ca}"),
+            );
+            let mut args = vec!["req", "-x509"];
+            args.extend(ec);
+            args.extend([
+                "-keyout",
+                &key,
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-subj",
+                &subject,
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ]);
+            openssl(&args);
+        }
+        // The server certificate is also a client one: etcd 3.4's gateway dials its own gRPC
+        // port with it, and --client-cert-auth checks that connection too.
+        for (name, usage) in [
+            ("server", "serverAuth,clientAuth"),
+            ("client", "clientAuth"),
+        ] {
+            let ext = format!("{name}.ext");
+            std::fs::write(
+                dir.join(&ext),
+                format!(
+                    "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage={usage}\n\
+                     keyUsage=critical,digitalSignature\n"
+                ),
+            )
+            .expect("an extensions file");
+            let (key, csr, pem) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+            );
+            let subject = format!("/CN=liblb test {name}");
+            let mut args = vec!["req"];
+            args.extend(ec);
+            args.extend(["-keyout", &key, "-out", &csr, "-subj", &subject]);
+            openssl(&args);
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-extfile",
+                &ext,
+            ]);
+        }
+        Certs {
+            ca: dir.join("ca.pem"),
+            server_cert: dir.join("server.pem"),
+            server_key: dir.join("server.key"),
+            client_cert: dir.join("client.pem"),
+            client_key: dir.join("client.key"),
+            other_ca: dir.join("other-ca.pem"),
+        }
+    }
+
+    /// TLS settings a client the server trusts uses: this CA and the client certificate.
+    pub fn client_tls(&self) -> crate::TlsConfig {
+        crate::TlsConfig::with_ca(&self.ca).client_cert(&self.client_cert, &self.client_key)
+    }
 }
 
 impl EtcdServer {
     /// Starts a server, or returns `None` (after a loud message) when no etcd binary exists and
     /// `LB_REQUIRE_ETCD` is not `1`.
     pub fn start() -> Option<EtcdServer> {
+        EtcdServer::start_with(false, false)
+    }
+
+    /// Starts a server whose client port speaks TLS (`https://`) with certificates made for
+    /// it ([`EtcdServer::certs`]); with `client_cert_auth`, it also requires a client
+    /// certificate signed by its CA, as Kubernetes' etcd does.
+    pub fn start_tls(client_cert_auth: bool) -> Option<EtcdServer> {
+        EtcdServer::start_with(true, client_cert_auth)
+    }
+
+    fn start_with(tls: bool, client_cert_auth: bool) -> Option<EtcdServer> {
         let Some(bin) = etcd_binary() else {
             if std::env::var("LB_REQUIRE_ETCD").as_deref() == Ok("1") {
                 panic!(
@@ -73,20 +214,65 @@ impl EtcdServer {
         ));
         drop(std::fs::remove_dir_all(&dir));
         std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let certs = tls.then(|| Certs::generate(&dir));
         let mut server = EtcdServer {
             bin,
             dir,
             client_port: free_port(),
             peer_port: free_port(),
             child: None,
+            certs,
+            client_cert_auth,
+            root_password: None,
         };
         server.spawn();
         Some(server)
     }
 
-    /// `http://127.0.0.1:PORT`, the client URL.
+    /// `http://127.0.0.1:PORT` (or `https://` with TLS), the client URL.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.certs.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The certificates of a TLS server.
+    pub fn certs(&self) -> Option<&Certs> {
+        self.certs.as_ref()
+    }
+
+    /// Turns on etcd's authentication: adds user `root` with `password` and the root role,
+    /// then enables auth (what `etcdctl user add root` and `etcdctl auth enable` do, through
+    /// the gateway). [`EtcdServer::client`] logs in as root from then on.
+    pub fn enable_auth(&mut self, password: &str) {
+        let c = self.client();
+        let call = |path: &str, body: serde_json::Value| {
+            c.request(path, &body)
+                .unwrap_or_else(|e| panic!("{path}: {e}"));
+        };
+        call(
+            "/v3/auth/user/add",
+            serde_json::json!({"name": "root", "password": password}),
+        );
+        call("/v3/auth/role/add", serde_json::json!({"name": "root"}));
+        call(
+            "/v3/auth/user/grant",
+            serde_json::json!({"user": "root", "role": "root"}),
+        );
+        call("/v3/auth/enable", serde_json::json!({}));
+        self.root_password = Some(password.to_string());
+    }
+
+    /// Kills the server, empties its data directory and starts it again on the same ports:
+    /// an etcd whose data was lost, at revision 1 again.
+    pub fn wipe(&mut self) {
+        self.kill();
+        drop(std::fs::remove_dir_all(self.dir.join("data")));
+        self.root_password = None;
+        self.spawn();
     }
 
     /// The client port.
@@ -94,9 +280,19 @@ impl EtcdServer {
         self.client_port
     }
 
-    /// A client for this server.
+    /// A client for this server (with its CA and client certificate, and as root once auth is
+    /// enabled).
     pub fn client(&self) -> Client {
-        Client::new(&[self.url()]).expect("a valid URL")
+        let mut client = Client::new(&[self.url()]).expect("a valid URL");
+        if let Some(certs) = &self.certs {
+            client = client
+                .with_tls(&certs.client_tls())
+                .expect("the test certificates");
+        }
+        if let Some(password) = &self.root_password {
+            client = client.with_auth("root", password);
+        }
+        client
     }
 
     /// The data directory.
@@ -124,6 +320,15 @@ impl EtcdServer {
         let client = self.url();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::File::create(self.dir.join("etcd.log")).expect("a log file");
+        let mut tls = Vec::new();
+        if let Some(certs) = &self.certs {
+            tls.push(format!("--cert-file={}", certs.server_cert.display()));
+            tls.push(format!("--key-file={}", certs.server_key.display()));
+            tls.push(format!("--trusted-ca-file={}", certs.ca.display()));
+            if self.client_cert_auth {
+                tls.push("--client-cert-auth".into());
+            }
+        }
         let child = Command::new(&self.bin)
             .arg("--name=default")
             .arg(format!("--data-dir={}", self.dir.join("data").display()))
@@ -132,6 +337,7 @@ impl EtcdServer {
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster=default={peer}"))
+            .args(&tls)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("a log file"))
             .stderr(log)
@@ -140,7 +346,7 @@ impl EtcdServer {
         self.child = Some(child);
         let client = self.client();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while client.range_prefix(b"readiness").is_err() {
+        while let Err(e) = client.range_prefix(b"readiness") {
             if let Some(status) = self
                 .child
                 .as_mut()
@@ -153,7 +359,7 @@ impl EtcdServer {
             }
             assert!(
                 Instant::now() < deadline,
-                "etcd did not answer within 30 s; its log:\n{}",
+                "etcd did not answer within 30 s ({e}); its log:\n{}",
                 std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(20));
