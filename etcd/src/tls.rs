@@ -24,7 +24,8 @@ pub struct TlsConfig {
     pub ca_file: Option<PathBuf>,
     /// The client certificate chain (PEM), for servers that require one.
     pub cert_file: Option<PathBuf>,
-    /// The client certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    /// The client certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1); `None`: in
+    /// `cert_file`, after the certificate.
     pub key_file: Option<PathBuf>,
 }
 
@@ -67,8 +68,9 @@ impl TlsConfig {
             .with_root_certificates(roots);
         let config = match (&self.cert_file, &self.key_file) {
             (None, None) => builder.with_no_client_auth(),
-            (Some(cert), Some(key)) => {
+            (Some(cert), key) => {
                 let chain = certificates(cert, "client certificate")?;
+                let key = key.as_ref().unwrap_or(cert);
                 let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| {
                     Error::Config(format!("client key {}: {}", key.display(), pem_error(&e)))
                 })?;
@@ -80,10 +82,9 @@ impl TlsConfig {
                     ))
                 })?
             }
-            _ => {
+            (None, Some(_)) => {
                 return Err(Error::Config(
-                    "a client certificate needs both cert_file and key_file (--cert and --key)"
-                        .into(),
+                    "a client key without a client certificate (cert_file, --cert)".into(),
                 ));
             }
         };

@@ -9,7 +9,7 @@ use liblb_core::{Algorithm, Balancer, Node, Options};
 use liblb_etcd::testing::{EtcdServer, Proxy, Recorder, wait_until};
 use liblb_etcd::{Client, Config, Event, TlsConfig, Watcher};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long the watcher may take to apply a change it has been sent.
@@ -588,6 +588,16 @@ fn tls_with_client_certificates_and_its_failures() {
     config.tls = Some(TlsConfig::with_ca(&certs.ca).client_cert(&certs.client_cert, &certs.ca));
     let e = Watcher::start(config, balancer(Algorithm::Ring), |_| {}).unwrap_err();
     assert!(e.to_string().contains("client key"), "{e}");
+    // The key may sit in the certificate's file.
+    let both = etcd.data_dir().join("client-both.pem");
+    let mut pem = std::fs::read(&certs.client_cert).unwrap();
+    pem.extend(std::fs::read(&certs.client_key).unwrap());
+    std::fs::write(&both, pem).unwrap();
+    let mut tls = TlsConfig::with_ca(&certs.ca);
+    tls.cert_file = Some(both);
+    let (w, b, _) = start(tls);
+    assert!(w.wait_for_revision(rev, BOUND));
+    assert_eq!(members(&b), owned(&[("a", 3)]));
 }
 
 /// etcd user authentication: the token is fetched and sent; a wrong password and a missing
