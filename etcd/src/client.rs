@@ -92,7 +92,9 @@ pub struct Client {
     current: AtomicUsize,
     connect_timeout: Duration,
     request_timeout: Duration,
-    tls: Option<Arc<rustls::ClientConfig>>,
+    /// TLS for `https` endpoints: set by [`Client::with_tls`], else the system's CA bundle,
+    /// loaded at the first https request (an error if there is none).
+    tls: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>>,
     /// etcd user and password, and the token they gave.
     auth: Option<(String, String)>,
     token: Mutex<Option<String>>,
@@ -103,7 +105,7 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("endpoints", &self.endpoints)
-            .field("tls", &self.tls.is_some())
+            .field("tls", &self.tls.get().is_some())
             .field("user", &self.auth.as_ref().map(|(user, _)| user))
             .finish_non_exhaustive()
     }
@@ -121,16 +123,12 @@ impl Client {
             .iter()
             .map(|e| Endpoint::parse(e.as_ref()))
             .collect::<Result<_, _>>()?;
-        let tls = match endpoints.iter().any(|e| e.https) {
-            true => Some(TlsConfig::default().load()?),
-            false => None,
-        };
         Ok(Client {
             endpoints,
             current: AtomicUsize::new(0),
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
-            tls,
+            tls: std::sync::OnceLock::new(),
             auth: None,
             token: Mutex::new(None),
             page_size: PAGE_SIZE,
@@ -148,8 +146,24 @@ impl Client {
     /// Uses `tls` (CA bundle, client certificate) for the `https` endpoints; fails on a file
     /// that cannot be read or used, naming it.
     pub fn with_tls(mut self, tls: &TlsConfig) -> Result<Client, Error> {
-        self.tls = Some(tls.load()?);
+        self.tls = std::sync::OnceLock::from(Ok(tls.load()?));
         Ok(self)
+    }
+
+    /// Checks now that `https` endpoints have a TLS configuration (the system's CA bundle when
+    /// none was given), so a missing bundle is a configuration error, not a retried failure.
+    pub(crate) fn check_tls(&self) -> Result<(), Error> {
+        match self.endpoints.iter().any(|e| e.https) {
+            true => self.tls().map(drop),
+            false => Ok(()),
+        }
+    }
+
+    fn tls(&self) -> Result<&Arc<rustls::ClientConfig>, Error> {
+        let loaded = self
+            .tls
+            .get_or_init(|| TlsConfig::default().load().map_err(|e| e.to_string()));
+        loaded.as_ref().map_err(|e| Error::Config(e.clone()))
     }
 
     /// Authenticates as etcd user `user` (`/v3/auth/authenticate`) before the first request,
@@ -287,7 +301,7 @@ impl Client {
         .to_string();
         let token = self.token(on_connect)?;
         let mut conn = self.each_endpoint(|e| {
-            let request = self.request_for(e, "/v3/watch", body.as_bytes(), token.as_deref());
+            let request = self.request_for(e, "/v3/watch", body.as_bytes(), token.as_deref())?;
             Conn::post(e, &request, on_connect)
         })?;
         let window = idle.map(|idle| (idle, stall_message(idle)));
@@ -308,8 +322,12 @@ impl Client {
         path: &'a str,
         body: &'a [u8],
         token: Option<&'a str>,
-    ) -> Request<'a> {
-        Request {
+    ) -> Result<Request<'a>, Error> {
+        let tls = match endpoint.https {
+            true => Some(self.tls()?),
+            false => None,
+        };
+        Ok(Request {
             path,
             body,
             connect_timeout: self.connect_timeout,
@@ -320,9 +338,9 @@ impl Client {
                     self.request_timeout
                 ),
             }),
-            tls: self.tls.as_ref().filter(|_| endpoint.https),
+            tls,
             token,
-        }
+        })
     }
 
     /// The auth token to send (authenticating first when there is none yet).
@@ -401,7 +419,7 @@ impl Client {
         on_connect: &dyn Fn(&TcpStream),
     ) -> Result<Value, Error> {
         let (endpoint, bytes) = self.each_endpoint(|e| {
-            let request = self.request_for(e, path, body.as_bytes(), token);
+            let request = self.request_for(e, path, body.as_bytes(), token)?;
             let conn = Conn::post(e, &request, on_connect)?;
             let bytes = conn
                 .read_all()

@@ -142,18 +142,23 @@ impl Read for Stream {
 }
 
 impl Write for Stream {
+    // Armed too: the TLS handshake reads the server's answers inside the first write.
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        match &mut self.tls {
+        self.arm()?;
+        let result = match &mut self.tls {
             Some(tls) => rustls::Stream::new(tls.as_mut(), &mut self.tcp).write(data),
             None => self.tcp.write(data),
-        }
+        };
+        result.map_err(|e| self.expired(e))
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match &mut self.tls {
+        self.arm()?;
+        let result = match &mut self.tls {
             Some(tls) => rustls::Stream::new(tls.as_mut(), &mut self.tcp).flush(),
             None => self.tcp.flush(),
-        }
+        };
+        result.map_err(|e| self.expired(e))
     }
 }
 

@@ -173,6 +173,7 @@ impl Watcher {
         if let Some((user, password)) = &config.auth {
             client = client.with_auth(user, password);
         }
+        client.check_tls()?;
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             progress: Mutex::new(Progress::default()),

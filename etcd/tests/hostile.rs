@@ -417,3 +417,25 @@ fn a_refused_token_is_renewed_once() {
     let watch = fake.received().into_iter().find(|r| r.path == "/v3/watch");
     assert_eq!(watch.and_then(|r| r.token).as_deref(), Some("token-1"));
 }
+
+/// A server that accepts the connection and never answers the TLS handshake: the handshake is
+/// part of the request, so the request timeout ends it (before, the handshake's reads had no
+/// deadline at all).
+#[test]
+fn a_silent_tls_server_times_out() {
+    let dir = std::env::temp_dir().join(format!("liblb-silent-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let certs = liblb_etcd::testing::Certs::generate(&dir);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let held = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+    let mut config = config(&url);
+    config.tls = Some(liblb_etcd::TlsConfig::with_ca(&certs.ca));
+    config.request_timeout = Duration::from_secs(1);
+    let rec = Recorder::default();
+    let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
+    wait_for_error(&rec, "no complete answer within the request timeout (1s)");
+    drop(w);
+    drop(held.join());
+    drop(std::fs::remove_dir_all(&dir));
+}
