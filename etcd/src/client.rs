@@ -845,4 +845,63 @@ mod tests {
         assert!(bytes(&json!({"key": "!!"}), "key").is_err());
         assert!(Client::new::<&str>(&[]).is_err());
     }
+
+    #[test]
+    fn watch_messages_are_framed_by_their_brackets() {
+        let stream = br#" {"a":"}{[\"]"} {"b":[1,{"c":2}]}
+{"d":{}}"#;
+        let mut m = Messages::new(&stream[..]);
+        let mut frames = Vec::new();
+        while let Some(frame) = m.next().unwrap() {
+            frames.push(String::from_utf8(frame.to_vec()).unwrap());
+        }
+        assert_eq!(
+            frames,
+            [r#"{"a":"}{[\"]"}"#, r#"{"b":[1,{"c":2}]}"#, r#"{"d":{}}"#]
+        );
+        let e = Messages::new(&b"[1]"[..]).next().unwrap_err();
+        assert!(e.to_string().contains("expected a JSON object"), "{e}");
+        let e = Messages::new(&b"{\"a\":1"[..]).next().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        // A message that never ends stops at the limit.
+        let endless = io::Read::chain(io::Cursor::new(&b"{\"x\":\""[..]), io::repeat(b'a'));
+        let e = Messages::new(endless).next().unwrap_err();
+        assert!(e.to_string().contains("larger than 16 MiB"), "{e}");
+    }
+
+    #[test]
+    fn watch_messages_are_checked() {
+        let created = br#"{"result":{"header":{"revision":"4","cluster_id":"7"},"created":true}}"#;
+        assert_eq!(
+            parse_message(created).unwrap(),
+            WatchMessage::Created {
+                revision: 4,
+                cluster_id: 7
+            }
+        );
+        for (message, why) in [
+            (
+                &br#"{"result":{"created":true}}"#[..],
+                "answer without header",
+            ),
+            (
+                br#"{"result":{"header":[1],"created":true}}"#,
+                "header is not an object",
+            ),
+            (br#"{"result":{"events":{}}}"#, "events are not an array"),
+            (
+                br#"{"result":{"events":[{"type":"X","kv":{"key":"YQ=="}}]}}"#,
+                "unknown type",
+            ),
+            (br#"{"result":{"events":[{"kv":3}]}}"#, "without kv"),
+            (br#"{"result":3}"#, "not an object"),
+            (br#"{"error":{"message":"x"}}"#, "etcd: "),
+        ] {
+            let e = parse_message(message).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let e = parse_message(deep.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("recursion limit exceeded"), "{e}");
+    }
 }

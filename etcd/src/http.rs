@@ -534,4 +534,63 @@ mod tests {
         let err = post(&e).err().unwrap().to_string();
         assert!(err.contains("not an HTTP/1.x response"), "{err}");
     }
+
+    /// A response read from bytes, without a socket.
+    fn response(
+        bytes: &'static [u8],
+    ) -> io::Result<Response<io::BufReader<io::Cursor<&'static [u8]>>>> {
+        Response::new(io::BufReader::new(io::Cursor::new(bytes)))
+    }
+
+    #[test]
+    fn every_line_and_body_has_a_limit_that_names_itself() {
+        // A body that never ends stops at 256 MiB and says so (it read "not JSON: EOF").
+        let head = io::Cursor::new(&b"HTTP/1.1 200 OK\r\n\r\n"[..]);
+        let endless = io::BufReader::new(head.chain(io::repeat(b' ')));
+        let e = Response::new(endless).unwrap().read_all().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("larger than 256 MiB, the limit for one answer"),
+            "{e}"
+        );
+        let long = Box::leak(
+            format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD)).into_boxed_str(),
+        );
+        let e = response(long.as_bytes()).err().unwrap();
+        assert!(
+            e.to_string()
+                .contains("response head longer than 65536 bytes"),
+            "{e}"
+        );
+        let long = Box::leak(
+            format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{}\r\n",
+                "1".repeat(2000)
+            )
+            .into_boxed_str(),
+        );
+        let e = response(long.as_bytes()).unwrap().read_all().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("chunk-size line longer than 1024 bytes"),
+            "{e}"
+        );
+        for (bytes, why) in [
+            (
+                &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n"[..],
+                "not followed by CRLF",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n+3\r\nabc\r\n0\r\n\r\n",
+                "bad chunk-size line",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n",
+                "bad chunk-size line",
+            ),
+        ] {
+            let e = response(bytes).unwrap().read_all().unwrap_err();
+            assert!(e.to_string().contains(why), "{e}");
+        }
+    }
 }
