@@ -370,9 +370,10 @@ def _error_text(body: dict[str, Any]) -> str:
 
 
 def _is_invalid_token(text: str) -> bool:
-    # etcd's words for a token it does not know: expired (simple tokens live 5 minutes
-    # unused by default), or issued before a restart.
-    return "invalid auth token" in text
+    # etcd's words for a token it will not take (api/v3rpc/rpctypes/error.go): unknown or
+    # expired (simple tokens live 5 minutes unused by default, and die with a restart), or
+    # issued before the auth store changed.
+    return "invalid auth token" in text or "revision of auth store is old" in text
 
 
 def _auth_hint(text: str, user: str | None) -> str:
@@ -1183,6 +1184,8 @@ class EtcdMembership(Generic[_B]):
 
         try:
             conn, result = self._each_endpoint(attempt)
+        except _TooLarge as e:
+            raise _Resync(f"{e}; reading the prefix instead") from None
         except _AuthExpired as e:
             log.info("etcd %s: %s; authenticating again", self._url, e)
             self._token = None
@@ -1219,6 +1222,10 @@ class EtcdMembership(Generic[_B]):
             if self._stopping.is_set():
                 return
             raise
+        except _TooLarge as e:
+            # Following the watch past it is impossible, and resuming would meet the same
+            # message again: a range reads the state that message led to instead.
+            raise _Resync(f"{e}; reading the prefix instead") from None
         finally:
             self._close(conn)
 

@@ -289,11 +289,14 @@ def test_endless_watch_message_is_capped(fake: Start, logs: pytest.LogCaptureFix
         assert w.wait_for_revision(5, BOUND)
         eventually(lambda: "a watch message longer than" in log_text(logs), "the cap logged")
         eventually(lambda: server.paths("/v3/watch")[0].peer_gone, "the watcher hung up")
+        # Resuming would meet the same message again: it reads the prefix instead.
+        eventually(lambda: len(server.paths("/v3/kv/range")) >= 2, "a range instead")
         assert balancer.nodes() == [("a", 1)]
     first = server.paths("/v3/watch")[0]
     assert not first.hit_bound
     assert first.sent < MAX_RESPONSE_BYTES + SLACK, first.sent
     assert f"longer than {MAX_RESPONSE_BYTES} bytes (max_response_bytes)" in log_text(logs)
+    assert "reading the prefix instead" in log_text(logs)
 
 
 @pytest.mark.parametrize("framing", ["chunked", "close", "content-length"])
