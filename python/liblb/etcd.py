@@ -26,12 +26,17 @@ All events of one watch response are applied together, with one ``update()``, so
 changes costs one table rebuild. After a disconnect (etcd restarted, connection reset) it
 reconnects with exponential backoff and watches again from the last applied revision + 1, so no
 change is lost and none is applied twice. If etcd has compacted that revision away, it ranges
-again (a full resync that replaces the membership) and watches on from there. If ``update()``
-fails, the error is logged and the balancer keeps its last good membership.
+again (a full resync that replaces the membership) and watches on from there; so it does when
+etcd's revision went back (a wiped data directory), another cluster answers, or a watch event
+would take the revision down. If ``update()`` fails, the error is logged and the balancer keeps
+its last good membership. ``url`` may list several endpoints (a connection failure moves on to
+the next); ``https://`` with a CA file and client certificates, and etcd users, are supported.
 
 Why only the standard library: etcd serves its v3 API as JSON over HTTP too (the gRPC gateway,
-``POST /v3/kv/range``, ``/v3/watch``, keys and values base64), and http.client is enough to speak
-it. The Python etcd clients speak gRPC (python-etcd3 pins old grpcio and protobuf versions that
+``POST /v3/kv/range``, ``/v3/watch``, keys and values base64), and a small HTTP/1.1 client on
+``socket`` and ``ssl`` (``_Conn``) is enough to speak it, with a cap on every read, a deadline
+on every request, and a socket ``stop()`` can shut from another thread (what neither
+http.client nor httpx gives; docs/membership.md). The Python etcd clients speak gRPC (python-etcd3 pins old grpcio and protobuf versions that
 conflict with what applications already use, and is unmaintained); a load-balancing library
 should not impose that on every user. Tested against etcd 3.4 (Debian's etcd-server).
 
