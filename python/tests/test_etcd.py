@@ -233,7 +233,8 @@ class EtcdServer:
             answer: dict[str, Any] = json.loads(response.read())
         finally:
             conn.close()
-        if response.status == 401 and self.password is not None and path != AUTHENTICATE:
+        refused = "invalid auth token" in str(answer) or "auth store is old" in str(answer)
+        if refused and self.password is not None and path != AUTHENTICATE:
             self.token = None  # expired (tests run etcd with short token lives): once more
             self.token = self.call(AUTHENTICATE, {"name": "root", "password": self.password})[
                 "token"
@@ -1026,6 +1027,22 @@ def test_user_password_and_token_renewal(
             assert w.wait_for_revision(revision, BOUND)
             assert balancer.nodes() == [("a", 1), ("b", 1), ("c", 1)]
             assert "invalid auth token; authenticating again" in caplog.text
+            # The password changes under the watcher: its next login fails, that is logged,
+            # and the balancer keeps the last good membership.
+            etcd.call("/v3/auth/user/changepw", {"name": "root", "password": "n3w"})
+            etcd.password = "n3w"
+            caplog.clear()
+            proxy.block()
+            time.sleep(2.5)
+            etcd.put("svc/d")
+            proxy.unblock()
+            eventually(
+                lambda: "authentication failed, invalid user ID or password (check the user "
+                "name 'root' and its password)" in caplog.text,
+                "the failed login logged",
+            )
+            assert balancer.nodes() == [("a", 1), ("b", 1), ("c", 1)]
+            assert w.revision == revision
     finally:
         proxy.close()
 
