@@ -36,9 +36,10 @@ Why only the standard library: etcd serves its v3 API as JSON over HTTP too (the
 ``POST /v3/kv/range``, ``/v3/watch``, keys and values base64), and a small HTTP/1.1 client on
 ``socket`` and ``ssl`` (``_Conn``) is enough to speak it, with a cap on every read, a deadline
 on every request, and a socket ``stop()`` can shut from another thread (what neither
-http.client nor httpx gives; docs/membership.md). The Python etcd clients speak gRPC (python-etcd3 pins old grpcio and protobuf versions that
-conflict with what applications already use, and is unmaintained); a load-balancing library
-should not impose that on every user. Tested against etcd 3.4 (Debian's etcd-server).
+http.client nor httpx gives; docs/membership.md). The Python etcd clients speak gRPC
+(python-etcd3 pins old grpcio and protobuf versions that conflict with what applications
+already use, and is unmaintained); a load-balancing library should not impose that on every
+user. Tested against etcd 3.4 (Debian's etcd-server).
 
 ``python -m liblb.etcd --url U --prefix P [--algorithm A] [--key K]... [--json]`` prints each
 applied membership and where the given keys land (docs/membership.md).
@@ -395,22 +396,26 @@ def _describe_error(error: BaseException, tls: bool, client_cert: bool) -> str:
     """A connection failure in words, with a hint for the usual TLS mistakes."""
     text = f"{type(error).__name__}: {error}"
     if isinstance(error, ssl.SSLCertVerificationError):
-        return f"TLS: {error.verify_message or error} (is ca_file the CA that signed etcd's " \
+        return (
+            f"TLS: {error.verify_message or error} (is ca_file the CA that signed etcd's "
             "certificate, and does the certificate name this host?)"
+        )
     if isinstance(error, ssl.SSLError):
         reason = (error.reason or "").upper()
-        if not client_cert and (
-            "CERTIFICATE_REQUIRED" in reason or "HANDSHAKE_FAILURE" in reason
-            or "BAD_CERTIFICATE" in reason
-        ):
-            return f"TLS: etcd refused the connection ({error.reason}): it requires a client " \
+        refusals = ("CERTIFICATE_REQUIRED", "HANDSHAKE_FAILURE", "BAD_CERTIFICATE")
+        if not client_cert and any(r in reason for r in refusals):
+            return (
+                f"TLS: etcd refused the connection ({error.reason}): it requires a client "
                 "certificate (give cert_file and key_file)"
+            )
         if "WRONG_VERSION_NUMBER" in reason:
             return f"TLS: {error.reason} (is this endpoint plain http://?)"
         return f"TLS: {error.reason or error}"
     if tls and isinstance(error, (ConnectionResetError, BrokenPipeError)) and not client_cert:
-        return f"{text} (during TLS: does etcd require a client certificate? give cert_file " \
-            "and key_file)"
+        return (
+            f"{text} (during TLS: does etcd require a client certificate? give cert_file and "
+            "key_file)"
+        )
     return text
 
 
@@ -470,8 +475,9 @@ class _Conn:
     ``abort()`` (from any thread) shuts the socket, which ends a blocked read at once.
     """
 
-    def __init__(self, sock: socket.socket, endpoint: _Endpoint, what: str, deadline: float,
-                 timeout: float) -> None:
+    def __init__(
+        self, sock: socket.socket, endpoint: _Endpoint, what: str, deadline: float, timeout: float
+    ) -> None:
         self.sock = sock
         self.endpoint = endpoint
         self.what = what
@@ -1047,8 +1053,9 @@ class EtcdMembership(Generic[_B]):
             return answer
         raise _Unreachable("; ".join(failures))
 
-    def _request(self, endpoint: _Endpoint, path: str, body: dict[str, Any],
-                 token: str | None) -> _Conn:
+    def _request(
+        self, endpoint: _Endpoint, path: str, body: dict[str, Any], token: str | None
+    ) -> _Conn:
         """Connects to ``endpoint`` and sends a POST; returns the exchange after its head."""
         conn = self._connect(endpoint, f"POST {path}")
         try:
@@ -1100,8 +1107,9 @@ class EtcdMembership(Generic[_B]):
                 "/v3/auth/authenticate", {"name": self._user, "password": self._password}, None
             )
             token = answer.get("token")
-            if not isinstance(token, str) or not token or not token.isprintable() \
-                    or not token.isascii():
+            # It goes into a header line: printable ASCII only.
+            usable = isinstance(token, str) and token.isascii() and token.isprintable()
+            if not usable or not token:
                 raise _GatewayError("authenticate: no usable token in the answer")
             self._token = token
             log.info("etcd %s: authenticated as %r", self._url, self._user)
