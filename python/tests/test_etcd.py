@@ -901,6 +901,11 @@ def test_etcd_wiped_resyncs(etcd: EtcdServer) -> None:
         etcd.start()
         etcd.put("svc/fresh")
         eventually(lambda: balancer.nodes() == [("fresh", 1)], "membership of the new etcd")
+        # on_change runs just after update(): wait for its record too.
+        eventually(
+            lambda: any(c.nodes == (("fresh", 1),) for c in recorder.snapshot()[seen:]),
+            "on_change for the new etcd's membership",
+        )
         # The range may come before or after the put (it races the watcher's reconnection).
         after = recorder.snapshot()[seen:]
         assert after[0].resync and set(after[0].removed) == {f"n{i}" for i in range(10)}
