@@ -202,7 +202,8 @@ impl Watcher {
         })
     }
 
-    /// Revision of the membership the balancer holds (0 until the first is applied).
+    /// Revision of the membership the balancer holds (0 until the first is applied). It goes
+    /// back when etcd's does (a wiped or restored etcd, read again: [`Event::Resynced`]).
     pub fn revision(&self) -> i64 {
         lock(&self.shared.progress).revision
     }

@@ -640,3 +640,32 @@ fn auth_logs_in_and_names_a_wrong_password() {
         drop(w);
     }
 }
+
+/// Paged ranges against the real gateway (`limit`, the last key + NUL, `revision` as strings):
+/// the pages make up the whole prefix, at the first page's revision.
+#[test]
+fn a_paged_range_reads_the_whole_prefix() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let c = etcd.client();
+    let mut rev = 0;
+    for i in 0..7 {
+        rev = put(&c, &format!("svc/n{i}"), &format!(r#"{{"weight": {i}}}"#));
+    }
+    put(&c, "svd/outside", "");
+    let range = Client::new(&[etcd.url()])
+        .unwrap()
+        .with_page_size(2)
+        .range_prefix(b"svc/")
+        .unwrap();
+    assert_eq!(range.kvs.len(), 7);
+    assert_eq!(range.revision, rev + 1);
+    let mut config = Config::new(etcd.url(), "svc");
+    config.page_size = 3;
+    let b = balancer(Algorithm::Ring);
+    let w = Watcher::start(config, b.clone(), |_| {}).unwrap();
+    assert!(w.wait_for_revision(rev, BOUND));
+    let want: Vec<(String, u32)> = (0..7).map(|i| (format!("n{i}"), i)).collect();
+    assert_eq!(members(&b), want);
+}
