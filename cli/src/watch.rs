@@ -1,6 +1,12 @@
-//! `lb watch --etcd URL --prefix P [--algorithm A] [--key K]... [--json] [--once]`: follows the
-//! membership under an etcd prefix (see liblb-etcd and docs/membership.md) and prints every
-//! change as it is applied, with where each `--key` lands.
+//! `lb watch --etcd URL --prefix P [--algorithm A] [--key K]... [--json] [--once]
+//! [--cacert FILE] [--cert FILE [--key-file FILE]] [--user NAME[:PASSWORD]]`: follows the membership
+//! under an etcd prefix (see liblb-etcd and docs/membership.md) and prints every change as it
+//! is applied, with where each `--key` lands. `https://` endpoints are verified against
+//! `--cacert` (or the system's CA bundle); `--cert` (and `--key-file`, unless the key is in the
+//! `--cert` file; `--key` places keys) gives a client certificate (etcd with
+//! `--client-cert-auth`); `--user` logs in to etcd (password after the colon, or from
+//! `LB_ETCD_PASSWORD`). A TLS or login failure is printed to stderr and retried like any
+//! disconnect; an unreadable certificate file stops the command at once.
 //!
 //! Human output, one block per applied membership:
 //!
@@ -23,20 +29,36 @@
 use crate::{Failure, OptionArgs};
 use clap::Args;
 use liblb_core::{Algorithm, Balancer, Node};
-use liblb_etcd::{Config, Event, Watcher};
+use liblb_etcd::{Config, Event, TlsConfig, Watcher};
 use serde_json::{Value, json};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc;
 
 #[derive(Args)]
 pub(crate) struct WatchArgs {
-    /// etcd client URL, http://HOST:PORT (the v3 JSON gateway on etcd's client port); repeat
-    /// for more endpoints of the same cluster.
+    /// etcd client URL, http://HOST:PORT or https://HOST:PORT (the v3 JSON gateway on etcd's
+    /// client port); repeat for more endpoints of the same cluster.
     #[arg(long = "etcd", value_name = "URL", required = true)]
     endpoints: Vec<String>,
+    /// CA bundle (PEM) that https endpoints' certificates must chain to (default: the
+    /// system's).
+    #[arg(long, value_name = "FILE")]
+    cacert: Option<PathBuf>,
+    /// Client certificate (PEM) for etcd servers that require one (--client-cert-auth).
+    #[arg(long, value_name = "FILE")]
+    cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM; default: in the --cert file). Not --key,
+    /// which places keys.
+    #[arg(long = "key-file", value_name = "FILE", requires = "cert")]
+    key_file: Option<PathBuf>,
+    /// etcd user, as NAME or NAME:PASSWORD; without ":PASSWORD" the password is read from
+    /// the environment variable LB_ETCD_PASSWORD.
+    #[arg(long, value_name = "NAME[:PASSWORD]")]
+    user: Option<String>,
     /// The prefix P: members are the keys P/<node-id>, each with an empty value (weight 1) or
     /// JSON such as {"weight": 3}.
     #[arg(long)]
@@ -83,6 +105,13 @@ pub(crate) fn run(args: WatchArgs, out: &mut impl Write) -> Result<(), Failure> 
     )?);
     let mut config = Config::new(String::new(), args.prefix);
     config.endpoints = args.endpoints;
+    config.auth = args.user.as_deref().map(credentials).transpose()?;
+    if args.cacert.is_some() || args.cert.is_some() {
+        let mut tls = TlsConfig::default();
+        tls.ca_file = args.cacert;
+        (tls.cert_file, tls.key_file) = (args.cert, args.key_file);
+        config.tls = Some(tls);
+    }
     let (send, receive) = mpsc::channel();
     let printer = RefCell::new(Printer {
         balancer: balancer.clone(),
@@ -112,6 +141,25 @@ pub(crate) fn run(args: WatchArgs, out: &mut impl Write) -> Result<(), Failure> 
     Ok(())
 }
 
+/// `NAME[:PASSWORD]` as (name, password); the password from `LB_ETCD_PASSWORD` when absent.
+fn credentials(user: &str) -> Result<(String, String), Failure> {
+    let (name, password) = match user.split_once(':') {
+        Some((name, password)) => (name, password.to_string()),
+        None => match std::env::var("LB_ETCD_PASSWORD") {
+            Ok(password) => (user, password),
+            Err(_) => {
+                return Err(Failure::Usage(format!(
+                    "--user {user:?} has no password: give NAME:PASSWORD or set LB_ETCD_PASSWORD"
+                )));
+            }
+        },
+    };
+    if name.is_empty() {
+        return Err(Failure::Usage("--user needs a user name".into()));
+    }
+    Ok((name.to_string(), password))
+}
+
 /// Turns events into text; remembers the last membership and placements to show changes.
 struct Printer {
     balancer: Arc<Balancer>,
@@ -138,8 +186,8 @@ impl Printer {
             }
             Event::Disconnected { error } => format!("lb: etcd: {error} (retrying)\n"),
             Event::Resumed { from } => format!("lb: watch resumed from revision {from}\n"),
-            Event::Resynced { revision } => {
-                format!("lb: history compacted; read the prefix again at revision {revision}\n")
+            Event::Resynced { revision, reason } => {
+                format!("lb: {reason}; read the prefix again at revision {revision}\n")
             }
             other => format!("lb: {other:?}\n"),
         };

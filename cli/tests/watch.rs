@@ -23,9 +23,14 @@ struct Lb {
 
 impl Lb {
     fn spawn(args: &[&str]) -> Lb {
+        Lb::spawn_env(args, &[])
+    }
+
+    fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Lb {
         let mut child = Command::new(env!("CARGO_BIN_EXE_lb"))
             .arg("watch")
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -325,9 +330,156 @@ fn bad_arguments_fail_with_a_clear_message() {
         "{e}"
     );
     let e = lb(&["--etcd", "localhost:2379", "--prefix", "svc"]);
-    assert!(e.contains("expected http://HOST:PORT"), "{e}");
+    assert!(
+        e.contains("expected http://HOST:PORT or https://HOST:PORT"),
+        "{e}"
+    );
     let e = lb(&["--etcd", url, "--prefix", ""]);
     assert!(e.contains("the prefix is empty"), "{e}");
     let e = lb(&["--prefix", "svc"]);
     assert!(e.contains("--etcd"), "{e}");
+}
+
+/// The JSON line of an applied membership: (revision, nodes).
+fn membership(line: &str) -> (i64, Vec<(String, u32)>) {
+    let v: Value = serde_json::from_str(line).unwrap();
+    let nodes = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n[0].as_str().unwrap().to_string(),
+                n[1].as_u64().unwrap() as u32,
+            )
+        })
+        .collect();
+    (v["revision"].as_i64().unwrap(), nodes)
+}
+
+fn owned(pairs: &[(&str, u32)]) -> Vec<(String, u32)> {
+    pairs.iter().map(|(id, w)| (id.to_string(), *w)).collect()
+}
+
+/// Issue 20, finding 1, through `lb watch`: etcd wiped and restarted on the same port; the
+/// command prints the new membership (before, it kept the old one forever).
+#[test]
+fn lb_watch_follows_a_wiped_etcd() {
+    let Some(mut etcd) = EtcdServer::start() else {
+        return;
+    };
+    let c = etcd.client();
+    for i in 0..60 {
+        c.put(&format!("other/{i}"), b"").unwrap();
+    }
+    put(&etcd, "svc/a", "");
+    let rev = put(&etcd, "svc/b", "");
+    let url = etcd.url();
+    let lb = Lb::spawn(&["--etcd", &url, "--prefix", "svc", "--json"]);
+    let first = format!("{{\"revision\":{rev},");
+    Lb::until(&lb.stdout, &first, |l| l.starts_with(&first));
+    etcd.wipe();
+    put(&etcd, "svc/c", "");
+    put(&etcd, "svc/d", r#"{"weight": 5}"#);
+    etcd.client().delete("svc/a").unwrap();
+    let want = owned(&[("c", 1), ("d", 5)]);
+    Lb::until(&lb.stdout, "with c and d", |l| membership(l).1 == want);
+    Lb::until(&lb.stderr, "naming the wipe", |l| {
+        l.contains("is behind ours")
+    });
+}
+
+/// Issue 20, finding 2, through `lb watch`: rows of tests/membership/values.json where the
+/// languages used to differ.
+#[test]
+fn lb_watch_reads_values_by_the_shared_table() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    put(&etcd, "svc/a", r#"{"weight": 2}"#);
+    let url = etcd.url();
+    let lb = Lb::spawn(&["--etcd", &url, "--prefix", "svc", "--json"]);
+    Lb::until(&lb.stdout, "the first membership", |l| l.starts_with('{'));
+    put(&etcd, "svc/a", r#"{"weight": 1, "weight": 9}"#); // duplicate: a keeps 2
+    put(&etcd, "svc/b", r#"{"weight": -0}"#); // -0 is 0
+    put(&etcd, "svc/c", r#"{"tag": -0}"#);
+    put(&etcd, "svc/d", r#"{"weight": 1.0}"#); // not an integer literal
+    put(&etcd, "svc/e", r#"{"w\u0065ight": 4}"#);
+    let last = put(&etcd, "svc/f", r#"{"weight": 1, "w\u0065ight": 2}"#);
+    let done = format!("{{\"revision\":{last},");
+    let lines = Lb::until(&lb.stdout, &done, |l| l.starts_with(&done));
+    assert_eq!(
+        membership(lines.last().unwrap()).1,
+        owned(&[("a", 2), ("b", 0), ("c", 1), ("e", 4)])
+    );
+    Lb::until(&lb.stderr, "the duplicate", |l| {
+        l.contains("svc/a") && l.contains("duplicate field \"weight\"")
+    });
+    Lb::until(&lb.stderr, "the fraction", |l| {
+        l.contains("svc/d") && l.contains("must be an integer")
+    });
+}
+
+/// TLS with a client certificate and etcd authentication, as a Kubernetes-style etcd asks;
+/// a wrong password is printed and retried, an unreadable file stops the command.
+#[test]
+fn lb_watch_over_mutual_tls_with_a_user() {
+    let Some(mut etcd) = EtcdServer::start_tls(true) else {
+        return;
+    };
+    etcd.enable_auth("s3cret");
+    let rev = put(&etcd, "svc/a", r#"{"weight": 3}"#);
+    let certs = etcd.certs().unwrap().clone();
+    let (url, ca, cert, key) = (
+        etcd.url(),
+        certs.ca.display().to_string(),
+        certs.client_cert.display().to_string(),
+        certs.client_key.display().to_string(),
+    );
+    let tls = [
+        "--etcd",
+        &url,
+        "--prefix",
+        "svc",
+        "--json",
+        "--cacert",
+        &ca,
+        "--cert",
+        &cert,
+        "--key-file",
+        &key,
+    ];
+    let o = Command::new(env!("CARGO_BIN_EXE_lb"))
+        .arg("watch")
+        .args(tls)
+        .args(["--user", "root", "--once"])
+        .env("LB_ETCD_PASSWORD", "s3cret")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap(),
+        format!("{{\"revision\":{rev},\"nodes\":[[\"a\",3]],\"keys\":{{}}}}\n")
+    );
+    let mut args = tls.to_vec();
+    args.extend(["--user", "root:wrong"]);
+    let lb = Lb::spawn(&args);
+    Lb::until(&lb.stderr, "the refused login", |l| {
+        l.contains("authentication failed") && l.contains("invalid user ID or password")
+    });
+    let o = Command::new(env!("CARGO_BIN_EXE_lb"))
+        .args(["watch", "--etcd", &url, "--prefix", "svc"])
+        .args(["--cacert", "/nonexistent.pem"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("CA bundle /nonexistent.pem"), "{e}");
+    let o = Command::new(env!("CARGO_BIN_EXE_lb"))
+        .args(["watch", "--etcd", &url, "--prefix", "svc", "--user", "root"])
+        .env_remove("LB_ETCD_PASSWORD")
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("LB_ETCD_PASSWORD"), "{e}");
 }

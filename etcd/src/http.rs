@@ -5,44 +5,51 @@
 //! be stoppable from another thread at once: [`Conn::post`] shows the caller its socket as soon
 //! as it is connected, and shutting that down wakes a read blocked on a quiet watch. ureq 3 keeps its sockets
 //! behind a transport API it marks as not following semver; ureq 2's per-read timeout leaves
-//! its chunk decoder in the middle of a chunk. Plain HTTP only: the gateway on loopback or a
-//! private network (TLS would bring rustls; see the crate docs).
+//! its chunk decoder in the middle of a chunk.
+//!
+//! Every read is bounded, and hitting a bound says which: the response head ([`MAX_HEAD`],
+//! checked while a line is still arriving, not after it ends), a chunk-size line
+//! ([`MAX_CHUNK_LINE`]), a unary body ([`MAX_BODY`]). Time is bounded by a deadline on the
+//! [`Stream`]: a whole unary request must finish within the request timeout, however slowly the
+//! bytes trickle in (a per-read timeout would be renewed by every byte). The parser
+//! ([`Response`]) works on any `BufRead`, so the fuzz target feeds it bytes without a socket.
 
 use crate::Error;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Largest response head accepted (status line and headers).
-const MAX_HEAD: usize = 64 * 1024;
-/// Largest unary response body accepted (a range over a big prefix is the largest).
-const MAX_BODY: u64 = 256 * 1024 * 1024;
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
+/// Longest chunk-size line accepted (the size in hex and any chunk extensions).
+pub(crate) const MAX_CHUNK_LINE: usize = 1024;
+/// Largest unary response body accepted (a range page is the largest).
+pub(crate) const MAX_BODY: u64 = 256 * 1024 * 1024;
 
-/// One `http://HOST:PORT` endpoint.
+/// One `http://HOST:PORT` or `https://HOST:PORT` endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Endpoint {
     pub(crate) url: String,
-    host: String,
+    pub(crate) host: String,
     port: u16,
+    pub(crate) https: bool,
 }
 
 impl Endpoint {
-    /// Parses `http://HOST:PORT` (an optional trailing `/`; IPv6 as `[::1]:2379`).
+    /// Parses `http://HOST:PORT` or `https://HOST:PORT` (an optional trailing `/`; IPv6 as
+    /// `[::1]:2379`).
     pub(crate) fn parse(url: &str) -> Result<Endpoint, Error> {
         let bad = |why: &str| Error::Config(format!("endpoint {url:?}: {why}"));
-        let rest = match url.strip_prefix("http://") {
-            Some(rest) => rest,
-            None if url.starts_with("https://") => {
-                return Err(bad(
-                    "https is not supported; use plain http to the gateway (loopback, a private \
-                     network, or a local TLS-terminating proxy)",
-                ));
-            }
-            None => return Err(bad("expected http://HOST:PORT")),
+        let (rest, https) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => return Err(bad("expected http://HOST:PORT or https://HOST:PORT")),
         };
         let authority = rest.strip_suffix('/').unwrap_or(rest);
         if authority.is_empty() || authority.contains(['/', '?', '#', '@']) {
-            return Err(bad("expected http://HOST:PORT with no path, query or user"));
+            return Err(bad(
+                "expected http(s)://HOST:PORT with no path, query or user",
+            ));
         }
         let (host, port) = match authority.strip_prefix('[') {
             Some(v6) => match v6.split_once("]:") {
@@ -63,13 +70,184 @@ impl Endpoint {
             url: url.to_string(),
             host: host.to_string(),
             port,
+            https,
         })
+    }
+
+    /// The host as the `Host` header writes it (an IPv6 address in brackets).
+    fn host_for_header(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        }
     }
 }
 
+/// A connected socket, plain or TLS, with an optional deadline on reads.
+pub(crate) struct Stream {
+    tcp: TcpStream,
+    tls: Option<Box<rustls::ClientConnection>>,
+    deadline: Option<Deadline>,
+}
+
+/// Reads fail with `TimedOut` and `why` once `at` has passed.
+#[derive(Debug, Clone)]
+pub(crate) struct Deadline {
+    pub(crate) at: Instant,
+    pub(crate) why: String,
+}
+
+impl Stream {
+    /// Sets (or clears) the deadline for the reads to come.
+    pub(crate) fn set_deadline(&mut self, deadline: Option<Deadline>) {
+        self.deadline = deadline;
+    }
+
+    /// Before a read: the socket's timeout is what is left of the deadline.
+    fn arm(&self) -> io::Result<()> {
+        let Some(deadline) = &self.deadline else {
+            return self.tcp.set_read_timeout(None);
+        };
+        let left = deadline.at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                deadline.why.clone(),
+            ));
+        }
+        self.tcp.set_read_timeout(Some(left))
+    }
+
+    /// A timeout from the socket becomes the deadline's own message.
+    fn expired(&self, e: io::Error) -> io::Error {
+        match (&self.deadline, e.kind()) {
+            (Some(d), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                io::Error::new(io::ErrorKind::TimedOut, d.why.clone())
+            }
+            _ => e,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        self.arm()?;
+        let result = match &mut self.tls {
+            Some(tls) => rustls::Stream::new(tls.as_mut(), &mut self.tcp).read(out),
+            None => self.tcp.read(out),
+        };
+        result.map_err(|e| self.expired(e))
+    }
+}
+
+impl Write for Stream {
+    // Armed too: the TLS handshake reads the server's answers inside the first write.
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.arm()?;
+        let result = match &mut self.tls {
+            Some(tls) => rustls::Stream::new(tls.as_mut(), &mut self.tcp).write(data),
+            None => self.tcp.write(data),
+        };
+        result.map_err(|e| self.expired(e))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.arm()?;
+        let result = match &mut self.tls {
+            Some(tls) => rustls::Stream::new(tls.as_mut(), &mut self.tcp).flush(),
+            None => self.tcp.flush(),
+        };
+        result.map_err(|e| self.expired(e))
+    }
+}
+
+/// How a request is sent: timeouts, TLS, extra headers.
+pub(crate) struct Request<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) body: &'a [u8],
+    pub(crate) connect_timeout: Duration,
+    /// Deadline for the response head (and, for unary calls, the whole body).
+    pub(crate) deadline: Option<Deadline>,
+    pub(crate) tls: Option<&'a std::sync::Arc<rustls::ClientConfig>>,
+    /// `Authorization` header value (an etcd auth token).
+    pub(crate) token: Option<&'a str>,
+}
+
 /// An open connection with a request sent and the response head read.
-pub(crate) struct Conn {
-    reader: BufReader<TcpStream>,
+pub(crate) type Conn = Response<BufReader<Stream>>;
+
+impl Conn {
+    /// Connects, sends `POST path` with `body`, and reads the status and headers within the
+    /// request's deadline. `on_connect` sees the socket before anything is sent, so another
+    /// thread can shut it while this one waits. A status other than 200 is an
+    /// [`Error::Http`] with the start of the body.
+    pub(crate) fn post(
+        endpoint: &Endpoint,
+        request: &Request<'_>,
+        on_connect: &dyn Fn(&TcpStream),
+    ) -> Result<Conn, Error> {
+        let io_err = |source| Error::Io {
+            endpoint: endpoint.url.clone(),
+            source,
+        };
+        let tcp = connect(endpoint, request.connect_timeout).map_err(io_err)?;
+        on_connect(&tcp);
+        tcp.set_write_timeout(Some(request.connect_timeout.max(Duration::from_secs(1))))
+            .map_err(io_err)?;
+        tcp.set_nodelay(true).map_err(io_err)?;
+        let tls = match request.tls {
+            Some(config) => Some(Box::new(crate::tls::connect(config, &endpoint.host)?)),
+            None => None,
+        };
+        let mut stream = Stream {
+            tcp,
+            tls,
+            deadline: request.deadline.clone(),
+        };
+        let auth = match request.token {
+            Some(token) => format!("Authorization: {token}\r\n"),
+            None => String::new(),
+        };
+        let head = format!(
+            "POST {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\n{auth}\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            request.path,
+            endpoint.host_for_header(),
+            endpoint.port,
+            request.body.len()
+        );
+        let mut bytes = head.into_bytes();
+        bytes.extend_from_slice(request.body);
+        stream
+            .write_all(&bytes)
+            .and_then(|()| stream.flush())
+            .map_err(|e| crate::tls::explain(e, endpoint))?;
+        let mut conn =
+            Response::new(BufReader::new(stream)).map_err(|e| crate::tls::explain(e, endpoint))?;
+        if conn.status != 200 {
+            let mut text = String::new();
+            drop(conn.by_ref().take(4096).read_to_string(&mut text));
+            return Err(Error::Http {
+                endpoint: endpoint.url.clone(),
+                status: conn.status,
+                body: text.trim().to_string(),
+            });
+        }
+        Ok(conn)
+    }
+
+    /// The socket's stream, to move its deadline.
+    pub(crate) fn stream(&mut self) -> &mut Stream {
+        self.reader.get_mut()
+    }
+}
+
+/// A response whose head has been read: its status, and its body through `Read` (chunked,
+/// sized, or to the end of the connection), with every line bounded.
+pub(crate) struct Response<R> {
+    reader: R,
+    pub(crate) status: u16,
     /// Bytes left in the current chunk; `None` before a chunk-size line.
     chunk_left: Option<u64>,
     /// `Some(n)`: a `Content-Length` body with `n` bytes left; `None`: chunked.
@@ -77,82 +255,61 @@ pub(crate) struct Conn {
     finished: bool,
 }
 
-impl Conn {
-    /// Connects, sends `POST path` with `body`, and reads the status and headers. `read_timeout`
-    /// bounds each socket read (`None`: block until data or shutdown). `on_connect` sees the
-    /// socket before anything is sent, so another thread can shut it while this one waits.
-    pub(crate) fn post(
-        endpoint: &Endpoint,
-        path: &str,
-        body: &[u8],
-        (connect_timeout, read_timeout): (Duration, Option<Duration>),
-        on_connect: &dyn Fn(&TcpStream),
-    ) -> Result<Conn, Error> {
-        let io_err = |source| Error::Io {
-            endpoint: endpoint.url.clone(),
-            source,
-        };
-        let stream = connect(endpoint, connect_timeout).map_err(io_err)?;
-        on_connect(&stream);
-        stream.set_read_timeout(read_timeout).map_err(io_err)?;
-        stream
-            .set_write_timeout(Some(connect_timeout.max(Duration::from_secs(1))))
-            .map_err(io_err)?;
-        stream.set_nodelay(true).map_err(io_err)?;
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n",
-            endpoint.host,
-            endpoint.port,
-            body.len()
-        );
-        let mut request = head.into_bytes();
-        request.extend_from_slice(body);
-        (&stream).write_all(&request).map_err(io_err)?;
-        let mut reader = BufReader::new(stream);
-        let (status, chunked, length) = read_head(&mut reader).map_err(io_err)?;
-        let mut conn = Conn {
+impl<R: BufRead> Response<R> {
+    /// Reads the status line and the headers.
+    pub(crate) fn new(mut reader: R) -> io::Result<Response<R>> {
+        let (status, chunked, length) = read_head(&mut reader)?;
+        Ok(Response {
             reader,
+            status,
             chunk_left: None,
-            length_left: if chunked { None } else { length },
-            finished: false,
-        };
-        if !chunked && length.is_none() {
             // Neither chunked nor sized: the body runs to the end of the connection.
-            conn.length_left = Some(u64::MAX);
-        }
-        if status != 200 {
-            let mut text = String::new();
-            drop(conn.by_ref().take(4096).read_to_string(&mut text));
-            return Err(Error::Http {
-                endpoint: endpoint.url.clone(),
-                status,
-                body: text.trim().to_string(),
-            });
-        }
-        Ok(conn)
+            length_left: if chunked {
+                None
+            } else {
+                Some(length.unwrap_or(u64::MAX))
+            },
+            finished: false,
+        })
     }
 
-    /// Reads the whole body (unary calls).
+    /// Reads the whole body (unary calls), refusing one larger than [`MAX_BODY`].
     pub(crate) fn read_all(mut self) -> io::Result<Vec<u8>> {
         let mut body = Vec::new();
-        self.by_ref().take(MAX_BODY).read_to_end(&mut body)?;
+        self.by_ref().take(MAX_BODY + 1).read_to_end(&mut body)?;
+        if body.len() as u64 > MAX_BODY {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the answer is larger than {} MiB, the limit for one answer",
+                    MAX_BODY >> 20
+                ),
+            ));
+        }
         Ok(body)
     }
 
     /// Reads one chunk-size line; 0 ends the body.
     fn next_chunk(&mut self) -> io::Result<u64> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
+        let mut line = Vec::new();
+        let too_long = || {
+            bad(&format!(
+                "chunk-size line longer than {MAX_CHUNK_LINE} bytes"
+            ))
+        };
+        if read_line(&mut self.reader, &mut line, MAX_CHUNK_LINE, &too_long)? == 0 {
             return Err(eof("the connection closed before the last chunk"));
         }
+        let line = String::from_utf8_lossy(&line);
         let size = line.trim_end().split(';').next().unwrap_or("").trim();
         u64::from_str_radix(size, 16)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad chunk size line"))
+            .ok()
+            .filter(|_| !size.starts_with('+'))
+            .ok_or_else(|| bad(&format!("bad chunk-size line {:?}", cut(&line))))
     }
 }
 
-impl Read for Conn {
+impl<R: BufRead> Read for Response<R> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.finished || out.is_empty() {
             return Ok(0);
@@ -183,6 +340,9 @@ impl Read for Conn {
                     // The CRLF that closes the chunk just read.
                     let mut crlf = [0u8; 2];
                     self.reader.read_exact(&mut crlf)?;
+                    if crlf != *b"\r\n" {
+                        return Err(bad("a chunk is not followed by CRLF"));
+                    }
                 }
                 let size = self.next_chunk()?;
                 if size == 0 {
@@ -206,6 +366,45 @@ fn eof(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::UnexpectedEof, what.to_string())
 }
 
+fn bad(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+/// At most 60 characters of `text`, for an error message.
+fn cut(text: &str) -> String {
+    text.chars().take(60).collect()
+}
+
+/// Reads one line (up to and including `\n`) into `line`, refusing (with `too_long()`) to hold
+/// more than `limit` bytes: the check runs as bytes arrive, so a line that never ends costs at
+/// most `limit`. Returns the bytes read (0 at the end of the stream).
+pub(crate) fn read_line(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    limit: usize,
+    too_long: &dyn Fn() -> io::Error,
+) -> io::Result<usize> {
+    let start = line.len();
+    loop {
+        let available = reader.fill_buf()?;
+        if available.is_empty() {
+            return Ok(line.len() - start);
+        }
+        let (take, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        if line.len() - start + take > limit {
+            return Err(too_long());
+        }
+        line.extend_from_slice(&available[..take]);
+        reader.consume(take);
+        if done {
+            return Ok(line.len() - start);
+        }
+    }
+}
+
 fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the host name resolved to nothing");
     for addr in (endpoint.host.as_str(), endpoint.port).to_socket_addrs()? {
@@ -217,24 +416,23 @@ fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<TcpStream> {
     Err(last)
 }
 
-/// Reads the status line and headers: (status, chunked, content length).
-fn read_head(reader: &mut BufReader<TcpStream>) -> io::Result<(u16, bool, Option<u64>)> {
-    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-    let mut line = String::new();
+/// Reads the status line and headers, at most [`MAX_HEAD`] bytes in all: (status, chunked,
+/// content length).
+fn read_head(reader: &mut impl BufRead) -> io::Result<(u16, bool, Option<u64>)> {
+    let mut line = Vec::new();
     let mut total = 0;
     let mut status = None;
     let (mut chunked, mut length) = (false, None);
     loop {
         line.clear();
-        let n = reader.read_line(&mut line)?;
+        let too_long = || bad(&format!("response head longer than {MAX_HEAD} bytes"));
+        let n = read_line(reader, &mut line, MAX_HEAD - total, &too_long)?;
         total += n;
         if n == 0 {
             return Err(eof("the connection closed before the response head ended"));
         }
-        if total > MAX_HEAD {
-            return Err(bad("response head too large"));
-        }
-        let text = line.trim_end();
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end();
         match status {
             None => {
                 let mut parts = text.split(' ');
@@ -248,7 +446,7 @@ fn read_head(reader: &mut BufReader<TcpStream>) -> io::Result<(u16, bool, Option
             Some(_) if text.is_empty() => break,
             Some(_) => {
                 let Some((name, value)) = text.split_once(':') else {
-                    return Err(bad("malformed response header"));
+                    return Err(bad(&format!("malformed response header {:?}", cut(text))));
                 };
                 let value = value.trim();
                 if name.eq_ignore_ascii_case("transfer-encoding") {
@@ -276,8 +474,7 @@ mod tests {
         let e = Endpoint::parse("http://etcd.local:12379/").unwrap();
         assert_eq!((e.host.as_str(), e.port), ("etcd.local", 12379));
         for (url, why) in [
-            ("https://h:2379", "https is not supported"),
-            ("h:2379", "expected http://HOST:PORT"),
+            ("h:2379", "expected http://HOST:PORT or https://HOST:PORT"),
             ("http://h", "missing :PORT"),
             ("http://h:0", "1..=65535"),
             ("http://h:99999", "1..=65535"),
@@ -304,7 +501,15 @@ mod tests {
     }
 
     fn post(e: &Endpoint) -> Result<Conn, Error> {
-        Conn::post(e, "/x", b"{}", (Duration::from_secs(2), None), &|_| {})
+        let request = Request {
+            path: "/x",
+            body: b"{}",
+            connect_timeout: Duration::from_secs(2),
+            deadline: None,
+            tls: None,
+            token: None,
+        };
+        Conn::post(e, &request, &|_| {})
     }
 
     #[test]
@@ -328,5 +533,64 @@ mod tests {
         let e = serve(b"SSH-2.0-OpenSSH\r\n\r\n");
         let err = post(&e).err().unwrap().to_string();
         assert!(err.contains("not an HTTP/1.x response"), "{err}");
+    }
+
+    /// A response read from bytes, without a socket.
+    fn response(
+        bytes: &'static [u8],
+    ) -> io::Result<Response<io::BufReader<io::Cursor<&'static [u8]>>>> {
+        Response::new(io::BufReader::new(io::Cursor::new(bytes)))
+    }
+
+    #[test]
+    fn every_line_and_body_has_a_limit_that_names_itself() {
+        // A body that never ends stops at 256 MiB and says so (it read "not JSON: EOF").
+        let head = io::Cursor::new(&b"HTTP/1.1 200 OK\r\n\r\n"[..]);
+        let endless = io::BufReader::new(head.chain(io::repeat(b' ')));
+        let e = Response::new(endless).unwrap().read_all().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("larger than 256 MiB, the limit for one answer"),
+            "{e}"
+        );
+        let long = Box::leak(
+            format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD)).into_boxed_str(),
+        );
+        let e = response(long.as_bytes()).err().unwrap();
+        assert!(
+            e.to_string()
+                .contains("response head longer than 65536 bytes"),
+            "{e}"
+        );
+        let long = Box::leak(
+            format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{}\r\n",
+                "1".repeat(2000)
+            )
+            .into_boxed_str(),
+        );
+        let e = response(long.as_bytes()).unwrap().read_all().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("chunk-size line longer than 1024 bytes"),
+            "{e}"
+        );
+        for (bytes, why) in [
+            (
+                &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n"[..],
+                "not followed by CRLF",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n+3\r\nabc\r\n0\r\n\r\n",
+                "bad chunk-size line",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n",
+                "bad chunk-size line",
+            ),
+        ] {
+            let e = response(bytes).unwrap().read_all().unwrap_err();
+            assert!(e.to_string().contains(why), "{e}");
+        }
     }
 }

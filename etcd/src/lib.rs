@@ -8,16 +8,21 @@
 //!
 //! Under a prefix `P`, each key `P/<node-id>` is a member. Its value is empty (weight 1) or a
 //! JSON object with only the optional fields `"weight"` (0..=4294967295, 0 drains the node) and
-//! `"tag"` (0..=2^64-1, handed back by picks). Anything else (unknown fields, another JSON
-//! type, bad JSON, numbers out of range, an id liblb refuses) rejects that key's change with
-//! an [`Event::Rejected`] naming the key and the problem; the key keeps its last good value, or
-//! stays absent. The balancer gets the nodes sorted by id, bytewise, so every process and
+//! `"tag"` (0..=2^64-1, handed back by picks), each at most once; numbers must be integer
+//! literals (`1.0` and `1e2` are refused, `-0` is 0). Anything else (a duplicate field, unknown
+//! fields, another JSON type, bad JSON, numbers out of range, an id liblb refuses) rejects that
+//! key's change with an [`Event::Rejected`] naming the key and the problem; the key keeps its
+//! last good value, or stays absent. [`parse_value`] states the rules; the table every language
+//! is tested against is `tests/membership/values.json`. The balancer gets the nodes sorted by id, bytewise, so every process and
 //! every language (the Python package reads the same layout) builds the same table.
 //!
 //! # Protocol
 //!
-//! The watcher reads the prefix once (`Range` with `range_end` = the prefix's successor) and
-//! watches from the revision after the range's `header.revision`. Each watch message's events
+//! The watcher reads the prefix once (`Range` with `range_end` = the prefix's successor, in
+//! pages of 5000 keys all read at the first page's revision: one snapshot) and watches from
+//! the revision after the range's `header.revision`. If the created watch's header shows
+//! etcd's revision behind the last applied one (a wiped or restored etcd) or another
+//! `cluster_id`, the watcher reads the prefix again ([`Event::Resynced`] says why). Each watch message's events
 //! are applied together, then `update()` is called once, so a burst is one table build. Per
 //! etcd's API guarantees, a watch delivers every event after its start revision exactly once,
 //! in order (<https://etcd.io/docs/v3.4/learning/api_guarantees/>, "Watch APIs"; the watch
@@ -32,15 +37,27 @@
 //! The revision of an applied membership is the `mod_revision` of the last change it includes
 //! (or, after a range, the range's `header.revision`): the membership as of that revision.
 //!
-//! # Why the JSON gateway over plain HTTP
+//! # Why the JSON gateway over a hand-written HTTP/1.1 client
 //!
 //! etcd serves every v3 call as JSON over HTTP at its client port (the "gRPC gateway",
-//! <https://etcd.io/docs/v3.4/dev-guide/api_grpc_gateway/>). The gRPC client crate (`etcd-client`) brings tonic,
-//! prost, tokio and a `protoc` step at build time: minutes of compile time and a system tool,
-//! for the four calls used here. This crate speaks HTTP/1.1 itself on `std::net::TcpStream`
-//! (see `http.rs` for why not an HTTP crate: a blocked watch read must be stoppable at once)
-//! and needs only `serde_json`, `base64` and `log`. Plain HTTP only: run it against etcd on
-//! loopback or a private network, or through a local TLS-terminating proxy.
+//! <https://etcd.io/docs/v3.4/dev-guide/api_grpc_gateway/>). The gRPC client crate
+//! (`etcd-client` 0.21) brings tonic, hyper, h2, prost, tokio and a `protoc` step at build
+//! time: measured here, 7 min 28 s and 120 crates for a cold `cargo build -j1 --release`, and
+//! a system tool, for the four calls used here. This crate speaks HTTP/1.1 itself on
+//! `std::net::TcpStream` (see `http.rs` for why not an HTTP crate: a blocked watch read must be
+//! stoppable at once), with rustls (ring provider) on the same socket for `https://`, and
+//! needs only `serde_json`, `base64`, `log` and rustls. Every read is bounded: a response head
+//! of 64 KiB, a chunk-size line of 1 KiB, a unary answer of 256 MiB, a watch message of 16 MiB,
+//! each checked as the bytes arrive; a unary request must finish within
+//! [`Config::request_timeout`] and each watch message within [`Config::idle_timeout`].
+//!
+//! # TLS and etcd users
+//!
+//! [`Config::tls`] takes a [`TlsConfig`] (CA bundle, client certificate and key for servers
+//! with `--client-cert-auth`), [`Config::auth`] an etcd user and password: the watcher logs in,
+//! sends the token with every request and renews it once when etcd refuses it. Failures are
+//! [`Event::Disconnected`] naming the problem (a wrong CA, a missing client certificate, a
+//! wrong password), retried with backoff; the balancer keeps its last good membership.
 //!
 //! # Example
 //!
@@ -69,10 +86,14 @@ mod http;
 mod membership;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tls;
 mod watcher;
 
+#[cfg(feature = "fuzzing")]
+pub use client::fuzz_response;
 pub use client::{Client, KeyValue, Range, WatchEvent};
 pub use membership::parse_value;
+pub use tls::TlsConfig;
 pub use watcher::{Config, Watcher};
 
 use liblb_core::Node;
@@ -106,7 +127,9 @@ pub enum Event {
         /// The balancer's error.
         error: liblb_core::Error,
     },
-    /// Reading or watching failed; the watcher retries after a backoff.
+    /// Reading or watching failed (etcd unreachable, a TLS or authentication failure, an
+    /// answer refused as malformed or over a size limit, a stalled stream); the watcher keeps
+    /// the last good membership and retries after a backoff.
     Disconnected {
         /// What failed.
         error: String,
@@ -116,11 +139,16 @@ pub enum Event {
         /// The first revision the new watch reports.
         from: i64,
     },
-    /// The revisions after the last applied one were compacted away; the whole prefix was read
-    /// again at `revision` and replaces the membership.
+    /// The whole prefix was read again at `revision` and replaces the membership, because
+    /// the watch could not go on from the last applied revision: `reason` says why (the
+    /// revisions after it were compacted away; etcd's revision is behind ours, as after a
+    /// wiped or restored data directory; another cluster answers at the same endpoint; a watch
+    /// message over the size limit).
     Resynced {
         /// The revision of the fresh read.
         revision: i64,
+        /// Why the watch could not go on.
+        reason: String,
     },
 }
 
@@ -128,7 +156,8 @@ pub enum Event {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// A bad argument: an empty prefix, an endpoint URL that is not `http://HOST:PORT`, ...
+    /// A bad argument: an empty prefix, an endpoint URL that is not `http(s)://HOST:PORT`, an
+    /// unreadable certificate file, ...
     Config(String),
     /// Connecting, sending or receiving failed.
     Io {
@@ -146,8 +175,17 @@ pub enum Error {
         /// The start of the answer's body (etcd's error JSON).
         body: String,
     },
-    /// An answer that does not parse as the gateway's JSON.
+    /// An answer that does not parse as the gateway's JSON, or breaks its rules.
     Protocol(String),
+    /// The TLS handshake or session failed (wrong CA, no client certificate, ...).
+    Tls {
+        /// The endpoint.
+        endpoint: String,
+        /// What failed and what to check.
+        reason: String,
+    },
+    /// etcd refused the user name or password.
+    Auth(String),
     /// etcd reported an error (in a watch stream, or a cancelled watch).
     Etcd(String),
 }
@@ -164,6 +202,8 @@ impl fmt::Display for Error {
             } => write!(f, "{endpoint}: HTTP {status}: {body}"),
             Error::Protocol(why) => write!(f, "unexpected answer from etcd: {why}"),
             Error::Etcd(why) => write!(f, "etcd: {why}"),
+            Error::Tls { endpoint, reason } => write!(f, "{endpoint}: TLS: {reason}"),
+            Error::Auth(why) => write!(f, "authentication failed: {why}"),
         }
     }
 }

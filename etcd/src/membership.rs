@@ -6,7 +6,9 @@
 //! order of `BTreeMap<String, _>`): every process, in every language, builds the same table.
 
 use liblb_core::Node;
-use serde_json::Value;
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// Why a key's change was rejected: the key (lossy UTF-8) and the problem.
@@ -19,34 +21,54 @@ pub(crate) struct Rejection {
 /// Parses a member's value (empty, or `{"weight": W, "tag": T}` with both optional) into
 /// `(weight, tag)`, or says what is wrong with it; public so tools can check a value before
 /// writing it.
+///
+/// The rules (one table for every language: `tests/membership/values.json`): an empty value is
+/// weight 1, tag 0; otherwise the value is one JSON text (RFC 8259; whitespace around it is
+/// fine, a byte order mark or anything after it is not) holding an object with only the
+/// optional fields `"weight"` (0..=4294967295, default 1) and `"tag"` (0..=18446744073709551615,
+/// default 0), each **at most once** (also when spelled with escapes, `"w\u0065ight"`). A
+/// number counts only as an **integer literal**: `1.0` and `1e2` are refused although
+/// integral, and `-0` is the integer 0. Nesting deeper than serde_json's recursion limit (128)
+/// is no stack risk: the text is checked without recursion (serde_json skips a raw value
+/// iteratively), and a nested value is simply not an integer. Error texts quote at most 100
+/// characters of the value.
 pub fn parse_value(value: &[u8]) -> Result<(u32, u64), String> {
     if value.is_empty() {
         return Ok((1, 0));
     }
     let text = std::str::from_utf8(value).map_err(|_| "value is not UTF-8".to_string())?;
-    let json: Value =
-        serde_json::from_str(text).map_err(|e| format!("value is not JSON ({e}): {text:?}"))?;
-    let Value::Object(fields) = json else {
+    // First the JSON text as a whole (syntax, trailing data, depth), then its shape.
+    let whole: &RawValue = serde_json::from_str(text)
+        .map_err(|e| format!("value is not JSON ({e}): {}", shown(text)))?;
+    if !whole.get().starts_with('{') {
         return Err(format!(
-            "value must be a JSON object like {{\"weight\": 3}}, not {text:?}"
+            "value must be a JSON object like {{\"weight\": 3}}, not {}",
+            shown(text)
         ));
-    };
-    let (mut weight, mut tag) = (1, 0);
-    for (name, field) in &fields {
-        match name.as_str() {
-            "weight" => {
-                weight = field
-                    .as_u64()
-                    .and_then(|w| u32::try_from(w).ok())
-                    .ok_or_else(|| {
-                        format!("\"weight\" must be an integer in 0..=4294967295, not {field}")
-                    })?;
+    }
+    let Fields(fields) = serde_json::from_str(whole.get())
+        .map_err(|e| format!("value is not JSON ({e}): {}", shown(text)))?;
+    let (mut weight, mut tag) = (None, None);
+    for (name, field) in fields {
+        let field = field.get();
+        match name.as_ref() {
+            "weight" if weight.is_none() => {
+                weight = Some(integer(field, u64::from(u32::MAX)).ok_or_else(|| {
+                    format!(
+                        "\"weight\" must be an integer in 0..=4294967295, not {}",
+                        cut(field)
+                    )
+                })?);
             }
-            "tag" => {
-                tag = field.as_u64().ok_or_else(|| {
-                    format!("\"tag\" must be an integer in 0..=18446744073709551615, not {field}")
-                })?;
+            "tag" if tag.is_none() => {
+                tag = Some(integer(field, u64::MAX).ok_or_else(|| {
+                    format!(
+                        "\"tag\" must be an integer in 0..=18446744073709551615, not {}",
+                        cut(field)
+                    )
+                })?);
             }
+            "weight" | "tag" => return Err(format!("duplicate field {name:?} in {}", shown(text))),
             other => {
                 return Err(format!(
                     "unknown field {other:?} (a value has only \"weight\" and \"tag\")"
@@ -54,7 +76,75 @@ pub fn parse_value(value: &[u8]) -> Result<(u32, u64), String> {
             }
         }
     }
-    Ok((weight, tag))
+    let weight = weight.map_or(1, |w| u32::try_from(w).unwrap_or(u32::MAX));
+    Ok((weight, tag.unwrap_or(0)))
+}
+
+/// `text` for an error message: quoted, and cut after 100 characters.
+fn shown(text: &str) -> String {
+    match text.char_indices().nth(100) {
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &text[..cut], text.len()),
+        None => format!("{text:?}"),
+    }
+}
+
+/// A JSON text for an error message, as it is: cut after 100 characters.
+fn cut(json: &str) -> String {
+    match json.char_indices().nth(100) {
+        Some((cut, _)) => format!("{}... ({} bytes)", &json[..cut], json.len()),
+        None => json.to_string(),
+    }
+}
+
+/// An integer literal in `0..=max` (`-0` is 0), from the JSON text of a value; `None` for
+/// anything else: a fraction or exponent, a string, `true`, `null`, an array, out of range.
+fn integer(literal: &str, max: u64) -> Option<u64> {
+    let (negative, digits) = match literal.strip_prefix('-') {
+        Some(digits) => (true, digits),
+        None => (false, literal),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // serde_json already refused leading zeros; only the value is left to check.
+    let n: u64 = digits.parse().ok()?;
+    match (negative, n) {
+        (true, 0) => Some(0),
+        (true, _) => None,
+        (false, n) => (n <= max).then_some(n),
+    }
+}
+
+/// An object's fields in order, duplicates included (serde_json's `Map` would keep the last),
+/// each value as its JSON text.
+struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Fields<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = Fields<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Fields<'de>, M::Error> {
+                let mut fields = Vec::new();
+                // At most a few fields are valid; stop collecting early on a long object.
+                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+                    fields.push((name, map.next_value::<&'de RawValue>()?));
+                    if fields.len() > 2 {
+                        break;
+                    }
+                }
+                if fields.len() > 2 {
+                    // Drain the rest so the caller sees the fields, not a parse error.
+                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                }
+                Ok(Fields(fields))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
 }
 
 /// The nodes under one prefix, by id.

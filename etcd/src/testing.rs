@@ -1,5 +1,6 @@
-//! Test helpers (feature `testing`): a real etcd server on loopback, and a TCP proxy that can
-//! cut every connection through it.
+//! Test helpers (feature `testing`): a real etcd server on loopback (plain, TLS or with
+//! authentication), a TCP proxy that can cut every connection through it, and [`FakeEtcd`], a
+//! scripted gateway serving hostile answers.
 //!
 //! [`EtcdServer::start`] runs the `etcd` binary named by `ETCD_BIN` (or found on `PATH`; see
 //! `scripts/etcd-install.sh`) with a temporary data directory and free loopback ports, and
@@ -42,12 +43,159 @@ pub struct EtcdServer {
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    /// Certificates when the client port speaks TLS.
+    certs: Option<Certs>,
+    /// Whether the server asks for client certificates (`--client-cert-auth`).
+    client_cert_auth: bool,
+    /// root's password once authentication is enabled.
+    root_password: Option<String>,
+}
+
+/// Certificates made with the `openssl` command for a TLS test, in PEM files: a CA, a server
+/// certificate for `IP:127.0.0.1` and a client certificate signed by it, and a second,
+/// unrelated CA (the wrong one).
+#[derive(Debug, Clone)]
+pub struct Certs {
+    /// The CA that signed the server and client certificates.
+    pub ca: PathBuf,
+    /// The server's certificate and key.
+    pub server_cert: PathBuf,
+    /// The server's key.
+    pub server_key: PathBuf,
+    /// A client certificate the server trusts.
+    pub client_cert: PathBuf,
+    /// Its key.
+    pub client_key: PathBuf,
+    /// A CA that signed nothing here.
+    pub other_ca: PathBuf,
+}
+
+impl Certs {
+    /// Makes the certificates in `dir` with the `openssl` command (EC P-256, valid 2 days).
+    pub fn generate(dir: &Path) -> Certs {
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run openssl: {e}"));
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for ca in ["ca", "other-ca"] {
+            let (key, pem, subject) = (
+                format!("{ca}.key"),
+                format!("{ca}.pem"),
+                format!("/CN=liblb test {ca}"),
+            );
+            let mut args = vec!["req", "-x509"];
+            args.extend(ec);
+            args.extend([
+                "-keyout",
+                &key,
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-subj",
+                &subject,
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ]);
+            openssl(&args);
+        }
+        // The server certificate is also a client one: etcd 3.4's gateway dials its own gRPC
+        // port with it, and --client-cert-auth checks that connection too.
+        for (name, usage) in [
+            ("server", "serverAuth,clientAuth"),
+            ("client", "clientAuth"),
+        ] {
+            let ext = format!("{name}.ext");
+            std::fs::write(
+                dir.join(&ext),
+                format!(
+                    "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage={usage}\n\
+                     keyUsage=critical,digitalSignature\n"
+                ),
+            )
+            .expect("an extensions file");
+            let (key, csr, pem) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+            );
+            // No common name on the client certificate: with --client-cert-auth and auth both
+            // on, etcd's gateway refuses a client certificate that has one (embed/serve.go,
+            // "CommonName of client sending a request against gateway will be ignored").
+            let subject = match name {
+                "client" => "/O=liblb test client".to_string(),
+                _ => format!("/CN=liblb test {name}"),
+            };
+            let mut args = vec!["req"];
+            args.extend(ec);
+            args.extend(["-keyout", &key, "-out", &csr, "-subj", &subject]);
+            openssl(&args);
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-extfile",
+                &ext,
+            ]);
+        }
+        Certs {
+            ca: dir.join("ca.pem"),
+            server_cert: dir.join("server.pem"),
+            server_key: dir.join("server.key"),
+            client_cert: dir.join("client.pem"),
+            client_key: dir.join("client.key"),
+            other_ca: dir.join("other-ca.pem"),
+        }
+    }
+
+    /// TLS settings a client the server trusts uses: this CA and the client certificate.
+    pub fn client_tls(&self) -> crate::TlsConfig {
+        crate::TlsConfig::with_ca(&self.ca).client_cert(&self.client_cert, &self.client_key)
+    }
 }
 
 impl EtcdServer {
     /// Starts a server, or returns `None` (after a loud message) when no etcd binary exists and
     /// `LB_REQUIRE_ETCD` is not `1`.
     pub fn start() -> Option<EtcdServer> {
+        EtcdServer::start_with(false, false)
+    }
+
+    /// Starts a server whose client port speaks TLS (`https://`) with certificates made for
+    /// it ([`EtcdServer::certs`]); with `client_cert_auth`, it also requires a client
+    /// certificate signed by its CA, as Kubernetes' etcd does.
+    pub fn start_tls(client_cert_auth: bool) -> Option<EtcdServer> {
+        EtcdServer::start_with(true, client_cert_auth)
+    }
+
+    fn start_with(tls: bool, client_cert_auth: bool) -> Option<EtcdServer> {
         let Some(bin) = etcd_binary() else {
             if std::env::var("LB_REQUIRE_ETCD").as_deref() == Ok("1") {
                 panic!(
@@ -72,20 +220,65 @@ impl EtcdServer {
         ));
         drop(std::fs::remove_dir_all(&dir));
         std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let certs = tls.then(|| Certs::generate(&dir));
         let mut server = EtcdServer {
             bin,
             dir,
             client_port: free_port(),
             peer_port: free_port(),
             child: None,
+            certs,
+            client_cert_auth,
+            root_password: None,
         };
         server.spawn();
         Some(server)
     }
 
-    /// `http://127.0.0.1:PORT`, the client URL.
+    /// `http://127.0.0.1:PORT` (or `https://` with TLS), the client URL.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.certs.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The certificates of a TLS server.
+    pub fn certs(&self) -> Option<&Certs> {
+        self.certs.as_ref()
+    }
+
+    /// Turns on etcd's authentication: adds user `root` with `password` and the root role,
+    /// then enables auth (what `etcdctl user add root` and `etcdctl auth enable` do, through
+    /// the gateway). [`EtcdServer::client`] logs in as root from then on.
+    pub fn enable_auth(&mut self, password: &str) {
+        let c = self.client();
+        let call = |path: &str, body: serde_json::Value| {
+            c.request(path, &body)
+                .unwrap_or_else(|e| panic!("{path}: {e}"));
+        };
+        call(
+            "/v3/auth/user/add",
+            serde_json::json!({"name": "root", "password": password}),
+        );
+        call("/v3/auth/role/add", serde_json::json!({"name": "root"}));
+        call(
+            "/v3/auth/user/grant",
+            serde_json::json!({"user": "root", "role": "root"}),
+        );
+        call("/v3/auth/enable", serde_json::json!({}));
+        self.root_password = Some(password.to_string());
+    }
+
+    /// Kills the server, empties its data directory and starts it again on the same ports:
+    /// an etcd whose data was lost, at revision 1 again.
+    pub fn wipe(&mut self) {
+        self.kill();
+        drop(std::fs::remove_dir_all(self.dir.join("data")));
+        self.root_password = None;
+        self.spawn();
     }
 
     /// The client port.
@@ -93,9 +286,19 @@ impl EtcdServer {
         self.client_port
     }
 
-    /// A client for this server.
+    /// A client for this server (with its CA and client certificate, and as root once auth is
+    /// enabled).
     pub fn client(&self) -> Client {
-        Client::new(&[self.url()]).expect("a valid URL")
+        let mut client = Client::new(&[self.url()]).expect("a valid URL");
+        if let Some(certs) = &self.certs {
+            client = client
+                .with_tls(&certs.client_tls())
+                .expect("the test certificates");
+        }
+        if let Some(password) = &self.root_password {
+            client = client.with_auth("root", password);
+        }
+        client
     }
 
     /// The data directory.
@@ -123,6 +326,15 @@ impl EtcdServer {
         let client = self.url();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::File::create(self.dir.join("etcd.log")).expect("a log file");
+        let mut tls = Vec::new();
+        if let Some(certs) = &self.certs {
+            tls.push(format!("--cert-file={}", certs.server_cert.display()));
+            tls.push(format!("--key-file={}", certs.server_key.display()));
+            tls.push(format!("--trusted-ca-file={}", certs.ca.display()));
+            if self.client_cert_auth {
+                tls.push("--client-cert-auth".into());
+            }
+        }
         let child = Command::new(&self.bin)
             .arg("--name=default")
             .arg(format!("--data-dir={}", self.dir.join("data").display()))
@@ -131,6 +343,7 @@ impl EtcdServer {
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster=default={peer}"))
+            .args(&tls)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("a log file"))
             .stderr(log)
@@ -139,7 +352,7 @@ impl EtcdServer {
         self.child = Some(child);
         let client = self.client();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while client.range_prefix(b"readiness").is_err() {
+        while let Err(e) = client.range_prefix(b"readiness") {
             if let Some(status) = self
                 .child
                 .as_mut()
@@ -152,7 +365,7 @@ impl EtcdServer {
             }
             assert!(
                 Instant::now() < deadline,
-                "etcd did not answer within 30 s; its log:\n{}",
+                "etcd did not answer within 30 s ({e}); its log:\n{}",
                 std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(20));
@@ -287,5 +500,356 @@ pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> 
     while !condition() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// What a [`FakeEtcd`] answers to one request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// `200 OK` with this JSON body (a unary answer).
+    Json(serde_json::Value),
+    /// These bytes as they are, then the connection is closed.
+    Raw(Vec<u8>),
+    /// A chunked `200 OK` watch stream: each message one chunk with a newline, then the
+    /// connection stays open until the client closes it (or the server is dropped).
+    Watch(Vec<serde_json::Value>),
+    /// `start`, then `repeat` over and over until the client gives up, or [`ENDLESS_CAP`]
+    /// bytes were written (so a client without limits still ends, with its memory measured).
+    Endless {
+        /// Bytes sent once first.
+        start: Vec<u8>,
+        /// Bytes sent again and again.
+        repeat: Vec<u8>,
+    },
+    /// `start` at once, then `bytes` one at a time, `every` apart; then the connection stays
+    /// open.
+    Trickle {
+        /// Bytes sent at once first.
+        start: Vec<u8>,
+        /// Bytes sent one at a time.
+        bytes: Vec<u8>,
+        /// The pause between two of them.
+        every: std::time::Duration,
+    },
+}
+
+/// How much an [`Reply::Endless`] answer writes at most before closing.
+pub const ENDLESS_CAP: u64 = 64 * 1024 * 1024;
+
+/// A request a [`FakeEtcd`] received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// When it arrived.
+    pub at: Instant,
+    /// `/v3/kv/range`, `/v3/watch`, ...
+    pub path: String,
+    /// The `Authorization` header, if any.
+    pub token: Option<String>,
+    /// The JSON body (`null` when it is not JSON).
+    pub body: serde_json::Value,
+}
+
+type Handler = dyn Fn(&Received, usize) -> Reply + Send + Sync;
+
+/// A scripted etcd gateway on a loopback port: each request (one per connection, as the
+/// client sends them) is answered by the handler given to [`FakeEtcd::start`], with the
+/// request and how many requests to the same path came before it. It serves the hostile
+/// answers a real etcd never sends: lines that never end, trickles, malformed ranges, a
+/// compaction on every watch, a wiped or different cluster. It counts the bytes it managed
+/// to write, so a test can bound what a client accepted before it gave up.
+pub struct FakeEtcd {
+    port: u16,
+    state: Arc<FakeState>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+struct FakeState {
+    closing: AtomicBool,
+    received: Mutex<Vec<Received>>,
+    /// Bytes written to clients, over all connections (Relaxed: a statistic read after the fact).
+    written: AtomicU64,
+    open: Mutex<Vec<TcpStream>>,
+    handler: Box<Handler>,
+}
+
+impl FakeEtcd {
+    /// Starts the server; `handler(request, n)` answers the `n`th request (from 0) to
+    /// `request.path`.
+    pub fn start(handler: impl Fn(&Received, usize) -> Reply + Send + Sync + 'static) -> FakeEtcd {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let port = listener.local_addr().expect("its address").port();
+        let state = Arc::new(FakeState {
+            closing: AtomicBool::new(false),
+            received: Mutex::new(Vec::new()),
+            written: AtomicU64::new(0),
+            open: Mutex::new(Vec::new()),
+            handler: Box::new(handler),
+        });
+        let shared = state.clone();
+        let accept = std::thread::spawn(move || {
+            for socket in listener.incoming() {
+                if shared.closing.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(socket) = socket else { continue };
+                if let Ok(clone) = socket.try_clone() {
+                    lock(&shared.open).push(clone);
+                }
+                let state = shared.clone();
+                std::thread::spawn(move || serve(&state, socket));
+            }
+        });
+        FakeEtcd {
+            port,
+            state,
+            accept: Some(accept),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Every request received so far, in order.
+    pub fn received(&self) -> Vec<Received> {
+        lock(&self.state.received).clone()
+    }
+
+    /// The requests to `path` received so far.
+    pub fn count(&self, path: &str) -> usize {
+        self.received().iter().filter(|r| r.path == path).count()
+    }
+
+    /// Bytes written to clients so far (accepted by the kernel: at most a few MiB of socket
+    /// buffers more than the clients read).
+    pub fn written(&self) -> u64 {
+        self.state.written.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for FakeEtcd {
+    fn drop(&mut self) {
+        self.state.closing.store(true, Ordering::SeqCst);
+        for s in lock(&self.state.open).drain(..) {
+            drop(s.shutdown(Shutdown::Both));
+        }
+        drop(TcpStream::connect(("127.0.0.1", self.port)));
+        if let Some(accept) = self.accept.take() {
+            drop(accept.join());
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reads one request and answers it as the handler says.
+fn serve(state: &FakeState, mut socket: TcpStream) {
+    let Some(request) = read_request(&mut socket) else {
+        return;
+    };
+    let n = {
+        let mut received = lock(&state.received);
+        let n = received.iter().filter(|r| r.path == request.path).count();
+        received.push(request.clone());
+        n
+    };
+    let reply = (state.handler)(&request, n);
+    let mut write = |bytes: &[u8]| -> bool {
+        if state.closing.load(Ordering::SeqCst) || socket.write_all(bytes).is_err() {
+            return false;
+        }
+        state
+            .written
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        true
+    };
+    match reply {
+        Reply::Json(body) => {
+            let body = body.to_string();
+            write(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+        Reply::Raw(bytes) => {
+            write(&bytes);
+        }
+        Reply::Watch(messages) => {
+            let mut ok = write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+            for m in messages {
+                let text = format!("{m}\n");
+                ok = ok && write(format!("{:x}\r\n{text}\r\n", text.len()).as_bytes());
+            }
+            if ok {
+                hold(&mut socket);
+            }
+        }
+        Reply::Endless { start, repeat } => {
+            let mut sent = start.len() as u64;
+            let mut ok = write(&start);
+            while ok && sent < ENDLESS_CAP {
+                ok = write(&repeat);
+                sent += repeat.len() as u64;
+            }
+        }
+        Reply::Trickle {
+            start,
+            bytes,
+            every,
+        } => {
+            let mut ok = write(&start);
+            for b in bytes {
+                std::thread::sleep(every);
+                ok = ok && write(&[b]);
+                if !ok {
+                    return;
+                }
+            }
+            hold(&mut socket);
+        }
+    }
+    // The server keeps a clone of every socket (to shut them on drop): close it explicitly.
+    drop(socket.shutdown(Shutdown::Both));
+}
+
+/// Keeps the connection open until the client closes it or the server is dropped.
+fn hold(socket: &mut TcpStream) {
+    let mut buf = [0u8; 64];
+    while matches!(socket.read(&mut buf), Ok(n) if n > 0) {}
+}
+
+fn read_request(socket: &mut TcpStream) -> Option<Received> {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = socket.read(&mut buf).ok().filter(|n| *n > 0)?;
+        data.extend_from_slice(&buf[..n]);
+        if data.len() > 1 << 20 {
+            return None;
+        }
+    };
+    let head = String::from_utf8_lossy(&data[..head_end]).into_owned();
+    let header = |name: &str| {
+        head.lines().find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    };
+    let length: usize = header("content-length")?.parse().ok()?;
+    while data.len() < head_end + length.min(1 << 20) {
+        let n = socket.read(&mut buf).ok().filter(|n| *n > 0)?;
+        data.extend_from_slice(&buf[..n]);
+    }
+    let path = head.split(' ').nth(1)?.to_string();
+    Some(Received {
+        at: Instant::now(),
+        path,
+        token: header("authorization"),
+        body: serde_json::from_slice(&data[head_end..]).unwrap_or(serde_json::Value::Null),
+    })
+}
+
+/// Gateway JSON for a [`FakeEtcd`]'s answers.
+pub mod gateway {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD as B64;
+    use serde_json::{Value, json};
+
+    /// A response header at `revision` of cluster `cluster_id`.
+    pub fn header(revision: i64, cluster_id: u64) -> Value {
+        json!({"cluster_id": cluster_id.to_string(), "member_id": "1",
+               "revision": revision.to_string(), "raft_term": "2"})
+    }
+
+    /// A range answer with `kvs` (key, value), each modified at `revision`.
+    pub fn range(revision: i64, cluster_id: u64, kvs: &[(&str, &str)], more: bool) -> Value {
+        let kvs: Vec<Value> = kvs
+            .iter()
+            .map(|(k, v)| {
+                json!({"key": B64.encode(k), "value": B64.encode(v),
+                       "mod_revision": revision.to_string()})
+            })
+            .collect();
+        let mut answer =
+            json!({"header": header(revision, cluster_id), "count": kvs.len().to_string()});
+        if !kvs.is_empty() {
+            answer["kvs"] = Value::Array(kvs);
+        }
+        if more {
+            answer["more"] = json!(true);
+        }
+        answer
+    }
+
+    /// The first message of a watch: created, with the store's `revision`.
+    pub fn created(revision: i64, cluster_id: u64) -> Value {
+        json!({"result": {"header": header(revision, cluster_id), "created": true}})
+    }
+
+    /// A watch message with one put of `key` = `value` at `revision`.
+    pub fn put(revision: i64, cluster_id: u64, key: &str, value: &str) -> Value {
+        json!({"result": {"header": header(revision, cluster_id), "events": [
+            {"kv": {"key": B64.encode(key), "value": B64.encode(value),
+                    "mod_revision": revision.to_string()}}]}})
+    }
+
+    /// A watch cancelled because `compact_revision` was compacted.
+    pub fn compacted(revision: i64, cluster_id: u64, compact_revision: i64) -> Value {
+        json!({"result": {"header": header(revision, cluster_id), "canceled": true,
+                          "compact_revision": compact_revision.to_string()}})
+    }
+}
+
+/// Every event a watcher reported, in order: `Watcher::start(config, balancer,
+/// recorder.callback())`.
+#[derive(Clone, Default)]
+pub struct Recorder(Arc<Mutex<Vec<crate::Event>>>);
+
+impl Recorder {
+    /// The callback to give the watcher.
+    pub fn callback(&self) -> impl Fn(&crate::Event) + Send + 'static {
+        let events = self.0.clone();
+        move |e: &crate::Event| lock(&events).push(e.clone())
+    }
+
+    /// The events so far.
+    pub fn events(&self) -> Vec<crate::Event> {
+        lock(&self.0).clone()
+    }
+
+    /// The revisions applied so far.
+    pub fn applied(&self) -> Vec<i64> {
+        self.events()
+            .iter()
+            .filter_map(|e| match e {
+                crate::Event::Applied { revision, .. } => Some(*revision),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// How many events match.
+    pub fn count(&self, matches: impl Fn(&crate::Event) -> bool) -> usize {
+        self.events().iter().filter(|e| matches(e)).count()
+    }
+
+    /// The errors of the Disconnected events so far.
+    pub fn errors(&self) -> Vec<String> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                crate::Event::Disconnected { error } => Some(error),
+                _ => None,
+            })
+            .collect()
     }
 }

@@ -1,9 +1,17 @@
 //! The watcher thread: one range, then one watch from the next revision, for as long as the
-//! watcher lives; reconnects with backoff and resumes where it stopped; resyncs after a
-//! compaction.
+//! watcher lives; reconnects with backoff and resumes where it stopped; resyncs when the watch
+//! cannot go on (a compaction, an etcd whose revision went back, another cluster, a message
+//! over the size limit).
+//!
+//! Every wait between attempts is the current backoff with jitter (a pause drawn between half
+//! and all of it), so processes that lost etcd together do not come back in step; the backoff
+//! doubles after each failure up to `backoff_max`. A compaction counts as a failure here: a
+//! server that answers every watch with `compact_revision` gets ever slower range+watch pairs,
+//! not a tight loop.
 
 use crate::client::{Client, WatchMessage};
 use crate::membership::Membership;
+use crate::tls::TlsConfig;
 use crate::{Error, Event};
 use liblb_core::Balancer;
 use std::net::{Shutdown, TcpStream};
@@ -16,7 +24,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Config {
-    /// Gateway endpoints, each `http://HOST:PORT`; a connection failure moves to the next.
+    /// Gateway endpoints, each `http://HOST:PORT` or `https://HOST:PORT`; a connection
+    /// failure moves to the next.
     pub endpoints: Vec<String>,
     /// The prefix `P`: members are the keys `P/<node-id>`. Not empty, no trailing `/`.
     pub prefix: String,
@@ -26,12 +35,24 @@ pub struct Config {
     pub backoff_max: Duration,
     /// How long a connection attempt may take (default 2 s).
     pub connect_timeout: Duration,
-    /// How long a range may take (default 10 s).
+    /// How long a whole unary request (a range page, authenticating) may take, from sending it
+    /// to the last byte of the answer, however slowly the answer trickles in (default 10 s).
+    /// Also bounds the wait for a watch's response head.
     pub request_timeout: Duration,
-    /// A watch silent for this long is taken for dead and reopened (default 15 min: etcd
-    /// sends a progress notification every 10 minutes to watches that ask, as this one does).
-    /// `None` waits forever.
+    /// The watch's silence window: a watch that delivers no complete message for this long
+    /// (silent, or trickling bytes that never finish a message) is reported as stalled
+    /// ([`Event::Disconnected`]) and reopened (default 15 min: etcd sends a progress
+    /// notification every 10 minutes to watches that ask, as this one does). `None` waits
+    /// forever.
     pub idle_timeout: Option<Duration>,
+    /// TLS for `https://` endpoints: the CA bundle and an optional client certificate. `None`:
+    /// the system's CA bundle, no client certificate.
+    pub tls: Option<TlsConfig>,
+    /// etcd user name and password: the watcher authenticates and sends the token with each
+    /// request, renewing it when etcd refuses it.
+    pub auth: Option<(String, String)>,
+    /// Keys per range page (default 5000).
+    pub page_size: usize,
 }
 
 impl Config {
@@ -45,6 +66,9 @@ impl Config {
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(15 * 60)),
+            tls: None,
+            auth: None,
+            page_size: crate::client::PAGE_SIZE,
         }
     }
 
@@ -131,16 +155,25 @@ impl Shared {
 impl Watcher {
     /// Checks `config`, then starts the thread: it reads the prefix, hands the membership to
     /// `balancer.update`, and watches for changes. `on_event` is called on that thread for
-    /// every [`Event`]. Fails only on a bad configuration; an unreachable etcd is retried
-    /// (with [`Event::Disconnected`] for each failure).
+    /// every [`Event`]. Fails only on a bad configuration (including a certificate file that
+    /// cannot be read); an unreachable etcd, a TLS handshake or a login that fails is retried
+    /// (with [`Event::Disconnected`] naming the problem for each failure).
     pub fn start(
         config: Config,
         balancer: Arc<Balancer>,
         on_event: impl Fn(&Event) + Send + 'static,
     ) -> Result<Watcher, Error> {
         config.validate()?;
-        let client = Client::new(&config.endpoints)?
-            .with_timeouts(config.connect_timeout, config.request_timeout);
+        let mut client = Client::new(&config.endpoints)?
+            .with_timeouts(config.connect_timeout, config.request_timeout)
+            .with_page_size(config.page_size);
+        if let Some(tls) = &config.tls {
+            client = client.with_tls(tls)?;
+        }
+        if let Some((user, password)) = &config.auth {
+            client = client.with_auth(user, password);
+        }
+        client.check_tls()?;
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             progress: Mutex::new(Progress::default()),
@@ -155,7 +188,9 @@ impl Watcher {
             on_event: Box::new(on_event),
             config,
             last: None,
+            cluster_id: 0,
             disconnected: false,
+            compacted: false,
         };
         let thread = std::thread::Builder::new()
             .name("liblb-etcd-watch".into())
@@ -167,7 +202,8 @@ impl Watcher {
         })
     }
 
-    /// Revision of the membership the balancer holds (0 until the first is applied).
+    /// Revision of the membership the balancer holds (0 until the first is applied). It goes
+    /// back when etcd's does (a wiped or restored etcd, read again: [`Event::Resynced`]).
     pub fn revision(&self) -> i64 {
         lock(&self.shared.progress).revision
     }
@@ -220,8 +256,28 @@ struct Run {
     config: Config,
     /// Last revision whose changes were applied to `members` (`None` before the first range).
     last: Option<i64>,
+    /// The cluster the last range came from (0: unknown).
+    cluster_id: u64,
     /// A failure happened since the last watch was created.
     disconnected: bool,
+    /// The last watch ended in a compaction, and no message since showed a working watch.
+    compacted: bool,
+}
+
+/// A pause drawn uniformly between half and all of `d`, so processes that failed together do
+/// not retry in step. The randomness is std's per-process hasher keys mixed with the clock:
+/// enough for spreading retries, no dependency.
+fn jitter(d: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.subsec_nanos().into()),
+    );
+    let fraction = (h.finish() >> 11) as f64 / (1u64 << 53) as f64; // in [0, 1)
+    d.mul_f64(0.5 + fraction / 2.0)
 }
 
 impl Run {
@@ -231,30 +287,48 @@ impl Run {
 
     fn run(&mut self) {
         let mut backoff = self.config.backoff_min;
-        let mut need_range = true;
+        // Some(why): a range is due before the next watch (the first one: no Resynced event).
+        let mut range_due = Some(String::new());
         while !self.stopped() {
-            let outcome = if need_range {
-                self.resync().map(|()| need_range = false)
-            } else {
-                self.watch(&mut backoff)
-                    .map(|compacted| need_range = compacted)
+            let outcome = match range_due.clone() {
+                Some(reason) => self.resync(&reason).map(|()| {
+                    range_due = None;
+                    None
+                }),
+                None => self.watch(&mut backoff),
             };
-            if let Err(e) = outcome {
-                if self.stopped() {
-                    break;
+            let pause = match outcome {
+                Ok(None) => continue,
+                // The watch cannot go on from here: read the prefix again, after a pause (a
+                // server that answers every watch this way must not get a tight loop).
+                Ok(Some(reason)) => {
+                    log::warn!("etcd watch cannot go on: {reason}; reading the prefix again");
+                    range_due = Some(reason);
+                    backoff
                 }
-                self.disconnected = true;
-                self.emit(Event::Disconnected {
-                    error: e.to_string(),
-                });
-                self.sleep(backoff);
-                backoff = (backoff * 2).min(self.config.backoff_max);
-            }
+                Err(e) => {
+                    if self.stopped() {
+                        break;
+                    }
+                    let error = e.to_string();
+                    // A refused token is renewed on the next attempt.
+                    self.client.renew_on(&error);
+                    if error.contains("the limit for one message") && range_due.is_none() {
+                        range_due = Some(format!("{error}; a range reads it in pages"));
+                    }
+                    self.disconnected = true;
+                    self.emit(Event::Disconnected { error });
+                    backoff
+                }
+            };
+            self.sleep(jitter(pause));
+            backoff = (backoff * 2).min(self.config.backoff_max);
         }
     }
 
-    /// Reads the whole prefix and replaces the membership with it.
-    fn resync(&mut self) -> Result<(), Error> {
+    /// Reads the whole prefix and replaces the membership with it; `reason` is why (empty for
+    /// the first read).
+    fn resync(&mut self, reason: &str) -> Result<(), Error> {
         let register = |s: &TcpStream| self.register(s);
         let range = self
             .client
@@ -264,8 +338,10 @@ impl Run {
         if self.last.is_some() {
             self.emit(Event::Resynced {
                 revision: range.revision,
+                reason: reason.to_string(),
             });
         }
+        self.cluster_id = range.cluster_id;
         let rejected = self.members.replace(
             range
                 .kvs
@@ -284,8 +360,8 @@ impl Run {
     }
 
     /// Watches from the revision after the last applied one until the stream fails (an error)
-    /// or reports that revision compacted (`Ok(true)`: resync).
-    fn watch(&mut self, backoff: &mut Duration) -> Result<bool, Error> {
+    /// or cannot go on (`Ok(Some(why))`: resync).
+    fn watch(&mut self, backoff: &mut Duration) -> Result<Option<String>, Error> {
         let from = self.last.unwrap_or(0) + 1;
         let register = |s: &TcpStream| self.register(s);
         let (prefix, idle) = (self.members.key_prefix(), self.config.idle_timeout);
@@ -313,20 +389,42 @@ impl Run {
         stream: &mut crate::client::WatchStream,
         from: i64,
         backoff: &mut Duration,
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<String>, Error> {
         loop {
             // A stop shuts the socket (see `register`); this catches one between messages.
             if self.stopped() {
-                return Ok(false);
+                return Ok(None);
             }
             match stream.next()? {
-                WatchMessage::Created => {
-                    *backoff = self.config.backoff_min;
+                WatchMessage::Created {
+                    revision,
+                    cluster_id,
+                } => {
+                    // etcd's header: a watch on another cluster, or on an etcd whose history
+                    // is behind what we applied (wiped, restored from a backup), would wait
+                    // for revisions that mean something else: read the prefix again.
+                    let known = self.cluster_id;
+                    if known != 0 && cluster_id != 0 && cluster_id != known {
+                        return Ok(Some(format!(
+                            "another cluster answers (cluster id {cluster_id:x}, was {known:x})"
+                        )));
+                    }
+                    let last = self.last.unwrap_or(0);
+                    if revision < last {
+                        return Ok(Some(format!(
+                            "etcd's revision {revision} is behind ours ({last}): its data was \
+                             wiped or restored"
+                        )));
+                    }
+                    if !self.compacted {
+                        *backoff = self.config.backoff_min;
+                    }
                     if std::mem::take(&mut self.disconnected) {
                         self.emit(Event::Resumed { from });
                     }
                 }
                 WatchMessage::Events(events) => {
+                    (*backoff, self.compacted) = (self.config.backoff_min, false);
                     let mut revision = self.last.unwrap_or(0);
                     for event in events {
                         let kv = event.kv;
@@ -345,15 +443,17 @@ impl Run {
                     self.apply(revision);
                 }
                 WatchMessage::Compacted(compacted) => {
-                    log::info!(
-                        "etcd compacted revision {compacted} before the watch from {from}: resync"
-                    );
-                    return Ok(true);
+                    self.compacted = true;
+                    return Ok(Some(format!(
+                        "etcd compacted revision {compacted} before the watch from {from}"
+                    )));
                 }
                 WatchMessage::Canceled(reason) => {
                     return Err(Error::Etcd(format!("the watch was cancelled: {reason}")));
                 }
-                WatchMessage::Other => {}
+                WatchMessage::Other => {
+                    (*backoff, self.compacted) = (self.config.backoff_min, false)
+                }
             }
         }
     }
@@ -395,7 +495,9 @@ impl Run {
             }
             Event::Disconnected { error } => log::warn!("etcd watch interrupted: {error}"),
             Event::Resumed { from } => log::info!("etcd watch resumed from revision {from}"),
-            Event::Resynced { revision } => log::info!("resynced at revision {revision}"),
+            Event::Resynced { revision, reason } => {
+                log::info!("resynced at revision {revision} ({reason})")
+            }
         }
         (self.on_event)(&event);
     }

@@ -6,43 +6,14 @@
 //! taken as assertions.
 
 use liblb_core::{Algorithm, Balancer, Node, Options};
-use liblb_etcd::testing::{EtcdServer, Proxy, wait_until};
-use liblb_etcd::{Client, Config, Event, Watcher};
+use liblb_etcd::testing::{EtcdServer, Proxy, Recorder, wait_until};
+use liblb_etcd::{Client, Config, Event, TlsConfig, Watcher};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long the watcher may take to apply a change it has been sent.
 const BOUND: Duration = Duration::from_secs(10);
-
-/// Every event the watcher reported, in order.
-#[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<Event>>>);
-
-impl Recorder {
-    fn callback(&self) -> impl Fn(&Event) + Send + 'static {
-        let events = self.0.clone();
-        move |e: &Event| events.lock().unwrap().push(e.clone())
-    }
-
-    fn events(&self) -> Vec<Event> {
-        self.0.lock().unwrap().clone()
-    }
-
-    fn applied(&self) -> Vec<i64> {
-        self.events()
-            .iter()
-            .filter_map(|e| match e {
-                Event::Applied { revision, .. } => Some(*revision),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn count(&self, matches: impl Fn(&Event) -> bool) -> usize {
-        self.events().iter().filter(|e| matches(e)).count()
-    }
-}
 
 fn balancer(algorithm: Algorithm) -> Arc<Balancer> {
     let options = Options {
@@ -261,7 +232,7 @@ fn a_compaction_while_disconnected_resyncs() {
     assert!(w.wait_for_revision(rev, BOUND));
 
     assert_eq!(members(&b), owned(&[("b", 4), ("c", 2)]));
-    assert!(rec.events().contains(&Event::Resynced { revision: rev }));
+    assert!(rec.count(|e| matches!(e, Event::Resynced { revision, .. } if *revision == rev)) == 1);
     assert!(rec.count(|e| matches!(e, Event::Rejected { key, .. } if key == "svc/b")) == 1);
     assert_strictly_increasing(&rec.applied());
     // Still watching after the resync.
@@ -439,7 +410,7 @@ fn bad_configuration_is_refused_with_a_reason() {
         ("http://127.0.0.1:2379", "", "the prefix is empty"),
         ("http://127.0.0.1:2379", "svc/", "ends with '/'"),
         ("127.0.0.1:2379", "svc", "expected http://HOST:PORT"),
-        ("https://127.0.0.1:2379", "svc", "https is not supported"),
+        ("ftp://127.0.0.1:2379", "svc", "expected http://HOST:PORT"),
     ] {
         let e = Watcher::start(Config::new(url, prefix), b.clone(), |_| {}).unwrap_err();
         assert!(e.to_string().contains(why), "{url} {prefix}: {e}");
@@ -448,4 +419,253 @@ fn bad_configuration_is_refused_with_a_reason() {
     config.endpoints.clear();
     let e = Watcher::start(config, b, |_| {}).unwrap_err();
     assert!(e.to_string().contains("no etcd endpoint"), "{e}");
+}
+
+/// Issue 20, finding 1: etcd wiped and restarted on the same port, at a revision far below the
+/// watcher's. The watch's header shows etcd behind: the watcher reads the prefix again
+/// instead of waiting for revisions that will mean something else.
+#[test]
+fn a_wiped_etcd_is_followed_not_kept() {
+    let Some(mut etcd) = EtcdServer::start() else {
+        return;
+    };
+    let c = etcd.client();
+    for i in 0..60 {
+        put(&c, &format!("other/{i}"), "");
+    }
+    put(&c, "svc/a", "");
+    let rev = put(&c, "svc/b", "");
+    assert!(rev >= 62, "{rev}");
+    let b = balancer(Algorithm::Maglev);
+    let rec = Recorder::default();
+    let w = watch(&etcd.url(), "svc", &b, &rec);
+    assert!(w.wait_for_revision(rev, BOUND));
+    etcd.wipe();
+    let c = etcd.client();
+    put(&c, "svc/c", "");
+    put(&c, "svc/d", r#"{"weight": 5}"#);
+    c.delete("svc/a").unwrap();
+    wait_until("the wiped etcd's membership", BOUND, || {
+        members(&b) == owned(&[("c", 1), ("d", 5)])
+    });
+    assert!(
+        rec.count(
+            |e| matches!(e, Event::Resynced { reason, .. } if reason.contains("is behind ours"))
+        ) >= 1,
+        "{:?}",
+        rec.events()
+    );
+    // Still watching the new history.
+    let rev = put(&c, "svc/e", "");
+    assert!(w.wait_for_revision(rev, BOUND));
+    assert_eq!(members(&b), owned(&[("c", 1), ("d", 5), ("e", 1)]));
+}
+
+/// Issue 20, finding 2: every row of tests/membership/values.json written to a real etcd and
+/// read by the watcher: the accepted rows become nodes with their weights, the rejected ones
+/// are reported and absent.
+#[test]
+fn the_shared_value_table_through_a_real_etcd() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/membership/values.json"
+    );
+    let table: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let value = |row: &serde_json::Value| -> Vec<u8> {
+        match row.get("value").and_then(|v| v.as_str()) {
+            Some(text) => text.as_bytes().to_vec(),
+            None => {
+                let hex = row["value_hex"].as_str().unwrap();
+                (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                    .collect()
+            }
+        }
+    };
+    // Random ignores weights (the table has weight 2^32-1, which ring-like tables scale by).
+    let b = balancer(Algorithm::Random);
+    let rec = Recorder::default();
+    let w = watch(&etcd.url(), "svc", &b, &rec);
+    let c = etcd.client();
+    let mut want = Vec::new();
+    for (i, row) in table["accepted"].as_array().unwrap().iter().enumerate() {
+        let id = format!("acc-{i:02}");
+        c.put(&format!("svc/{id}"), &value(row)).unwrap();
+        want.push((id, row["weight"].as_u64().unwrap() as u32));
+    }
+    let rejected = table["rejected"].as_array().unwrap();
+    let mut rev = 0;
+    for (i, row) in rejected.iter().enumerate() {
+        rev = c.put(&format!("svc/rej-{i:02}"), &value(row)).unwrap();
+    }
+    assert!(
+        w.wait_for_revision(rev, BOUND),
+        "at {} of {rev}: {:?}",
+        w.revision(),
+        &rec.events()[rec.events().len().saturating_sub(3)..]
+    );
+    assert_eq!(members(&b), want);
+    let refused: Vec<String> = rec
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Rejected { key, .. } => Some(key),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.len(), rejected.len(), "{refused:?}");
+    assert!(refused.iter().all(|k| k.starts_with("svc/rej-")));
+}
+
+/// TLS with a client certificate (etcd with --client-cert-auth, as Kubernetes runs it); then
+/// the ways it goes wrong, each named, none failing `start`, the balancer keeping what it had.
+#[test]
+fn tls_with_client_certificates_and_its_failures() {
+    let Some(etcd) = EtcdServer::start_tls(true) else {
+        return;
+    };
+    let certs = etcd.certs().unwrap().clone();
+    let rev = put(&etcd.client(), "svc/a", r#"{"weight": 3}"#);
+    let start = |tls: TlsConfig| {
+        let mut config = Config::new(etcd.url(), "svc")
+            .backoff(Duration::from_millis(10), Duration::from_millis(200));
+        config.tls = Some(tls);
+        let b = Arc::new(
+            Balancer::new(Algorithm::Ring, [Node::new("kept", 1)], Options::default()).unwrap(),
+        );
+        let rec = Recorder::default();
+        let w = Watcher::start(config, b.clone(), rec.callback()).unwrap();
+        (w, b, rec)
+    };
+    let (w, b, _) = start(certs.client_tls());
+    assert!(w.wait_for_revision(rev, BOUND));
+    assert_eq!(members(&b), owned(&[("a", 3)]));
+    drop(w);
+    for (tls, why) in [
+        (
+            TlsConfig::with_ca(&certs.other_ca).client_cert(&certs.client_cert, &certs.client_key),
+            "not signed by a trusted CA",
+        ),
+        (
+            TlsConfig::with_ca(&certs.ca),
+            "wants a client certificate it trusts",
+        ),
+    ] {
+        let (w, b, rec) = start(tls);
+        let deadline = std::time::Instant::now() + BOUND;
+        while !rec.errors().iter().any(|e| e.contains(why)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{why}: {:?}",
+                rec.errors()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(members(&b), owned(&[("kept", 1)]), "{:?}", rec.errors());
+        drop(w);
+    }
+    // Plain http to the TLS port is named too.
+    let mut config = Config::new(etcd.url().replace("https", "http"), "svc");
+    config.backoff_min = Duration::from_millis(10);
+    let rec = Recorder::default();
+    let w = Watcher::start(config, balancer(Algorithm::Ring), rec.callback()).unwrap();
+    wait_until("an error", BOUND, || !rec.errors().is_empty());
+    drop(w);
+    // An unreadable file is bad configuration: `start` says which.
+    let mut config = Config::new(etcd.url(), "svc");
+    config.tls = Some(TlsConfig::with_ca("/nonexistent/ca.pem"));
+    let e = Watcher::start(config, balancer(Algorithm::Ring), |_| {}).unwrap_err();
+    assert!(
+        e.to_string().contains("CA bundle /nonexistent/ca.pem"),
+        "{e}"
+    );
+    let mut config = Config::new(etcd.url(), "svc");
+    config.tls = Some(TlsConfig::with_ca(&certs.ca).client_cert(&certs.client_cert, &certs.ca));
+    let e = Watcher::start(config, balancer(Algorithm::Ring), |_| {}).unwrap_err();
+    assert!(e.to_string().contains("client key"), "{e}");
+    // The key may sit in the certificate's file.
+    let both = etcd.data_dir().join("client-both.pem");
+    let mut pem = std::fs::read(&certs.client_cert).unwrap();
+    pem.extend(std::fs::read(&certs.client_key).unwrap());
+    std::fs::write(&both, pem).unwrap();
+    let mut tls = TlsConfig::with_ca(&certs.ca);
+    tls.cert_file = Some(both);
+    let (w, b, _) = start(tls);
+    assert!(w.wait_for_revision(rev, BOUND));
+    assert_eq!(members(&b), owned(&[("a", 3)]));
+}
+
+/// etcd user authentication: the token is fetched and sent; a wrong password and a missing
+/// user are named, and the balancer keeps what it had.
+#[test]
+fn auth_logs_in_and_names_a_wrong_password() {
+    let Some(mut etcd) = EtcdServer::start() else {
+        return;
+    };
+    etcd.enable_auth("s3cret");
+    let rev = put(&etcd.client(), "svc/a", "");
+    let start = |auth: Option<(&str, &str)>| {
+        let mut config = Config::new(etcd.url(), "svc")
+            .backoff(Duration::from_millis(10), Duration::from_millis(200));
+        config.auth = auth.map(|(u, p)| (u.to_string(), p.to_string()));
+        let b = Arc::new(
+            Balancer::new(Algorithm::Ring, [Node::new("kept", 1)], Options::default()).unwrap(),
+        );
+        let rec = Recorder::default();
+        let w = Watcher::start(config, b.clone(), rec.callback()).unwrap();
+        (w, b, rec)
+    };
+    let (w, b, _) = start(Some(("root", "s3cret")));
+    assert!(w.wait_for_revision(rev, BOUND));
+    assert_eq!(members(&b), owned(&[("a", 1)]));
+    // The watch carries the token too: a change arrives.
+    let rev = put(&etcd.client(), "svc/b", "");
+    assert!(w.wait_for_revision(rev, BOUND));
+    drop(w);
+    for (auth, why) in [
+        (
+            Some(("root", "wrong")),
+            "etcd refused user \"root\": etcdserver: authentication failed, invalid user ID or password",
+        ),
+        (None, "user name is empty"),
+    ] {
+        let (w, b, rec) = start(auth);
+        wait_until(why, BOUND, || rec.errors().iter().any(|e| e.contains(why)));
+        assert_eq!(members(&b), owned(&[("kept", 1)]), "{:?}", rec.errors());
+        drop(w);
+    }
+}
+
+/// Paged ranges against the real gateway (`limit`, the last key + NUL, `revision` as strings):
+/// the pages make up the whole prefix, at the first page's revision.
+#[test]
+fn a_paged_range_reads_the_whole_prefix() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let c = etcd.client();
+    let mut rev = 0;
+    for i in 0..7 {
+        rev = put(&c, &format!("svc/n{i}"), &format!(r#"{{"weight": {i}}}"#));
+    }
+    put(&c, "svd/outside", "");
+    let range = Client::new(&[etcd.url()])
+        .unwrap()
+        .with_page_size(2)
+        .range_prefix(b"svc/")
+        .unwrap();
+    assert_eq!(range.kvs.len(), 7);
+    assert_eq!(range.revision, rev + 1);
+    let mut config = Config::new(etcd.url(), "svc");
+    config.page_size = 3;
+    let b = balancer(Algorithm::Ring);
+    let w = Watcher::start(config, b.clone(), |_| {}).unwrap();
+    assert!(w.wait_for_revision(rev, BOUND));
+    let want: Vec<(String, u32)> = (0..7).map(|i| (format!("n{i}"), i)).collect();
+    assert_eq!(members(&b), want);
 }

@@ -24,6 +24,7 @@ import re
 import shutil
 import socket
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -78,20 +79,90 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-class EtcdServer:
-    """One single-member etcd on loopback; restartable on the same ports and data dir."""
+AUTHENTICATE = "/v3/auth/authenticate"
 
-    def __init__(self, binary: str, data: Path) -> None:
+
+class Certs:
+    """A CA, etcd's server certificate (subjectAltName IP:127.0.0.1) and a client certificate
+    signed by it, and an unrelated CA: made with the openssl command for each test run."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        for ca in ("ca", "other"):
+            self.openssl(
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-subj", f"/CN=liblb test {ca}",
+            )
+        for name, usage, san in (
+            ("server", "serverAuth,clientAuth", "subjectAltName=IP:127.0.0.1\n"),
+            ("client", "clientAuth", ""),
+        ):
+            (folder / f"{name}.ext").write_text(f"{san}extendedKeyUsage={usage}\n")
+            self.openssl(
+                "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+                # No CommonName on the client's: with authentication on, etcd 3.4's gateway
+                # refuses a certificate with one ("CommonName of client sending a request
+                # against gateway will be ignored and not used as expected").
+                "-out", f"{name}.csr", "-subj", "/CN=etcd" if name == "server" else "/O=liblb",
+            )
+            self.openssl(
+                "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "2", "-out", f"{name}.pem",
+                "-extfile", f"{name}.ext",
+            )
+
+    def openssl(self, *args: str) -> None:
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            pytest.fail("the TLS tests need the openssl command")
+        subprocess.run(
+            [openssl, *args], cwd=self.folder, check=True, capture_output=True, timeout=60
+        )
+
+    def __getitem__(self, name: str) -> str:
+        return str(self.folder / name)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return Certs(tmp_path_factory.mktemp("certs"))
+
+
+class EtcdServer:
+    """One single-member etcd on loopback; restartable on the same ports and data dir.
+
+    With `certs`, its client URL is https:// and it requires client certificates
+    (--client-cert-auth); `extra` are more etcd flags. `token` (set by `enable_auth`) goes
+    with every request the test makes.
+    """
+
+    def __init__(
+        self, binary: str, data: Path, certs: Certs | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
         self.binary = binary
         self.data = data / "etcd-data"
         self.log = data / "etcd.log"
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.certs = certs
+        self.extra = extra
+        scheme = "https" if certs else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.client_port}"
+        self.token: str | None = None
+        self.password: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         peer = f"http://127.0.0.1:{self.peer_port}"
+        tls: list[str] = []
+        if self.certs is not None:
+            tls = [
+                f"--cert-file={self.certs['server.pem']}",
+                f"--key-file={self.certs['server.key']}",
+                f"--trusted-ca-file={self.certs['ca.pem']}",
+                "--client-cert-auth",
+            ]
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [
@@ -103,6 +174,8 @@ class EtcdServer:
                     f"--listen-peer-urls={peer}",
                     f"--initial-advertise-peer-urls={peer}",
                     f"--initial-cluster=liblb-test={peer}",
+                    *tls,
+                    *self.extra,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -113,7 +186,7 @@ class EtcdServer:
             if self.process.poll() is not None:
                 pytest.fail(f"etcd exited with {self.process.returncode}:\n{self.log_tail()}")
             try:
-                self.call("/v3/kv/range", {"key": b64(b"probe")})
+                self.call("/v3/maintenance/status", {})
                 return
             except (OSError, http.client.HTTPException, AssertionError):
                 if time.monotonic() > deadline:
@@ -142,13 +215,31 @@ class EtcdServer:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
 
     def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.client_port, timeout=10)
+        conn: http.client.HTTPConnection
+        if self.certs is None:
+            conn = http.client.HTTPConnection("127.0.0.1", self.client_port, timeout=10)
+        else:
+            context = ssl.create_default_context(cafile=self.certs["ca.pem"])
+            context.load_cert_chain(self.certs["client.pem"], self.certs["client.key"])
+            conn = http.client.HTTPSConnection(
+                "127.0.0.1", self.client_port, timeout=10, context=context
+            )
+        headers = {"Content-Type": "application/json"}
+        if self.token is not None:
+            headers["Authorization"] = self.token
         try:
-            conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            conn.request("POST", path, json.dumps(body), headers)
             response = conn.getresponse()
             answer: dict[str, Any] = json.loads(response.read())
         finally:
             conn.close()
+        refused = "invalid auth token" in str(answer) or "auth store is old" in str(answer)
+        if refused and self.password is not None and path != AUTHENTICATE:
+            self.token = None  # expired (tests run etcd with short token lives): once more
+            self.token = self.call(AUTHENTICATE, {"name": "root", "password": self.password})[
+                "token"
+            ]
+            return self.call(path, body)
         assert response.status == 200, f"{path}: {response.status} {answer}"
         return answer
 
@@ -167,6 +258,15 @@ class EtcdServer:
 
     def compact(self, revision: int) -> None:
         self.call("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+
+    def enable_auth(self, password: str) -> None:
+        """User root with `password` and role root, then authentication on (the gateway's
+        /v3/auth calls, as etcdctl user add / user grant-role / auth enable do)."""
+        self.call("/v3/auth/user/add", {"name": "root", "password": password})
+        self.call("/v3/auth/user/grant", {"user": "root", "role": "root"})
+        self.call("/v3/auth/enable", {})
+        self.password = password
+        self.token = self.call(AUTHENTICATE, {"name": "root", "password": password})["token"]
 
 
 @pytest.fixture
@@ -336,6 +436,44 @@ def test_parse_member_accepts(value: bytes, member: Member) -> None:
 def test_parse_member_rejects(value: bytes, problem: str) -> None:
     with pytest.raises(ValueError, match=re.escape(problem)):
         parse_member(value)
+
+
+VALUES = Path(__file__).resolve().parents[2] / "tests" / "membership" / "values.json"
+
+
+def value_cases(kind: str) -> list[Any]:
+    """The rows of tests/membership/values.json (the table the Rust watcher reads too)."""
+    table = json.loads(VALUES.read_text(encoding="utf-8"))
+    rows: list[dict[str, Any]] = table[kind]
+    assert rows, kind
+    return [
+        pytest.param(
+            bytes.fromhex(row["value_hex"]) if "value_hex" in row else row["value"].encode(),
+            row,
+            id=row.get("why", row.get("value", "")) + f" [{i}]",
+        )
+        for i, row in enumerate(rows)
+    ]
+
+
+@pytest.mark.parametrize(("value", "row"), value_cases("accepted"))
+def test_shared_table_accepted(value: bytes, row: dict[str, Any]) -> None:
+    member = parse_member(value)
+    # The table says tag 0 for "no tag"; Member keeps None for a value without one.
+    assert (member.weight, member.tag or 0) == (row["weight"], row["tag"]), value
+
+
+@pytest.mark.parametrize(("value", "row"), value_cases("rejected"))
+def test_shared_table_rejected(value: bytes, row: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        parse_member(value)
+
+
+@pytest.mark.parametrize("opener", [b"[", b"{\"a\": ", b'{"weight": ['])
+def test_parse_member_deep_nesting_is_a_value_error(opener: bytes) -> None:
+    # 100,000 levels: json.loads alone raises RecursionError here.
+    with pytest.raises(ValueError, match="nested too deeply"):
+        parse_member(b'{"weight": ' + opener * 100_000)
 
 
 def test_parse_member_type() -> None:
@@ -763,9 +901,241 @@ def test_etcd_wiped_resyncs(etcd: EtcdServer) -> None:
         etcd.start()
         etcd.put("svc/fresh")
         eventually(lambda: balancer.nodes() == [("fresh", 1)], "membership of the new etcd")
+        # on_change runs just after update(): wait for its record too.
+        eventually(
+            lambda: any(c.nodes == (("fresh", 1),) for c in recorder.snapshot()[seen:]),
+            "on_change for the new etcd's membership",
+        )
         # The range may come before or after the put (it races the watcher's reconnection).
         after = recorder.snapshot()[seen:]
         assert after[0].resync and set(after[0].removed) == {f"n{i}" for i in range(10)}
+
+
+# -- TLS, users, several endpoints (issue 20) --------------------------------------------------
+
+
+@pytest.fixture
+def tls_etcd(tmp_path: Path, certs: Certs) -> Iterator[EtcdServer]:
+    """etcd on https://127.0.0.1 requiring client certificates (--client-cert-auth)."""
+    server = EtcdServer(etcd_binary(), tmp_path, certs)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def auth_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+    """etcd with authentication on (user root), tokens living 1 s unused."""
+    server = EtcdServer(etcd_binary(), tmp_path, extra=("--auth-token-ttl=1",))
+    server.start()
+    try:
+        server.enable_auth("s3cret")
+        yield server
+    finally:
+        server.stop()
+
+
+def test_mutual_tls(tls_etcd: EtcdServer, certs: Certs) -> None:
+    etcd = tls_etcd
+    etcd.put("svc/a", '{"weight": 2}')
+    balancer = liblb.Balancer("ring", [])
+    with EtcdMembership(
+        balancer,
+        etcd.url,
+        "svc",
+        ca_file=certs["ca.pem"],
+        cert_file=certs["client.pem"],
+        key_file=certs["client.key"],
+        backoff=0.05,
+    ) as w:
+        revision = etcd.put("svc/b")
+        assert w.wait_for_revision(revision, BOUND)
+        assert balancer.nodes() == [("a", 2), ("b", 1)]
+        revision = etcd.delete("svc/a")
+        assert w.wait_for_revision(revision, BOUND)
+        assert balancer.nodes() == [("b", 1)]
+
+
+@pytest.mark.parametrize(
+    ("case", "problem"),
+    [
+        ("wrong CA", "TLS: unable to get local issuer certificate (is ca_file the CA that signed"),
+        ("no client certificate", "it requires a client certificate (give cert_file and key_file)"),
+    ],
+)
+def test_tls_mistakes_are_clear_and_keep_the_membership(
+    tls_etcd: EtcdServer, certs: Certs, caplog: pytest.LogCaptureFixture, case: str, problem: str
+) -> None:
+    etcd = tls_etcd
+    etcd.put("svc/a")
+    options: dict[str, Any] = {
+        "wrong CA": {"ca_file": certs["other.pem"], "cert_file": certs["client.pem"],
+                     "key_file": certs["client.key"]},
+        "no client certificate": {"ca_file": certs["ca.pem"]},
+    }[case]
+    balancer = liblb.Balancer("ring", [("kept", 1)])
+    caplog.set_level(logging.WARNING, logger="liblb.etcd")
+    with EtcdMembership(balancer, etcd.url, "svc", backoff=0.05, max_backoff=0.2, **options) as w:
+        eventually(lambda: problem in caplog.text, f"{case}: {problem!r} logged")
+        assert w.revision == 0
+        assert balancer.nodes() == [("kept", 1)]
+
+
+def test_tls_settings_are_checked_at_construction(certs: Certs, tmp_path: Path) -> None:
+    b = liblb.Balancer("ring", [])
+    https = "https://127.0.0.1:2379"
+    bad: list[tuple[dict[str, Any], str, type[Exception], str]] = [
+        ({"ca_file": str(tmp_path / "missing.pem")}, https, ValueError, "ca_file .* is not a readable file"),
+        ({"ca_file": certs["client.key"]}, https, ValueError, "not a CA bundle"),
+        ({"cert_file": certs["client.pem"], "key_file": certs["other.key"]}, https, ValueError,
+         "not a certificate and its key"),
+        ({"key_file": certs["client.key"]}, https, ValueError, "key_file given without cert_file"),
+        ({"ca_file": certs["ca.pem"]}, "http://127.0.0.1:2379", ValueError, "no endpoint is https"),
+        ({"ca_file": 3}, https, TypeError, "ca_file must be a path"),
+        ({"password": "x"}, https, ValueError, "user must be a non-empty str"),
+        ({"user": "root", "password": 3}, https, TypeError, "password must be a str"),
+    ]
+    for options, url, error, message in bad:
+        with pytest.raises(error, match=message):
+            EtcdMembership(b, url, "svc", **options)
+    with pytest.raises(ValueError, match="no etcd endpoint given"):
+        EtcdMembership(b, [], "svc")
+    with pytest.raises(TypeError, match="url must be a str"):
+        EtcdMembership(b, [https, 3], "svc")  # type: ignore[list-item]
+
+
+def test_user_password_and_token_renewal(
+    auth_etcd: EtcdServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    etcd = auth_etcd
+    etcd.put("svc/a")
+    proxy = Proxy(etcd.client_port)
+    balancer = liblb.Balancer("ring", [])
+    caplog.set_level(logging.INFO, logger="liblb.etcd")
+    try:
+        with EtcdMembership(
+            balancer, proxy.url, "svc", user="root", password="s3cret", backoff=0.05,
+            max_backoff=0.2,
+        ) as w:
+            revision = etcd.put("svc/b")
+            assert w.wait_for_revision(revision, BOUND)
+            assert balancer.nodes() == [("a", 1), ("b", 1)]
+            assert "authenticated as 'root'" in caplog.text
+            # Cut off for longer than the token lives (1 s): the next watch is refused, the
+            # watcher authenticates again once and goes on.
+            proxy.block()
+            time.sleep(2.5)
+            revision = etcd.put("svc/c")
+            proxy.unblock()
+            assert w.wait_for_revision(revision, BOUND)
+            assert balancer.nodes() == [("a", 1), ("b", 1), ("c", 1)]
+            assert "invalid auth token; authenticating again" in caplog.text
+            # The password changes under the watcher: its next login fails, that is logged,
+            # and the balancer keeps the last good membership.
+            etcd.call("/v3/auth/user/changepw", {"name": "root", "password": "n3w"})
+            etcd.password = "n3w"
+            caplog.clear()
+            proxy.block()
+            time.sleep(2.5)
+            etcd.put("svc/d")
+            proxy.unblock()
+            eventually(
+                lambda: "authentication failed, invalid user ID or password (check the user "
+                "name 'root' and its password)" in caplog.text,
+                "the failed login logged",
+            )
+            assert balancer.nodes() == [("a", 1), ("b", 1), ("c", 1)]
+            assert w.revision == revision
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize(
+    ("credentials", "problem"),
+    [
+        ({"user": "root", "password": "wrong"},
+         "authentication failed, invalid user ID or password (check the user name 'root'"),
+        ({}, "user name is empty (etcd has authentication enabled: give user= and password=)"),
+    ],
+)
+def test_wrong_password_is_clear_and_keeps_the_membership(
+    auth_etcd: EtcdServer, caplog: pytest.LogCaptureFixture, credentials: dict[str, Any],
+    problem: str,
+) -> None:
+    auth_etcd.put("svc/a")
+    balancer = liblb.Balancer("ring", [("kept", 1)])
+    caplog.set_level(logging.WARNING, logger="liblb.etcd")
+    with EtcdMembership(balancer, auth_etcd.url, "svc", backoff=0.05, max_backoff=0.2,
+                        **credentials) as w:
+        eventually(lambda: problem in caplog.text, f"{problem!r} logged")
+        assert w.revision == 0 and balancer.nodes() == [("kept", 1)]
+
+
+def test_cli_tls_and_user(tmp_path: Path, certs: Certs) -> None:
+    etcd = EtcdServer(etcd_binary(), tmp_path, certs)
+    etcd.start()
+    try:
+        etcd.enable_auth("pw:with:colons")
+        start = etcd.put("svc/a")
+        args = [
+            sys.executable, "-m", "liblb.etcd", "--url", etcd.url, "--prefix", "svc", "--json",
+            "--cacert", certs["ca.pem"], "--cert", certs["client.pem"],
+            "--key-file", certs["client.key"],
+        ]
+        for user, env in (("root:pw:with:colons", {}), ("root", {"LB_ETCD_PASSWORD": "pw:with:colons"})):
+            with subprocess.Popen(
+                [*args, "--user", user], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, env={**os.environ, **env},
+            ) as process:
+                try:
+                    assert process.stdout is not None
+                    line = process.stdout.readline()
+                finally:
+                    process.terminate()
+                    process.communicate(timeout=10)
+            assert json.loads(line) == {"revision": start, "nodes": [["a", 1]], "keys": {}}, user
+    finally:
+        etcd.stop()
+    env = {k: v for k, v in os.environ.items() if k != "LB_ETCD_PASSWORD"}
+    done = subprocess.run(
+        [sys.executable, "-m", "liblb.etcd", "--url", "http://127.0.0.1:1", "--prefix", "svc",
+         "--user", "root"],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )
+    assert done.returncode == 2 and "--user root: no password" in done.stderr, done.stderr
+
+
+def test_several_endpoints_fail_over(etcd: EtcdServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Two ways to the same etcd: the one in use is cut, the watch goes on through the other."""
+    proxies = [Proxy(etcd.client_port), Proxy(etcd.client_port)]
+    balancer = liblb.Balancer("ring", [])
+    recorder = Recorder()
+    caplog.set_level(logging.INFO, logger="liblb.etcd")
+    try:
+        with EtcdMembership(
+            balancer, [p.url for p in proxies], "svc", on_change=recorder, backoff=0.05,
+            max_backoff=0.2,
+        ) as w:
+            revisions = [etcd.put("svc/a")]
+            assert w.wait_for_revision(revisions[-1], BOUND)
+            for cut in (0, 1, 0):
+                caplog.clear()
+                proxies[cut].block()
+                proxies[1 - cut].unblock()
+                revisions.append(etcd.put(f"svc/n{len(revisions)}"))
+                assert w.wait_for_revision(revisions[-1], BOUND), f"cut {cut}"
+                # The cut one was tried first (it answered last), then the other.
+                assert f"etcd {proxies[cut].url}: " in caplog.text, caplog.text
+            # Each change applied once, in order, across the switches.
+            applied = recorder.event_revisions()
+            assert applied[-3:] == revisions[1:] and len(set(applied)) == len(applied), applied
+            assert balancer.nodes() == [("a", 1), ("n1", 1), ("n2", 1), ("n3", 1)]
+            assert "trying the next endpoint" in caplog.text
+    finally:
+        for p in proxies:
+            p.close()
 
 
 # -- two watcher processes --------------------------------------------------------------------
@@ -806,12 +1176,19 @@ class CliWatcher:
 
     def until(self, revision: int) -> dict[str, Any]:
         """The line for `revision`, the next line the process prints at or past it."""
+        self.lines_until(lambda line: line["revision"] >= revision, f"revision {revision}")
+        return self.latest
+
+    def lines_until(self, done: Callable[[dict[str, Any]], bool], what: str) -> list[dict[str, Any]]:
+        """The lines the process prints until one satisfies `done` (included); fails after
+        BOUND seconds without it."""
         deadline = time.monotonic() + BOUND
-        while self.latest["revision"] < revision:
+        seen: list[dict[str, Any]] = []
+        while not (seen and done(seen[-1])) and not (not seen and done(self.latest)):
             try:
                 line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                pytest.fail(f"no line for revision {revision}; stderr:\n{''.join(self.stderr)}")
+                pytest.fail(f"no line for {what}; stderr:\n{''.join(self.stderr)}")
             # Exactly the documented format: compact JSON, one object per line (Python escapes
             # non-ASCII, serde_json in `lb watch` writes it as UTF-8: both are that JSON).
             parsed: dict[str, Any] = json.loads(line)
@@ -819,7 +1196,8 @@ class CliWatcher:
             assert line.removesuffix("\n") in compact
             assert list(parsed) == ["revision", "nodes", "keys"]
             self.latest = parsed
-        return self.latest
+            seen.append(parsed)
+        return seen
 
     def close(self) -> None:
         self.process.terminate()
@@ -865,6 +1243,11 @@ def test_two_processes_agree(etcd: EtcdServer, algorithm: str, pair: str) -> Non
             ("a", b'{"weight": 1}'),
             ("b", None),
             ("a", b'{"weight": "heavy"}'),  # rejected in both: a keeps weight 1
+            # The shared value table's disagreements (issue 20, finding 2): rejected in both,
+            # and -0 is 0 in both.
+            ("a", b'{"weight": 1, "weight": 9}'),
+            ("z", b'{"weight": -0, "tag": -0}'),
+            ("a", b'{"weight": 1.0}'),
             ("c", b'{"weight": 0}'),
             ("seed", None),
             ("B", b""),
@@ -895,6 +1278,62 @@ def test_two_processes_agree(etcd: EtcdServer, algorithm: str, pair: str) -> Non
         assert "svc/a" in "".join(w.stderr), "the rejected value is reported"
     python_stderr = "".join(watchers[0].stderr)
     assert "etcd key 'svc/a': \"weight\" must be an integer" in python_stderr
+
+
+@pytest.mark.parametrize("pair", ["python+python", "python+rust"])
+def test_wiped_etcd_two_processes_agree(etcd: EtcdServer, pair: str) -> None:
+    """Issue 20's wipe: both watchers hold a and b at revision 63; etcd comes back on the same
+    port with an empty data directory (revisions start over); c is added, d with weight 5, a
+    deleted (a no-op there: the new etcd never had a). Both must drop what the old etcd held
+    and agree with each other and with the new etcd at every revision they print."""
+    keys = [f"k{i}" for i in range(20)]
+    while etcd.put("other/filler") < 61:  # outside the prefix: only moves the revision
+        pass
+    etcd.put("svc/a")
+    assert etcd.put("svc/b") == 63
+    second = lb_watcher if pair == "python+rust" else python_watcher
+    commands = [python_watcher(etcd.url, "maglev", keys), second(etcd.url, "maglev", keys)]
+    watchers = [CliWatcher(command) for command in commands]
+    try:
+        before = [w.until(63) for w in watchers]
+        assert before[0] == before[1] and before[0]["nodes"] == [["a", 1], ["b", 1]]
+        etcd.stop(hard=True)
+        shutil.rmtree(etcd.data)
+        etcd.start()
+        # The new etcd's membership at each of its revisions.
+        models: dict[int, dict[str, int]] = {1: {}}
+        models[etcd.put("svc/c")] = {"c": 1}
+        models[etcd.put("svc/d", '{"weight": 5}')] = {"c": 1, "d": 5}
+        deleted = etcd.call("/v3/kv/deleterange", {"key": b64(b"svc/a")})
+        assert deleted.get("deleted") in (None, "0")  # a is not in the new etcd
+        last = max(models)
+        assert last == 3 and int(deleted["header"]["revision"]) == last
+        final = {"c": 1, "d": 5}
+        lines = [
+            w.lines_until(lambda line: line["nodes"] == [["c", 1], ["d", 5]], "c and d")
+            for w in watchers
+        ]
+        for w, printed in zip(watchers, lines, strict=True):
+            for line in printed:
+                assert line["revision"] in models, (w.process.args, line)
+                model = models[line["revision"]]
+                assert line["nodes"] == [[n, m] for n, m in sorted(model.items())], line
+                want = reference_picks("maglev", model, keys) if model else [None] * len(keys)
+                assert line["keys"] == dict(zip(keys, want, strict=True)), line
+            assert printed[-1]["revision"] == last
+        assert lines[0][-1] == lines[1][-1]
+        by_revision = [{line["revision"]: line for line in printed} for printed in lines]
+        for revision in by_revision[0].keys() & by_revision[1].keys():
+            assert by_revision[0][revision] == by_revision[1][revision], revision
+        # And both follow the new etcd from there.
+        revision = etcd.put("svc/e", '{"weight": 2}')
+        after = [w.until(revision) for w in watchers]
+        assert after[0] == after[1] and after[0]["revision"] == revision
+        final["e"] = 2
+        assert after[0]["nodes"] == [[n, m] for n, m in sorted(final.items())]
+    finally:
+        for w in watchers:
+            w.close()
 
 
 def test_cli_readable_output(etcd: EtcdServer) -> None:
