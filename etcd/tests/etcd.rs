@@ -487,7 +487,8 @@ fn the_shared_value_table_through_a_real_etcd() {
             }
         }
     };
-    // Random ignores weights (the table has weight 2^32-1, which ring-like tables scale by).
+    // Random builds no table: with weight 2^32-1 in the table, a ring rebuilds its full point
+    // budget (MAX_RING_POINTS SHA-256 points) on every change, seconds each in a debug build.
     let b = balancer(Algorithm::Random);
     let rec = Recorder::default();
     let w = watch(&etcd.url(), "svc", &b, &rec);
