@@ -830,7 +830,10 @@ class EtcdMembership(Generic[_B]):
 
         # Written by the watcher thread only; read by others under _cond.
         self._cond = threading.Condition()
-        self._revision = 0
+        self._revision = 0  # the revision of the membership the balancer holds
+        # The revision read up to (the watch goes on from the next one): ahead of _revision
+        # while update() fails, since those changes are consumed, as in the Rust watcher.
+        self._read = 0
         self._cluster = ""  # the cluster_id the membership was read from
         self._members: dict[str, Member] = {}
         self._applied: list[tuple[str, int]] | None = None
@@ -857,7 +860,9 @@ class EtcdMembership(Generic[_B]):
 
     @property
     def revision(self) -> int:
-        """The etcd revision of the membership applied last (0 before the first)."""
+        """The etcd revision of the membership the balancer holds (0 before the first).
+
+        It does not move when ``update()`` fails: it stays at the last good membership."""
         with self._cond:
             return self._revision
 
@@ -1164,8 +1169,8 @@ class EtcdMembership(Generic[_B]):
         self._need_range = False
 
     def _watch(self) -> None:
-        """Watches from the last applied revision + 1 until the stream fails or we stop."""
-        start = self._revision + 1
+        """Watches from the last revision read + 1 until the stream fails or we stop."""
+        start = self._read + 1
         request = {
             "create_request": {
                 "key": _b64(self._key_prefix),
@@ -1270,11 +1275,11 @@ class EtcdMembership(Generic[_B]):
                 f"{what}: this etcd is cluster {cluster}, the membership was read from "
                 f"cluster {self._cluster} (another cluster behind the same endpoint?)"
             )
-        if result.get("created") and current < self._revision:
+        if result.get("created") and current < self._read:
             # etcd's history went back (a wiped or restored data directory): the revisions
             # we hold mean nothing there. Start over from a range.
             raise _Resync(
-                f"{what}: etcd's revision {current} is behind ours ({self._revision}), data "
+                f"{what}: etcd's revision {current} is behind ours ({self._read}), data "
                 "restored or wiped?"
             )
 
@@ -1319,7 +1324,7 @@ class EtcdMembership(Generic[_B]):
     def _apply_events(self, events: Any) -> None:
         if not isinstance(events, list):
             raise _GatewayError("watch events is not a list")
-        # Every event must come after the revision applied last, in order: a watch that
+        # Every event must come after the revision read last, in order: a watch that
         # answers otherwise (etcd's history went back, or not etcd) is refused whole.
         revisions: list[int] = []
         for event in events:
@@ -1327,11 +1332,11 @@ class EtcdMembership(Generic[_B]):
             if not isinstance(kv, dict):
                 raise _GatewayError("watch event without kv")
             revision = _int64(kv.get("mod_revision"), "event revision")
-            floor = revisions[-1] if revisions else self._revision + 1
+            floor = revisions[-1] if revisions else self._read + 1
             if revision < floor:
                 raise _Resync(
                     f"watch event at revision {revision} after revision "
-                    f"{revisions[-1] if revisions else self._revision}: etcd's history went "
+                    f"{revisions[-1] if revisions else self._read}: etcd's history went "
                     "back?"
                 )
             revisions.append(revision)
@@ -1362,7 +1367,11 @@ class EtcdMembership(Generic[_B]):
         resync: bool,
         rejected: list[str],
     ) -> None:
-        """Applies a membership: one update() if the node list changed, then on_change."""
+        """Applies a membership: one update() if the node list changed, then on_change.
+
+        The changes up to ``revision`` are consumed either way (the watch goes on after
+        them); ``revision`` (what wait_for_revision waits on) moves only when the balancer
+        holds the membership, as in the Rust watcher."""
         # Sorted by id: str order is code-point order, which is UTF-8 byte order.
         ordered = dict(sorted(members.items()))
         nodes = [(node_id, member.weight) for node_id, member in ordered.items()]
@@ -1384,6 +1393,7 @@ class EtcdMembership(Generic[_B]):
                 applied = False
         with self._cond:
             self._members = ordered
+            self._read = revision
             if applied:
                 self._applied = nodes
         if applied and self._on_change is not None:
@@ -1412,11 +1422,12 @@ class EtcdMembership(Generic[_B]):
                     e,
                     exc_info=e,
                 )
-        # The revision moves last: once wait_for_revision(R) returns, the balancer holds R's
-        # membership and on_change for R has returned.
-        with self._cond:
-            self._revision = revision
-            self._cond.notify_all()
+        # The revision moves last, and only when update() worked: once wait_for_revision(R)
+        # returns, the balancer holds R's membership and on_change for R has returned.
+        if applied:
+            with self._cond:
+                self._revision = revision
+                self._cond.notify_all()
 
 
 def _ssl_context(

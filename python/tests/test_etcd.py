@@ -820,26 +820,66 @@ def test_failed_update_keeps_last_good(etcd: EtcdServer, caplog: pytest.LogCaptu
     balancer = PoisonedBalancer()
     recorder = Recorder()
     caplog.set_level(logging.WARNING, logger="liblb.etcd")
+
+    def logged(text: str) -> bool:
+        deadline = time.monotonic() + BOUND
+        while text not in caplog.text:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     with EtcdMembership(balancer, etcd.url, "svc", on_change=recorder, backoff=0.05) as w:
         assert w.balancer is balancer
         good = etcd.put("svc/a")
         assert w.wait_for_revision(good, BOUND)
         poisoned = etcd.put("svc/poison")
-        assert w.wait_for_revision(poisoned, BOUND)
+        assert logged(f"update() at revision {poisoned} failed: TooManyNodesError")
+        # The balancer does not hold poisoned's membership: the revision stays where the
+        # balancer is, and a wait for poisoned does not return True.
+        assert w.revision == good
+        assert not w.wait_for_revision(poisoned, 0.2)
         assert balancer.inner.nodes() == [("a", 1)]
         assert [c.revision for c in recorder.snapshot()][-1] == good  # no on_change
-        assert f"update() at revision {poisoned} failed: TooManyNodesError" in caplog.text
         # etcd's membership is tracked all the same: b joins while poison blocks updates...
         blocked = etcd.put("svc/b")
-        assert w.wait_for_revision(blocked, BOUND)
+        assert logged(f"update() at revision {blocked} failed: TooManyNodesError")
+        assert w.revision == good and not w.wait_for_revision(blocked, 0.2)
         assert balancer.inner.nodes() == [("a", 1)]
         assert list(w.members) == ["a", "b", "poison"]
         # ...and once poison goes, the whole membership applies, relative to the last applied.
         cured = etcd.delete("svc/poison")
         assert w.wait_for_revision(cured, BOUND)
+        assert w.revision == cured
         assert balancer.inner.nodes() == [("a", 1), ("b", 1)]
         last = recorder.snapshot()[-1]
         assert (last.revision, last.added, last.removed) == (cured, ("b",), ())
+
+
+def test_failed_update_is_not_replayed_after_a_reconnect(
+    etcd: EtcdServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The changes consumed by a failed update are not watched again after a reconnect (the
+    # watch resumes after the last revision read, not the last applied one), and the revision
+    # still says what the balancer holds.
+    balancer = PoisonedBalancer()
+    caplog.set_level(logging.INFO, logger="liblb.etcd")
+    with EtcdMembership(balancer, etcd.url, "svc", backoff=0.05, max_backoff=0.2) as w:
+        good = etcd.put("svc/a")
+        assert w.wait_for_revision(good, BOUND)
+        poisoned = etcd.put("svc/poison")
+        deadline = time.monotonic() + BOUND
+        while f"update() at revision {poisoned} failed" not in caplog.text:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        etcd.restart()
+        cured = etcd.delete("svc/poison")
+        assert w.wait_for_revision(cured, BOUND)
+        assert balancer.inner.nodes() == [("a", 1)]
+    assert f"watching 'svc/' from revision {poisoned + 1}" in caplog.text
+    assert f"watching 'svc/' from revision {good + 1}" not in caplog.text.split(
+        f"update() at revision {poisoned} failed"
+    )[1]
 
 
 def test_stop_while_etcd_is_down(etcd: EtcdServer) -> None:
