@@ -507,6 +507,39 @@ def test_decreasing_and_negative_revisions_are_refused(
     assert "watch event at revision 3 after revision 10" in log_text(logs)
 
 
+@pytest.mark.parametrize("replayed", [5, 6])
+def test_event_at_the_last_applied_revision_is_refused(
+    fake: Start, logs: pytest.LogCaptureFixture, replayed: int
+) -> None:
+    # 5 is the range's revision, 6 the last event's: a message at (not only below) the
+    # revision applied last is a replay, refused whole, and the prefix is read again.
+    def script(request: Request) -> None:
+        if request.path == "/v3/kv/range":
+            ranges = len(fake_server.paths("/v3/kv/range"))
+            request.json(range_answer(5, {"a": ""}) if ranges == 1 else
+                         range_answer(10, {"a": "", "b": ""}))
+            return
+        request.stream_head()
+        if len(fake_server.paths("/v3/watch")) == 1:
+            request.message(created(5))
+            request.message(put("b", 6))
+            request.message(put("c", replayed))
+        else:
+            request.message(created(10))
+        request.hold()
+
+    fake_server = fake(script)
+    balancer = liblb.Balancer("ring", [])
+    seen: list[list[tuple[str, int]]] = []
+    with watcher(balancer, fake_server.url, lambda c: seen.append(list(c.nodes))) as w:
+        assert w.wait_for_revision(10, BOUND)
+        assert balancer.nodes() == [("a", 1), ("b", 1)]
+    assert all("c" not in dict(nodes) for nodes in seen), seen
+    assert len(fake_server.paths("/v3/kv/range")) == 2
+    assert f"watch event at revision {replayed} after revision 6" in log_text(logs)
+    assert "resyncing with a range" in log_text(logs)
+
+
 MALFORMED_RANGES: list[tuple[bytes, str]] = [
     (b"not json", "POST /v3/kv/range: not JSON"),
     (b"[1, 2]", "not a JSON object"),
