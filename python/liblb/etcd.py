@@ -59,8 +59,8 @@ import socket
 import ssl
 import sys
 import threading
+import re
 import time
-import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -330,16 +330,21 @@ def _unb64(field: Any, what: str) -> bytes:
         raise _GatewayError(f"{what} is not valid base64") from None
 
 
+# What Rust's str::parse::<i64>() / ::<u16>() take (etcd/src/client.rs int(), http.rs): an
+# optional sign and ASCII digits; no spaces, '_' or non-ASCII digits, which int() accepts.
+_INT = re.compile(r"[+-]?[0-9]+")
+_PORT = re.compile(r"\+?[0-9]+")
+
+
 def _int64(field: Any, what: str) -> int:
     # The gateway writes int64 fields as JSON strings, and leaves zero values out.
     if field is None:
         return 0
     if isinstance(field, bool) or not isinstance(field, (str, int)):
         raise _GatewayError(f"{what} is not an integer: {field!r}")
-    try:
-        value = int(field)
-    except ValueError:
-        raise _GatewayError(f"{what} is not an integer: {str(field)[:40]!r}") from None
+    if isinstance(field, str) and not _INT.fullmatch(field):
+        raise _GatewayError(f"{what} is not an integer: {field[:40]!r}")
+    value = int(field)
     if not -(2**63) <= value < 2**63:
         raise _GatewayError(f"{what} {value} is not a 64-bit integer")
     return value
@@ -425,7 +430,6 @@ class _Endpoint:
     tls: bool
     host: str
     port: int
-    path: str
 
     @property
     def host_header(self) -> str:
@@ -434,26 +438,47 @@ class _Endpoint:
 
 
 def _parse_url(url: str) -> _Endpoint:
+    """``http://HOST:PORT`` or ``https://HOST:PORT`` (an optional trailing ``/``; IPv6 as
+    ``[::1]:2379``), the forms the Rust watcher takes (etcd/src/http.rs, Endpoint::parse)."""
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, not {type(url).__name__}")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"url {url!r}: scheme must be http or https (the etcd client URL)")
-    if not parts.hostname:
-        raise ValueError(f"url {url!r} has no host")
-    if parts.username is not None or parts.password is not None:
-        raise ValueError(f"url {url!r}: credentials in the URL are not supported (user=)")
-    if parts.query or parts.fragment:
-        raise ValueError(f"url {url!r}: no query or fragment expected")
-    try:
-        port = parts.port
-    except ValueError as e:
-        raise ValueError(f"url {url!r}: {e}") from None
-    path = parts.path.rstrip("/")
-    if not all(33 <= ord(c) < 127 for c in path):
-        raise ValueError(f"url {url!r}: the path must be printable ASCII without spaces")
-    tls = parts.scheme == "https"
-    return _Endpoint(url, tls, parts.hostname, port or (443 if tls else 80), path)
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"url {url!r}: {why}")
+
+    for scheme, tls in (("http://", False), ("https://", True)):
+        if url.startswith(scheme):
+            rest = url[len(scheme) :]
+            break
+    else:
+        raise bad(
+            "scheme must be http or https: expected http://HOST:PORT or https://HOST:PORT "
+            "(the etcd client URL)"
+        )
+    authority = rest[:-1] if rest.endswith("/") else rest
+    if "@" in authority:
+        raise bad("credentials in the URL are not supported (user=)")
+    if "?" in authority or "#" in authority:
+        raise bad("no query or fragment expected: http(s)://HOST:PORT")
+    if "/" in authority:
+        raise bad("no path expected: http(s)://HOST:PORT (the API paths are etcd's own)")
+    if authority.startswith("["):
+        host, found, port = authority[1:].partition("]:")
+        if not found:
+            raise bad("missing :PORT after [IPV6] (etcd's client port is usually 2379)")
+    else:
+        host, found, port = authority.rpartition(":")
+        if not found or ":" in host:
+            raise bad("missing :PORT (etcd's client port is usually 2379)")
+    if not host:
+        raise bad("has no host")
+    # It goes into the Host header: printable ASCII without spaces.
+    if not all(33 <= ord(c) < 127 for c in host):
+        raise bad("the host must be printable ASCII without spaces")
+    # As Rust's str::parse::<u16>(): an optional '+' and ASCII digits; 0 is no port.
+    if not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535:
+        raise bad("the port must be a number in 1..=65535")
+    return _Endpoint(url, tls, host, int(port))
 
 
 def _keepalive(sock: socket.socket) -> None:
@@ -1066,7 +1091,7 @@ class EtcdMembership(Generic[_B]):
         try:
             data = json.dumps(body).encode("ascii")
             head = (
-                f"POST {endpoint.path}{path} HTTP/1.1\r\nHost: {endpoint.host_header}\r\n"
+                f"POST {path} HTTP/1.1\r\nHost: {endpoint.host_header}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
                 "Connection: close\r\n"
             )

@@ -520,7 +520,7 @@ def test_bad_arguments() -> None:
         (lambda: EtcdMembership(b, "http://:2379", "svc"), ValueError, "has no host"),
         (lambda: EtcdMembership(b, "http://u:p@h:2379", "svc"), ValueError, "credentials"),
         (lambda: EtcdMembership(b, "http://h:2379/?x=1", "svc"), ValueError, "no query"),
-        (lambda: EtcdMembership(b, "http://h:99999", "svc"), ValueError, "out of range"),
+        (lambda: EtcdMembership(b, "http://h:99999", "svc"), ValueError, "1..=65535"),
     ]
     for make, error, message in bad:
         with pytest.raises(error, match=message):
@@ -531,6 +531,62 @@ def test_bad_arguments() -> None:
     w.stop()  # before start: nothing to stop
     assert not w.running and w.revision == 0 and w.members == {}
     assert not w.wait_for_revision(1, timeout=0)
+
+
+# The endpoint forms the Rust watcher takes (etcd/src/http.rs, Endpoint::parse): http(s)://
+# HOST:PORT, an optional trailing "/", nothing else.
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://h", "missing :PORT"),
+        ("https://etcd.example/", "missing :PORT"),
+        ("http://[::1]", "missing :PORT"),
+        ("http://h:2379/v3", "no path"),
+        ("https://h:2379/proxy/", "no path"),
+        ("http://h:0", "1..=65535"),
+        ("http://h:65536", "1..=65535"),
+        ("http://h:\u0668\u0660", "1..=65535"),  # Arabic-Indic 80: digits, but not ASCII
+        ("http://h: 80", "1..=65535"),
+        ("http://h:-1", "1..=65535"),
+        ("http://h:", "1..=65535"),
+    ],
+)
+def test_endpoint_must_be_scheme_host_port(url: str, problem: str) -> None:
+    b = liblb.Balancer("ring", [])
+    with pytest.raises(ValueError, match=re.escape(f"url {url!r}: ") + ".*" + re.escape(problem)):
+        EtcdMembership(b, ["http://127.0.0.1:2379", url], "svc")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://h:2379", "http://h:2379/", "https://10.0.0.1:1", "http://[::1]:65535/"]
+)
+def test_endpoint_forms_accepted(url: str) -> None:
+    EtcdMembership(liblb.Balancer("ring", []), url, "svc")
+
+
+# int64 fields as Rust's str::parse::<i64>() reads them (etcd/src/client.rs, int()): an optional
+# sign and ASCII digits, in range; JSON numbers must be integers.
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        (None, 0), ("5", 5), ("-5", -5), ("+5", 5), ("007", 7), (12, 12),
+        ("9223372036854775807", 2**63 - 1), ("-9223372036854775808", -(2**63)),
+    ],
+)
+def test_int64_accepts(field: object, value: int) -> None:
+    assert liblb.etcd._int64(field, "revision") == value
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        " 5", "5 ", "5\n", "5_0", "\u0665", "\uff15", "", "-", "+", "--5", "+-5", "1e3", "0x10",
+        "5.0", "9223372036854775808", "-9223372036854775809", 2**63, 5.0, True, [], {},
+    ],
+)
+def test_int64_refuses(field: object) -> None:
+    with pytest.raises(liblb.etcd._GatewayError, match="revision"):
+        liblb.etcd._int64(field, "revision")
 
 
 def test_module_type_checks_strict(tmp_path: Path) -> None:
