@@ -991,6 +991,8 @@ class EtcdMembership(Generic[_B]):
             except (OSError, _EtcdError) as e:
                 if self._stopping.is_set():
                     break
+                if isinstance(e, _AuthExpired):
+                    self._token = None  # refused again, or mid-watch: log in afresh next time
                 if isinstance(e, _Unreachable):
                     where = ""  # its message names each endpoint
                 failure = (
@@ -1104,37 +1106,46 @@ class EtcdMembership(Generic[_B]):
             raise
         return conn
 
-    def _unary(self, path: str, body: dict[str, Any], token: str | None) -> dict[str, Any]:
-        """One request and its JSON answer, across the endpoints; _GatewayError on an error
-        answer (_AuthExpired when etcd refused the token)."""
+    def _refused(self, path: str, status: int, text: str, token: str | None) -> _EtcdError:
+        """The error for an answer that is not 200: _AuthExpired when etcd refused the
+        token, else _GatewayError."""
+        if token is not None and _is_invalid_token(text):
+            return _AuthExpired(text)
+        message = f"POST {path}: HTTP {status}: {text}{_auth_hint(text, self._user)}"
+        return _GatewayError(message)
 
-        def attempt(endpoint: _Endpoint) -> tuple[int, bytes | str]:
-            conn = self._request(endpoint, path, body, token)
-            try:
-                if conn.status == 200:
-                    return 200, conn.read_body(self._max_response)
-                return conn.status, conn.read_error_body()
-            finally:
-                self._close(conn)
-
-        status, data = self._each_endpoint(attempt)
-        if isinstance(data, str):
-            if token is not None and _is_invalid_token(data):
-                raise _AuthExpired(data)
-            hint = _auth_hint(data, self._user)
-            raise _GatewayError(f"POST {path}: HTTP {status}: {data}{hint}")
+    def _unary(
+        self, endpoint: _Endpoint, path: str, body: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        """One request to ``endpoint`` and its JSON answer; an error answer raised."""
+        conn = self._request(endpoint, path, body, token)
+        try:
+            if conn.status != 200:
+                raise self._refused(path, conn.status, conn.read_error_body(), token)
+            data = conn.read_body(self._max_response)
+        finally:
+            self._close(conn)
         parsed = _loads(data, f"POST {path}")
         if "error" in parsed:
-            raise _GatewayError(f"POST {path}: {_error_text(parsed)}")
+            text = _error_text(parsed)
+            if token is not None and _is_invalid_token(text):
+                raise _AuthExpired(text)
+            raise _GatewayError(f"POST {path}: {text}")
         return parsed
 
-    def _authenticate(self) -> str | None:
-        """The auth token to send (authenticating when there is none yet), or None."""
+    def _authenticate(self, endpoint: _Endpoint) -> str | None:
+        """The auth token to send (logging in at ``endpoint`` when there is none), or None.
+
+        Only at ``endpoint``: the caller is already going round the endpoints, and a login
+        with a failover of its own would make N x N connects with N endpoints down."""
         if self._user is None:
             return None
         if self._token is None:
             answer = self._unary(
-                "/v3/auth/authenticate", {"name": self._user, "password": self._password}, None
+                endpoint,
+                "/v3/auth/authenticate",
+                {"name": self._user, "password": self._password},
+                None,
             )
             token = answer.get("token")
             # It goes into a header line: printable ASCII only.
@@ -1142,17 +1153,26 @@ class EtcdMembership(Generic[_B]):
             if not usable or not token:
                 raise _GatewayError("authenticate: no usable token in the answer")
             self._token = token
-            log.info("etcd %s: authenticated as %r", self._url, self._user)
+            log.info("etcd %s: authenticated as %r", endpoint.url, self._user)
         return self._token
 
-    def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """A unary request with the auth token; a refused token is renewed once."""
+    def _with_token(self, endpoint: _Endpoint, send: Callable[[str | None], _T]) -> _T:
+        """``send(token)`` at ``endpoint``; a refused token is renewed there once and the
+        request sent again."""
         try:
-            return self._unary(path, body, self._authenticate())
+            return send(self._authenticate(endpoint))
         except _AuthExpired as e:
-            log.info("etcd %s: %s; authenticating again", self._url, e)
+            log.info("etcd %s: %s; authenticating again", endpoint.url, e)
             self._token = None
-            return self._unary(path, body, self._authenticate())
+            return send(self._authenticate(endpoint))
+
+    def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A unary request with the auth token, across the endpoints."""
+        return self._each_endpoint(
+            lambda endpoint: self._with_token(
+                endpoint, lambda token: self._unary(endpoint, path, body, token)
+            )
+        )
 
     def _resync(self) -> None:
         """Range over the prefix and replace the membership with it."""
@@ -1207,15 +1227,11 @@ class EtcdMembership(Generic[_B]):
             }
         }
 
-        def attempt(endpoint: _Endpoint) -> tuple[_Conn, dict[str, Any]]:
-            conn = self._request(endpoint, "/v3/watch", request, self._authenticate())
+        def open_watch(endpoint: _Endpoint, token: str | None) -> tuple[_Conn, dict[str, Any]]:
+            conn = self._request(endpoint, "/v3/watch", request, token)
             try:
                 if conn.status != 200:
-                    text = conn.read_error_body()
-                    raise _GatewayError(
-                        f"POST /v3/watch: HTTP {conn.status}: {text}"
-                        f"{_auth_hint(text, self._user)}"
-                    )
+                    raise self._refused("/v3/watch", conn.status, conn.read_error_body(), token)
                 # The created message comes within the request's deadline too.
                 line = conn.read_message(self._max_response)
                 if line is None:
@@ -1226,13 +1242,15 @@ class EtcdMembership(Generic[_B]):
                 raise
 
         try:
-            conn, result = self._each_endpoint(attempt)
+            # A refused token (an HTTP error, an error message or a cancellation) is renewed
+            # at the endpoint that refused it, once, and the watch sent again.
+            conn, result = self._each_endpoint(
+                lambda endpoint: self._with_token(
+                    endpoint, lambda token: open_watch(endpoint, token)
+                )
+            )
         except _TooLarge as e:
             raise _Resync(f"{e}; reading the prefix instead") from None
-        except _AuthExpired as e:
-            log.info("etcd %s: %s; authenticating again", self._url, e)
-            self._token = None
-            conn, result = self._each_endpoint(attempt)
         try:
             if not result.get("created"):
                 raise _GatewayError("watch: the first message is not 'created'")
@@ -1276,7 +1294,10 @@ class EtcdMembership(Generic[_B]):
         """The result of one watch message; errors, compaction and cancellation raised."""
         message = _loads(line, "watch")
         if "error" in message:
-            raise _GatewayError(f"watch: {_error_text(message)}")
+            text = _error_text(message)
+            if self._user is not None and _is_invalid_token(text):
+                raise _AuthExpired(f"watch: {text}")
+            raise _GatewayError(f"watch: {text}")
         result = message.get("result")
         if not isinstance(result, dict):
             raise _GatewayError(f"watch: no result in {line[:200]!r}")

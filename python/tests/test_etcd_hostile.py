@@ -54,6 +54,7 @@ class Request:
     sent: int = 0
     peer_gone: bool = False  # a send failed: the watcher closed the connection
     hit_bound: bool = False  # the fake sent SEND_BOUND bytes and gave up itself
+    headers: dict[str, str] = field(default_factory=dict)  # lower-case names
 
     def send(self, data: bytes) -> bool:
         """Sends; False once the peer is gone or the test is over."""
@@ -169,6 +170,9 @@ class FakeEtcd:
                 body += more
             sock.settimeout(None)
             request = Request(lines[0].split(" ")[1], json.loads(body), sock, self.stopping)
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                request.headers[name.strip().lower()] = value.strip()
             with self.lock:
                 self.requests.append(request)
             self.script(request)
@@ -652,3 +656,89 @@ def test_several_endpoints_skip_the_dead_one(fake: Start, logs: pytest.LogCaptur
     assert f"etcd {dead}: ConnectionRefusedError" in log_text(logs)
     assert "trying the next endpoint" in log_text(logs)
     assert log_text(logs).count(f"etcd {dead}:") == 1
+
+
+# -- review finding 8: token renewal on a refused watch, without nested failovers ------------
+
+
+def login(request: Request, token: str) -> None:
+    request.json({"header": header(5), "token": token})
+
+
+INVALID_TOKEN = "etcdserver: invalid auth token"
+
+
+@pytest.mark.parametrize("form", ["http-401", "error-message", "auth-store-old"])
+def test_watch_refusing_the_token_renews_it(
+    fake: Start, logs: pytest.LogCaptureFixture, form: str
+) -> None:
+    def script(request: Request) -> None:
+        logins = len(server.paths("/v3/auth/authenticate"))
+        if request.path == "/v3/auth/authenticate":
+            login(request, f"token-{logins}")
+        elif request.path == "/v3/kv/range":
+            request.json(range_answer(5, {"a": ""}))
+        elif request.headers.get("authorization") == "token-1":  # the first token: refused
+            if form == "http-401":
+                request.json({"error": INVALID_TOKEN, "code": 16, "message": INVALID_TOKEN},
+                             "401 Unauthorized")
+            else:
+                reason = (INVALID_TOKEN if form == "error-message" else
+                          "etcdserver: revision of auth store is old")
+                request.stream_head()
+                request.chunk(json.dumps({"error": {"grpc_code": 16, "http_code": 401,
+                                                    "message": reason}}).encode() + b"\n")
+        else:
+            request.stream_head()
+            request.message(created(5))
+            request.message(put("b", 6))
+            request.hold()
+
+    server = fake(script)
+    balancer = liblb.Balancer("ring", [])
+    with watcher(balancer, server.url, user="u", password="p") as w:
+        assert w.wait_for_revision(6, BOUND)
+        assert balancer.nodes() == [("a", 1), ("b", 1)]
+    # One renewal, and the watch retried with the new token at once (no backoff pause).
+    assert len(server.paths("/v3/auth/authenticate")) == 2
+    tokens = [r.headers.get("authorization") for r in server.paths("/v3/watch")]
+    assert tokens == ["token-1", "token-2"], tokens
+    assert "authenticating again" in log_text(logs)
+    assert "retrying in" not in log_text(logs)
+
+
+def test_token_renewal_does_not_nest_failovers(
+    fake: Start, logs: pytest.LogCaptureFixture
+) -> None:
+    # Three endpoints; the first cancels the watch for its token and then goes down, the
+    # other two are down (they close every connection). The renewal tries each endpoint
+    # once: not, for each endpoint, a login that itself tries every endpoint (N x N).
+    def first(request: Request) -> None:
+        if server.paths("/v3/watch"):
+            return  # down from the watch on
+        if request.path == "/v3/auth/authenticate":
+            login(request, "token-1")
+        elif request.path == "/v3/kv/range":
+            request.json(range_answer(5, {"a": ""}))
+
+    def watch(request: Request) -> None:
+        if request.path != "/v3/watch":
+            return first(request)
+        request.stream_head()
+        request.message({"header": header(5), "watch_id": "0", "created": True,
+                         "canceled": True, "cancel_reason": INVALID_TOKEN})
+        request.hold()
+
+    server = fake(watch)
+    down = [fake(lambda request: None) for _ in range(2)]
+    balancer = liblb.Balancer("ring", [])
+    urls = [server.url] + [d.url for d in down]
+    with EtcdMembership(balancer, urls, "svc", user="u", password="p", backoff=30,
+                        max_backoff=30, timeout=5.0) as w:
+        assert w.wait_for_revision(5, BOUND)
+        eventually(lambda: "retrying in" in log_text(logs), "the failed renewal logged")
+        assert [len(d.requests) for d in down] == [1, 1], [
+            [r.path for r in d.requests] for d in down
+        ]
+        assert len(server.paths("/v3/auth/authenticate")) == 2  # the login, the renewal
+        assert balancer.nodes() == [("a", 1)]
