@@ -306,6 +306,10 @@ class _Compacted(_Resync):
         self.compact_revision = compact_revision
 
 
+class _ServerError(_GatewayError):
+    """An HTTP 5xx answer (no leader, request timed out, ...): the next endpoint may serve."""
+
+
 class _Stopping(Exception):
     """stop() was called while a connection was being opened."""
 
@@ -1063,7 +1067,8 @@ class EtcdMembership(Generic[_B]):
     def _each_endpoint(self, attempt: Callable[[_Endpoint], _T]) -> _T:
         """Runs ``attempt`` on the endpoint that answered last, then on the others in turn
         while the failure is a connection failure (OSError: refused, reset, TLS, a missed
-        deadline); remembers the endpoint that answered. Any other error is etcd's answer and
+        deadline) or an HTTP 5xx answer (no leader, request timed out: another member may
+        serve); remembers the endpoint that answered. Any other error is etcd's answer and
         ends the request."""
         failures: list[str] = []
         first = self._current
@@ -1073,10 +1078,15 @@ class EtcdMembership(Generic[_B]):
             endpoint = self._endpoints[at]
             try:
                 answer = attempt(endpoint)
-            except OSError as e:
+            except (OSError, _ServerError) as e:
                 if self._stopping.is_set():
                     raise _Stopping from None
-                failure = f"{endpoint.url}: {_describe_error(e, endpoint.tls, self._client_cert)}"
+                text = (
+                    str(e)
+                    if isinstance(e, _ServerError)
+                    else _describe_error(e, endpoint.tls, self._client_cert)
+                )
+                failure = f"{endpoint.url}: {text}"
                 if count > 1:
                     log.info("etcd %s; trying the next endpoint", failure)
                 failures.append(failure)
@@ -1108,11 +1118,11 @@ class EtcdMembership(Generic[_B]):
 
     def _refused(self, path: str, status: int, text: str, token: str | None) -> _EtcdError:
         """The error for an answer that is not 200: _AuthExpired when etcd refused the
-        token, else _GatewayError."""
+        token, _ServerError for a 5xx (tried on the next endpoint), else _GatewayError."""
         if token is not None and _is_invalid_token(text):
             return _AuthExpired(text)
         message = f"POST {path}: HTTP {status}: {text}{_auth_hint(text, self._user)}"
-        return _GatewayError(message)
+        return _ServerError(message) if 500 <= status <= 599 else _GatewayError(message)
 
     def _unary(
         self, endpoint: _Endpoint, path: str, body: dict[str, Any], token: str | None

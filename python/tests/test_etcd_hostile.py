@@ -742,3 +742,44 @@ def test_token_renewal_does_not_nest_failovers(
         ]
         assert len(server.paths("/v3/auth/authenticate")) == 2  # the login, the renewal
         assert balancer.nodes() == [("a", 1)]
+
+
+# -- review finding 4: an HTTP 5xx (no leader, timed out) moves on to the next endpoint -------
+
+
+@pytest.mark.parametrize(
+    ("failing", "status", "message"),
+    [
+        ("/v3/kv/range", "500 Internal Server Error", "etcdserver: request timed out"),
+        ("/v3/watch", "503 Service Unavailable", "etcdserver: no leader"),
+    ],
+)
+def test_server_error_fails_over_to_the_next_endpoint(
+    fake: Start, logs: pytest.LogCaptureFixture, failing: str, status: str, message: str
+) -> None:
+    def sick(request: Request) -> None:
+        if request.path == failing:
+            request.json({"error": message, "code": 14, "message": message}, status)
+        elif request.path == "/v3/kv/range":
+            request.json(range_answer(5, {"a": ""}))
+        else:
+            request.hold()
+
+    def healthy(request: Request) -> None:
+        if request.path == "/v3/kv/range":
+            request.json(range_answer(5, {"a": ""}))
+        else:
+            request.stream_head()
+            request.message(created(5))
+            request.message(put("b", 6))
+            request.hold()
+
+    first, second = fake(sick), fake(healthy)
+    balancer = liblb.Balancer("ring", [])
+    with EtcdMembership(balancer, [first.url, second.url], "svc", backoff=30,
+                        max_backoff=30) as w:
+        assert w.wait_for_revision(6, BOUND)
+        assert balancer.nodes() == [("a", 1), ("b", 1)]
+    assert f"etcd {first.url}: POST {failing}: HTTP {status.split()[0]}: {message}" in log_text(logs)
+    assert "trying the next endpoint" in log_text(logs)
+    assert "retrying in" not in log_text(logs)
