@@ -439,3 +439,38 @@ fn a_silent_tls_server_times_out() {
     drop(held.join());
     drop(std::fs::remove_dir_all(&dir));
 }
+
+/// A TLS server that trickles its answer one byte every 50 ms inside one TLS record: one
+/// rustls read is many socket reads, and each must get only what is left of the request
+/// deadline, not the whole timeout again (before, the answer took ~13 s and was accepted).
+#[test]
+fn a_trickled_tls_answer_times_out_as_a_whole() {
+    let dir = std::env::temp_dir().join(format!("liblb-trickle-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let certs = liblb_etcd::testing::Certs::generate(&dir);
+    let answer = range(5, 1, &[("svc/a", "")], false).to_string();
+    let response = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{answer}",
+        answer.len()
+    );
+    let url = liblb_etcd::testing::tls_trickle(
+        &certs,
+        response.into_bytes(),
+        Duration::from_millis(50),
+    );
+    let mut config = config(&url);
+    config.tls = Some(liblb_etcd::TlsConfig::with_ca(&certs.ca));
+    config.request_timeout = Duration::from_secs(1);
+    let rec = Recorder::default();
+    let started = Instant::now();
+    let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
+    wait_until("the trickled TLS range to time out", Duration::from_secs(3), || {
+        rec.errors()
+            .iter()
+            .any(|e| e.contains("no complete answer within the request timeout (1s)"))
+    });
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(w.revision(), 0, "{:?}", rec.events());
+    drop(w);
+    drop(std::fs::remove_dir_all(&dir));
+}
