@@ -576,7 +576,7 @@ pub(crate) fn parse_message(frame: &[u8]) -> Result<WatchMessage, Error> {
             cut(result)
         )));
     }
-    let compact = int(result, "compact_revision")?;
+    let compact = revision(result, "compact_revision")?;
     if compact > 0 {
         return Ok(WatchMessage::Compacted(compact));
     }
@@ -763,8 +763,8 @@ fn header(answer: &Value) -> Result<(i64, u64), Error> {
             )));
         }
     };
-    let revision = int(header, "revision")?;
-    if revision <= 0 {
+    let revision = revision(header, "revision")?;
+    if revision == 0 {
         return Err(Error::Protocol(format!(
             "the answer's header has no revision: {}",
             cut(header)
@@ -791,6 +791,19 @@ fn int(object: &Value, field: &str) -> Result<i64, Error> {
     .ok_or_else(|| Error::Protocol(format!("field {field} is not an int64: {}", cut(object))))
 }
 
+/// A revision field: an `int64` in `0..i64::MAX` (absent: 0). etcd's revisions start at 1 and
+/// count up by one per change; a negative one, or `i64::MAX` (after which the next revision to
+/// watch from would overflow), is not etcd's and is refused.
+fn revision(object: &Value, field: &str) -> Result<i64, Error> {
+    let revision = int(object, field)?;
+    if !(0..i64::MAX).contains(&revision) {
+        return Err(Error::Protocol(format!(
+            "field {field} is not a revision (0 to 2^63-2): {revision}"
+        )));
+    }
+    Ok(revision)
+}
+
 fn bytes(object: &Value, field: &str) -> Result<Vec<u8>, Error> {
     match object.get(field) {
         None | Some(Value::Null) => Ok(Vec::new()),
@@ -814,7 +827,7 @@ fn key_value(kv: &Value) -> Result<KeyValue, Error> {
     Ok(KeyValue {
         key: bytes(kv, "key")?,
         value: bytes(kv, "value")?,
-        mod_revision: int(kv, "mod_revision")?,
+        mod_revision: revision(kv, "mod_revision")?,
     })
 }
 

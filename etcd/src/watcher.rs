@@ -362,7 +362,13 @@ impl Run {
     /// Watches from the revision after the last applied one until the stream fails (an error)
     /// or cannot go on (`Ok(Some(why))`: resync).
     fn watch(&mut self, backoff: &mut Duration) -> Result<Option<String>, Error> {
-        let from = self.last.unwrap_or(0) + 1;
+        // Revisions are parsed below i64::MAX, so this cannot overflow; if it did, only a
+        // range could tell where to go on from.
+        let Some(from) = self.last.unwrap_or(0).checked_add(1) else {
+            return Ok(Some(
+                "the last revision applied is the largest there is".into(),
+            ));
+        };
         let register = |s: &TcpStream| self.register(s);
         let (prefix, idle) = (self.members.key_prefix(), self.config.idle_timeout);
         let outcome = match self.client.watch(prefix, from, idle, &register) {

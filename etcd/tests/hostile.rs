@@ -474,3 +474,45 @@ fn a_trickled_tls_answer_times_out_as_a_whole() {
     drop(w);
     drop(std::fs::remove_dir_all(&dir));
 }
+/// A watch that answers `messages` and then closes the connection.
+fn watch_then_close(messages: &[serde_json::Value]) -> Reply {
+    let mut bytes = CHUNKED.to_string();
+    for m in messages {
+        bytes += &chunk(&format!("{m}\n"));
+    }
+    Reply::Raw(bytes.into_bytes())
+}
+/// i64::MAX as a revision would overflow the next watch's start (a panic in debug, which
+/// killed the watcher thread): refused as not a revision, and the watcher goes on.
+#[test]
+fn a_revision_of_i64_max_is_refused() {
+    let max = i64::MAX.to_string();
+    let fake = FakeEtcd::start(move |r, n| match (r.path.as_str(), n) {
+        ("/v3/kv/range", _) => first_range(),
+        ("/v3/watch", 0) => {
+            let mut put = liblb_etcd::testing::gateway::put(6, 1, "svc/c", "");
+            put["result"]["events"][0]["kv"]["mod_revision"] = json!(max.clone());
+            watch_then_close(&[created(5, 1), put])
+        }
+        _ => Reply::Watch(vec![created(5, 1)]),
+    });
+    let b = balancer();
+    let rec = Recorder::default();
+    let w = Watcher::start(config(&fake.url()), b.clone(), rec.callback()).unwrap();
+    wait_for_error(&rec, "field mod_revision is not a revision");
+    wait_until("the watch after it", BOUND, || fake.count("/v3/watch") >= 2);
+    assert_eq!(w.revision(), 5);
+    assert_eq!(members(&b), owned(&[("a", 1), ("b", 2)]));
+    drop(w);
+    // A range header at i64::MAX, or below 0, is refused too.
+    for bad in [i64::MAX, -3] {
+        let fake = FakeEtcd::start(move |_, _| {
+            let mut answer = range(5, 1, &[("svc/a", "")], false);
+            answer["header"]["revision"] = json!(bad.to_string());
+            Reply::Json(answer)
+        });
+        let client = liblb_etcd::Client::new(&[fake.url()]).unwrap();
+        let e = client.range_prefix(b"svc/").unwrap_err().to_string();
+        assert!(e.contains("field revision is not a revision"), "{e}");
+    }
+}
