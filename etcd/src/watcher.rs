@@ -20,8 +20,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// What to watch and how patiently.
-#[derive(Debug, Clone)]
+/// What to watch and how patiently. Its `Debug` shows the user name, never the password.
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct Config {
     /// Gateway endpoints, each `http://HOST:PORT` or `https://HOST:PORT`; a connection
@@ -53,6 +53,36 @@ pub struct Config {
     pub auth: Option<(String, String)>,
     /// Keys per range page (default 5000).
     pub page_size: usize,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Spelled out rather than derived: `auth` holds a password.
+        let Config {
+            endpoints,
+            prefix,
+            backoff_min,
+            backoff_max,
+            connect_timeout,
+            request_timeout,
+            idle_timeout,
+            tls,
+            auth,
+            page_size,
+        } = self;
+        f.debug_struct("Config")
+            .field("endpoints", endpoints)
+            .field("prefix", prefix)
+            .field("backoff_min", backoff_min)
+            .field("backoff_max", backoff_max)
+            .field("connect_timeout", connect_timeout)
+            .field("request_timeout", request_timeout)
+            .field("idle_timeout", idle_timeout)
+            .field("tls", tls)
+            .field("auth", &auth.as_ref().map(|(user, _)| (user, "<redacted>")))
+            .field("page_size", page_size)
+            .finish()
+    }
 }
 
 impl Config {

@@ -516,3 +516,13 @@ fn a_revision_of_i64_max_is_refused() {
         assert!(e.contains("field revision is not a revision"), "{e}");
     }
 }
+/// Config's Debug shows the user, never the password.
+#[test]
+fn config_debug_hides_the_password() {
+    let mut config = config("http://127.0.0.1:2379");
+    config.auth = Some(("web".into(), "s3cret-pw".into()));
+    let text = format!("{config:?}");
+    assert!(!text.contains("s3cret-pw"), "{text}");
+    assert!(text.contains("\"web\"") && text.contains("redacted"), "{text}");
+    assert!(text.contains("prefix: \"svc\""), "{text}");
+}
