@@ -15,6 +15,7 @@ use crate::tls::TlsConfig;
 use crate::{Error, Event};
 use liblb_core::Balancer;
 use std::net::{Shutdown, TcpStream};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -500,14 +501,23 @@ impl Run {
         // one, and a failed update leaves the balancer on its last good membership.
         self.last = Some(revision);
         let nodes = self.members.nodes();
-        match self.balancer.update(nodes.iter().cloned()) {
-            Ok(()) => {
+        let update = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.balancer.update(nodes.iter().cloned())
+        }));
+        match update {
+            Ok(Ok(())) => {
                 // The callback first: a waiter woken by the revision sees its event recorded.
                 self.emit(Event::Applied { revision, nodes });
                 lock(&self.shared.progress).revision = revision;
                 self.shared.changed.notify_all();
             }
-            Err(error) => self.emit(Event::UpdateFailed { revision, error }),
+            Ok(Err(error)) => self.emit(Event::UpdateFailed { revision, error }),
+            // A bug, but not a reason to stop following etcd: the balancer keeps what it held,
+            // and the next change tries again.
+            Err(panic) => log::error!(
+                "revision {revision}: the balancer's update panicked ({}); membership kept",
+                panic_message(&*panic)
+            ),
         }
     }
 
@@ -535,6 +545,22 @@ impl Run {
                 log::info!("resynced at revision {revision} ({reason})")
             }
         }
-        (self.on_event)(&event);
+        // A panicking callback is the caller's bug: logged, and the watcher goes on (as the
+        // Python watcher does), instead of its thread dying and the balancer freezing.
+        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| (self.on_event)(&event))) {
+            log::error!(
+                "the on_event callback panicked on {event:?}: {}",
+                panic_message(&*panic)
+            );
+        }
+    }
+}
+
+/// A panic's message (`panic!` gives a `&str` or a `String`).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(text), _) => text,
+        (_, Some(text)) => text,
+        _ => "no message",
     }
 }

@@ -526,3 +526,25 @@ fn config_debug_hides_the_password() {
     assert!(text.contains("\"web\"") && text.contains("redacted"), "{text}");
     assert!(text.contains("prefix: \"svc\""), "{text}");
 }
+/// A panicking on_event callback is logged and the watcher goes on (before, its thread died
+/// and the balancer froze).
+#[test]
+fn a_panicking_callback_does_not_stop_the_watcher() {
+    use liblb_etcd::testing::gateway::put;
+    let fake = FakeEtcd::start(|r, _| match r.path.as_str() {
+        "/v3/kv/range" => first_range(),
+        _ => Reply::Watch(vec![created(5, 1), put(6, 1, "svc/c", "")]),
+    });
+    let b = balancer();
+    let w = Watcher::start(config(&fake.url()), b.clone(), |e| {
+        if matches!(e, Event::Applied { revision: 5, .. }) {
+            panic!("a callback bug");
+        }
+    })
+    .unwrap();
+    wait_until("revision 6 applied", BOUND, || {
+        members(&b).len() == 3
+    });
+    assert!(w.wait_for_revision(6, BOUND));
+    drop(w);
+}
