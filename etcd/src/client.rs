@@ -304,15 +304,22 @@ impl Client {
             let request = self.request_for(e, "/v3/watch", body.as_bytes(), token.as_deref())?;
             Conn::post(e, &request, on_connect)
         })?;
-        let window = idle.map(|idle| (idle, stall_message(idle)));
-        conn.stream()
-            .set_deadline(window.as_ref().map(|(idle, why)| Deadline {
-                at: Instant::now() + *idle,
-                why: why.clone(),
-            }));
+        // The answer to the request, "created", is due within the request timeout (from the
+        // request's start, as the response head was); the silence window starts after it.
+        let why = format!(
+            "the watch was not created within the request timeout ({:?})",
+            self.request_timeout
+        );
+        let created_by = (conn.stream().deadline())
+            .map_or_else(|| Instant::now() + self.request_timeout, |d| d.at);
+        conn.stream().set_deadline(Some(Deadline {
+            at: created_by,
+            why,
+        }));
         Ok(WatchStream {
             messages: Messages::new(conn),
-            window,
+            window: idle.map(|idle| (idle, stall_message(idle))),
+            created: false,
         })
     }
 
@@ -525,6 +532,8 @@ pub(crate) struct WatchStream {
     messages: Messages<Conn>,
     /// The silence window: each message must be complete within it, counted from the one before.
     window: Option<(Duration, String)>,
+    /// Whether the first message, "created", has arrived.
+    created: bool,
 }
 
 impl WatchStream {
@@ -540,20 +549,31 @@ impl WatchStream {
                 });
             }
         };
-        let message = parse_message(frame);
-        // The next message has a fresh silence window.
-        if let Some((idle, why)) = &self.window {
-            let deadline = Deadline {
-                at: Instant::now() + *idle,
-                why: why.clone(),
-            };
-            self.messages
-                .reader
-                .get_mut()
-                .stream()
-                .set_deadline(Some(deadline));
+        let message = parse_message(frame)?;
+        if !std::mem::replace(&mut self.created, true)
+            && !matches!(message, WatchMessage::Created { .. })
+        {
+            // etcd answers a watch request with "created" first (or cancels it).
+            if !matches!(
+                message,
+                WatchMessage::Compacted(_) | WatchMessage::Canceled(_)
+            ) {
+                return Err(Error::Protocol(
+                    "the watch's first message is not \"created\"".into(),
+                ));
+            }
         }
-        message
+        // The next message has a fresh silence window (none without idle_timeout).
+        let deadline = self.window.as_ref().map(|(idle, why)| Deadline {
+            at: Instant::now() + *idle,
+            why: why.clone(),
+        });
+        self.messages
+            .reader
+            .get_mut()
+            .stream()
+            .set_deadline(deadline);
+        Ok(message)
     }
 }
 

@@ -104,6 +104,11 @@ impl Stream {
         self.deadline = deadline;
     }
 
+    /// The deadline for the reads to come.
+    pub(crate) fn deadline(&self) -> Option<&Deadline> {
+        self.deadline.as_ref()
+    }
+
     /// The socket as rustls sees it: every one of its reads is armed with what is left of the
     /// deadline (one `rustls::Stream` read, or the handshake inside the first write, is many
     /// socket reads, and a timeout set once before it would be renewed by each of them).

@@ -526,6 +526,28 @@ fn config_debug_hides_the_password() {
     assert!(text.contains("\"web\"") && text.contains("redacted"), "{text}");
     assert!(text.contains("prefix: \"svc\""), "{text}");
 }
+/// A gateway that accepts the watch and never says "created": the request timeout bounds the
+/// wait (before, only idle_timeout did: 15 minutes by default).
+#[test]
+fn a_watch_never_created_times_out() {
+    let fake = FakeEtcd::start(|r, _| match r.path.as_str() {
+        "/v3/kv/range" => first_range(),
+        _ => Reply::Watch(vec![]),
+    });
+    let mut config = config(&fake.url());
+    config.request_timeout = Duration::from_secs(1);
+    config.idle_timeout = Some(Duration::from_secs(3600));
+    let rec = Recorder::default();
+    let started = Instant::now();
+    let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
+    wait_until("the watch's creation to time out", Duration::from_secs(4), || {
+        rec.errors()
+            .iter()
+            .any(|e| e.contains("the watch was not created within the request timeout (1s)"))
+    });
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    drop(w);
+}
 /// A panicking on_event callback is logged and the watcher goes on (before, its thread died
 /// and the balancer froze).
 #[test]
