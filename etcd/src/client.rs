@@ -198,6 +198,18 @@ impl Client {
             kvs: Vec::new(),
         };
         let mut from = prefix.to_vec();
+        // The whole paged read is one request as far as time and memory go: every page must
+        // arrive within the request timeout counted from the first, and the keys and values
+        // of all pages together within MAX_BODY (a server answering "more" one key a page
+        // must not keep the watcher reading forever).
+        let by = Deadline {
+            at: Instant::now() + self.request_timeout,
+            why: format!(
+                "the paged range did not finish within the request timeout ({:?})",
+                self.request_timeout
+            ),
+        };
+        let mut bytes = 0u64;
         loop {
             let mut request = json!({
                 "key": B64.encode(&from),
@@ -208,7 +220,9 @@ impl Client {
                 // Later pages read the first page's revision: one snapshot.
                 request["revision"] = json!(range.revision.to_string());
             }
-            let answer = self.call("/v3/kv/range", &request, on_connect)?;
+            // The first page's own deadline is the range's.
+            let by = (range.revision > 0).then_some(&by);
+            let answer = self.call_within("/v3/kv/range", &request, on_connect, by)?;
             let page = range_page(&answer)?;
             if range.revision == 0 {
                 (range.revision, range.cluster_id) = (page.revision, page.cluster_id);
@@ -223,6 +237,15 @@ impl Client {
                 return Err(Error::Protocol(
                     "range answer holds a key outside the requested range".into(),
                 ));
+            }
+            let page_bytes = page.kvs.iter().map(|kv| kv.key.len() + kv.value.len());
+            bytes += page_bytes.sum::<usize>() as u64;
+            if bytes > crate::http::MAX_BODY {
+                return Err(Error::Protocol(format!(
+                    "the range's pages hold more than {} MiB of keys and values, the limit for \
+                     one range",
+                    crate::http::MAX_BODY >> 20
+                )));
             }
             range.kvs.extend(page.kvs);
             if range.kvs.len() > MAX_KEYS {
@@ -301,7 +324,8 @@ impl Client {
         .to_string();
         let token = self.token(on_connect)?;
         let mut conn = self.each_endpoint(|e| {
-            let request = self.request_for(e, "/v3/watch", body.as_bytes(), token.as_deref())?;
+            let request =
+                self.request_for(e, "/v3/watch", body.as_bytes(), token.as_deref(), None)?;
             Conn::post(e, &request, on_connect)
         })?;
         // The answer to the request, "created", is due within the request timeout (from the
@@ -329,6 +353,7 @@ impl Client {
         path: &'a str,
         body: &'a [u8],
         token: Option<&'a str>,
+        by: Option<&Deadline>,
     ) -> Result<Request<'a>, Error> {
         let tls = match endpoint.https {
             true => Some(self.tls()?),
@@ -338,12 +363,15 @@ impl Client {
             path,
             body,
             connect_timeout: self.connect_timeout,
-            deadline: Some(Deadline {
-                at: Instant::now() + self.request_timeout,
-                why: format!(
-                    "no complete answer within the request timeout ({:?})",
-                    self.request_timeout
-                ),
+            deadline: Some(match by {
+                Some(by) if by.at < Instant::now() + self.request_timeout => by.clone(),
+                _ => Deadline {
+                    at: Instant::now() + self.request_timeout,
+                    why: format!(
+                        "no complete answer within the request timeout ({:?})",
+                        self.request_timeout
+                    ),
+                },
             }),
             tls,
             token,
@@ -360,7 +388,7 @@ impl Client {
         }
         let body = json!({"name": user, "password": password}).to_string();
         let answer = self
-            .post("/v3/auth/authenticate", &body, None, on_connect)
+            .post("/v3/auth/authenticate", &body, None, on_connect, None)
             .map_err(|e| match e {
                 Error::Http { endpoint, body, .. } => Error::Auth(format!(
                     "{endpoint}: etcd refused user {user:?}: {}",
@@ -407,12 +435,23 @@ impl Client {
         body: &Value,
         on_connect: &dyn Fn(&TcpStream),
     ) -> Result<Value, Error> {
+        self.call_within(path, body, on_connect, None)
+    }
+
+    /// [`Client::call`], finishing by `by` if that comes before the request timeout.
+    fn call_within(
+        &self,
+        path: &str,
+        body: &Value,
+        on_connect: &dyn Fn(&TcpStream),
+        by: Option<&Deadline>,
+    ) -> Result<Value, Error> {
         let body = body.to_string();
         let token = self.token(on_connect)?;
-        match self.post(path, &body, token.as_deref(), on_connect) {
+        match self.post(path, &body, token.as_deref(), on_connect, by) {
             Err(Error::Http { body: text, .. }) if self.renew_on(&text) => {
                 let token = self.token(on_connect)?;
-                self.post(path, &body, token.as_deref(), on_connect)
+                self.post(path, &body, token.as_deref(), on_connect, by)
             }
             other => other,
         }
@@ -424,9 +463,10 @@ impl Client {
         body: &str,
         token: Option<&str>,
         on_connect: &dyn Fn(&TcpStream),
+        by: Option<&Deadline>,
     ) -> Result<Value, Error> {
         let (endpoint, bytes) = self.each_endpoint(|e| {
-            let request = self.request_for(e, path, body.as_bytes(), token)?;
+            let request = self.request_for(e, path, body.as_bytes(), token, by)?;
             let conn = Conn::post(e, &request, on_connect)?;
             let bytes = conn
                 .read_all()

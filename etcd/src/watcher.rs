@@ -38,7 +38,8 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// How long a whole unary request (a range page, authenticating) may take, from sending it
     /// to the last byte of the answer, however slowly the answer trickles in (default 10 s).
-    /// Also bounds the wait for a watch's response head and its "created" message.
+    /// Also bounds a whole paged range (all its pages together), and the wait for a watch's
+    /// response head and its "created" message.
     pub request_timeout: Duration,
     /// The watch's silence window: a watch that delivers no complete message for this long
     /// (silent, or trickling bytes that never finish a message) is reported as stalled

@@ -516,6 +516,42 @@ fn a_revision_of_i64_max_is_refused() {
         assert!(e.contains("field revision is not a revision"), "{e}");
     }
 }
+/// A server answering `more: true` one key a page forever: the whole paged read has one
+/// deadline (the request timeout), and its keys and values one size limit (256 MiB).
+#[test]
+fn an_endless_paged_range_is_bounded_in_time_and_bytes() {
+    // Time: pages of one small key, each quick, but never the last.
+    let fake = FakeEtcd::start(|r, n| match r.path.as_str() {
+        "/v3/kv/range" => Reply::Json(range(5, 1, &[(&format!("svc/{n:09}"), "")], true)),
+        _ => Reply::Watch(vec![created(5, 1)]),
+    });
+    let client = liblb_etcd::Client::new(&[fake.url()])
+        .unwrap()
+        .with_timeouts(Duration::from_secs(1), Duration::from_secs(1));
+    let started = Instant::now();
+    let e = client.range_prefix(b"svc/").unwrap_err().to_string();
+    assert!(
+        e.contains("the paged range did not finish within the request timeout (1s)"),
+        "{e}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    drop(fake);
+    // Bytes: pages of one 8 MiB value each.
+    let value = "v".repeat(8 << 20);
+    let fake = FakeEtcd::start(move |r, n| match r.path.as_str() {
+        "/v3/kv/range" => Reply::Json(range(5, 1, &[(&format!("svc/{n:09}"), &value)], true)),
+        _ => Reply::Watch(vec![created(5, 1)]),
+    });
+    let client = liblb_etcd::Client::new(&[fake.url()])
+        .unwrap()
+        .with_timeouts(Duration::from_secs(1), Duration::from_secs(120));
+    let e = client.range_prefix(b"svc/").unwrap_err().to_string();
+    assert!(
+        e.contains("the range's pages hold more than 256 MiB of keys and values"),
+        "{e}"
+    );
+    assert!(fake.count("/v3/kv/range") <= 33, "{}", fake.count("/v3/kv/range"));
+}
 /// Config's Debug shows the user, never the password.
 #[test]
 fn config_debug_hides_the_password() {
