@@ -26,6 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// How a cancelled watch's error starts.
+pub(crate) const WATCH_CANCELLED: &str = "the watch was cancelled: ";
 /// Keys per range page.
 pub(crate) const PAGE_SIZE: usize = 5000;
 /// Largest watch message accepted (one JSON object of the stream). etcd's default request cap
@@ -411,16 +413,15 @@ impl Client {
     /// Forgets the token when `error` says etcd no longer takes it, so the next request
     /// authenticates again; `true` if it did.
     pub(crate) fn renew_on(&self, error: &str) -> bool {
-        // The gateway's texts for a token it refuses (etcd api/v3rpc/rpctypes/error.go:
-        // ErrGRPCInvalidAuthToken, ErrGRPCAuthOldRevision, ErrGRPCUserEmpty for no token), and
-        // "permission denied", which a watch reports for a token that expired.
-        const STALE: [&str; 4] = [
-            "invalid auth token",
-            "revision of auth store is old",
-            "user name is empty",
-            "permission denied",
-        ];
-        let stale = self.auth.is_some() && STALE.iter().any(|s| error.contains(s));
+        // The texts for a token etcd will not take (etcd api/v3rpc/rpctypes/error.go:
+        // ErrGRPCInvalidAuthToken, unknown or expired; ErrGRPCAuthOldRevision). Not "permission
+        // denied" on a unary call: that is a user without the right, and logging in again
+        // cannot help. A watch, though, is cancelled with "permission denied" for an expired
+        // token too (v3rpc/watch.go, isWatchPermitted), so a cancelled watch renews it.
+        const STALE: [&str; 2] = ["invalid auth token", "revision of auth store is old"];
+        let stale = STALE.iter().any(|s| error.contains(s))
+            || (error.contains(WATCH_CANCELLED) && error.contains("permission denied"));
+        let stale = self.auth.is_some() && stale;
         if stale {
             *lock(&self.token) = None;
         }

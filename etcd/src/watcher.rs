@@ -487,7 +487,8 @@ impl Run {
                     )));
                 }
                 WatchMessage::Canceled(reason) => {
-                    return Err(Error::Etcd(format!("the watch was cancelled: {reason}")));
+                    let cancelled = crate::client::WATCH_CANCELLED;
+                    return Err(Error::Etcd(format!("{cancelled}{reason}")));
                 }
                 WatchMessage::Other => {
                     (*backoff, self.compacted) = (self.config.backoff_min, false)

@@ -474,6 +474,17 @@ fn a_trickled_tls_answer_times_out_as_a_whole() {
     drop(w);
     drop(std::fs::remove_dir_all(&dir));
 }
+/// A 401/403-style gateway error with etcd's message.
+fn refused(status: &str, message: &str) -> Reply {
+    let body = json!({"error": message, "message": message, "code": 7}).to_string();
+    Reply::Raw(
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    )
+}
 /// A watch that answers `messages` and then closes the connection.
 fn watch_then_close(messages: &[serde_json::Value]) -> Reply {
     let mut bytes = CHUNKED.to_string();
@@ -551,6 +562,30 @@ fn an_endless_paged_range_is_bounded_in_time_and_bytes() {
         "{e}"
     );
     assert!(fake.count("/v3/kv/range") <= 33, "{}", fake.count("/v3/kv/range"));
+}
+/// A user without the right to read the prefix: etcd says "permission denied", and logging in
+/// again cannot help, so the watcher does not (before, it logged in twice per retry).
+#[test]
+fn permission_denied_causes_no_new_login() {
+    let fake = FakeEtcd::start(|r, n| match r.path.as_str() {
+        "/v3/auth/authenticate" => {
+            Reply::Json(json!({"header": header(1, 1), "token": format!("token-{n}")}))
+        }
+        _ => refused("403 Forbidden", "etcdserver: permission denied"),
+    });
+    let mut config = config(&fake.url());
+    config.auth = Some(("web".into(), "pw".into()));
+    let rec = Recorder::default();
+    let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
+    wait_until("three refused ranges", BOUND, || {
+        rec.errors()
+            .iter()
+            .filter(|e| e.contains("permission denied"))
+            .count()
+            >= 3
+    });
+    drop(w);
+    assert_eq!(fake.count("/v3/auth/authenticate"), 1);
 }
 /// Config's Debug shows the user, never the password.
 #[test]
