@@ -463,10 +463,24 @@ impl Run {
                 }
                 WatchMessage::Events(events) => {
                     (*backoff, self.compacted) = (self.config.backoff_min, false);
-                    let mut revision = self.last.unwrap_or(0);
+                    // Every event must come after the revision applied last, in order (events
+                    // of one transaction share a revision): a watch that answers otherwise
+                    // (etcd's history went back, or not etcd) is refused whole, and a range
+                    // reads the truth. Applying it could bring back a deleted node.
+                    let last = self.last.unwrap_or(0);
+                    let mut revision = last;
+                    for event in &events {
+                        let r = event.kv.mod_revision;
+                        if r < revision || r == last {
+                            return Ok(Some(format!(
+                                "watch event at revision {r} after revision {revision}: etcd's \
+                                 history went back?"
+                            )));
+                        }
+                        revision = r;
+                    }
                     for event in events {
                         let kv = event.kv;
-                        revision = revision.max(kv.mod_revision);
                         if event.deleted {
                             self.members.delete(&kv.key);
                         } else if let Err(r) = self.members.put(&kv.key, &kv.value) {

@@ -527,6 +527,48 @@ fn a_revision_of_i64_max_is_refused() {
         assert!(e.contains("field revision is not a revision"), "{e}");
     }
 }
+/// Events whose revisions go back (to or below the last applied one) are refused whole and the
+/// prefix is read again: a replayed old put must not bring back a deleted node.
+#[test]
+fn decreasing_and_negative_event_revisions_are_refused() {
+    use liblb_etcd::testing::gateway::put;
+    let fake = FakeEtcd::start(|r, n| match (r.path.as_str(), n) {
+        ("/v3/kv/range", 0) => Reply::Json(range(5, 1, &[("svc/a", "")], false)),
+        ("/v3/kv/range", _) => Reply::Json(range(10, 1, &[("svc/a", ""), ("svc/b", "")], false)),
+        ("/v3/watch", 0) => Reply::Watch(vec![
+            created(5, 1),
+            put(10, 1, "svc/b", ""),
+            put(3, 1, "svc/c", ""),
+            put(-7, 1, "svc/d", ""),
+        ]),
+        _ => Reply::Watch(vec![created(10, 1)]),
+    });
+    let b = balancer();
+    let rec = Recorder::default();
+    let w = Watcher::start(config(&fake.url()), b.clone(), rec.callback()).unwrap();
+    assert!(w.wait_for_revision(10, BOUND), "{:?}", rec.events());
+    wait_until("the watch after the resync", BOUND, || {
+        fake.count("/v3/watch") >= 2
+    });
+    assert_eq!(members(&b), owned(&[("a", 1), ("b", 1)]));
+    assert_eq!(w.revision(), 10);
+    let applied = rec.applied();
+    assert!(applied.windows(2).all(|p| p[0] <= p[1]), "{applied:?}");
+    let starts: Vec<String> = fake
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/v3/watch")
+        .map(|r| r.body["create_request"]["start_revision"].to_string())
+        .collect();
+    assert_eq!(starts[..2], ["\"6\"", "\"11\""], "{starts:?}");
+    assert!(
+        rec.events().iter().any(|e| matches!(e, Event::Resynced { reason, .. }
+            if reason.contains("watch event at revision 3 after revision 10"))),
+        "{:?}",
+        rec.events()
+    );
+    drop(w);
+}
 /// A server answering `more: true` one key a page forever: the whole paged read has one
 /// deadline (the request timeout), and its keys and values one size limit (256 MiB).
 #[test]
