@@ -222,7 +222,6 @@ impl Watcher {
             last: None,
             cluster_id: 0,
             disconnected: false,
-            compacted: false,
         };
         let thread = std::thread::Builder::new()
             .name("liblb-etcd-watch".into())
@@ -292,8 +291,6 @@ struct Run {
     cluster_id: u64,
     /// A failure happened since the last watch was created.
     disconnected: bool,
-    /// The last watch ended in a compaction, and no message since showed a working watch.
-    compacted: bool,
 }
 
 /// A pause drawn uniformly between half and all of `d`, so processes that failed together do
@@ -403,11 +400,17 @@ impl Run {
         };
         let register = |s: &TcpStream| self.register(s);
         let (prefix, idle) = (self.members.key_prefix(), self.config.idle_timeout);
+        let mut created = None;
         let outcome = match self.client.watch(prefix, from, idle, &register) {
-            Ok(mut stream) => self.follow(&mut stream, from, backoff),
+            Ok(mut stream) => self.follow(&mut stream, from, backoff, &mut created),
             Err(e) => Err(e),
         };
         *lock(&self.shared.socket) = None;
+        // A watch that stayed open for backoff_max worked, even if it said nothing after
+        // "created": start the backoff over. (A message after "created" did so already.)
+        if created.is_some_and(|at: Instant| at.elapsed() >= self.config.backoff_max) {
+            *backoff = self.config.backoff_min;
+        }
         outcome
     }
 
@@ -427,6 +430,7 @@ impl Run {
         stream: &mut crate::client::WatchStream,
         from: i64,
         backoff: &mut Duration,
+        created: &mut Option<Instant>,
     ) -> Result<Option<String>, Error> {
         loop {
             // A stop shuts the socket (see `register`); this catches one between messages.
@@ -454,15 +458,16 @@ impl Run {
                              wiped or restored"
                         )));
                     }
-                    if !self.compacted {
-                        *backoff = self.config.backoff_min;
-                    }
+                    // Not a sign the watch works yet: a proxy that answers "created" and then
+                    // closes must not get a new watch every backoff_min. The backoff starts
+                    // over on the next message, or once the watch stayed open for backoff_max.
+                    *created = Some(Instant::now());
                     if std::mem::take(&mut self.disconnected) {
                         self.emit(Event::Resumed { from });
                     }
                 }
                 WatchMessage::Events(events) => {
-                    (*backoff, self.compacted) = (self.config.backoff_min, false);
+                    *backoff = self.config.backoff_min;
                     // Every event must come after the revision applied last, in order (events
                     // of one transaction share a revision): a watch that answers otherwise
                     // (etcd's history went back, or not etcd) is refused whole, and a range
@@ -495,7 +500,6 @@ impl Run {
                     self.apply(revision);
                 }
                 WatchMessage::Compacted(compacted) => {
-                    self.compacted = true;
                     return Ok(Some(format!(
                         "etcd compacted revision {compacted} before the watch from {from}"
                     )));
@@ -504,9 +508,7 @@ impl Run {
                     let cancelled = crate::client::WATCH_CANCELLED;
                     return Err(Error::Etcd(format!("{cancelled}{reason}")));
                 }
-                WatchMessage::Other => {
-                    (*backoff, self.compacted) = (self.config.backoff_min, false)
-                }
+                WatchMessage::Other => *backoff = self.config.backoff_min,
             }
         }
     }

@@ -474,6 +474,7 @@ fn a_trickled_tls_answer_times_out_as_a_whole() {
     drop(w);
     drop(std::fs::remove_dir_all(&dir));
 }
+
 /// A 401/403-style gateway error with etcd's message.
 fn refused(status: &str, message: &str) -> Reply {
     let body = json!({"error": message, "message": message, "code": 7}).to_string();
@@ -485,6 +486,7 @@ fn refused(status: &str, message: &str) -> Reply {
         .into_bytes(),
     )
 }
+
 /// A watch that answers `messages` and then closes the connection.
 fn watch_then_close(messages: &[serde_json::Value]) -> Reply {
     let mut bytes = CHUNKED.to_string();
@@ -493,6 +495,7 @@ fn watch_then_close(messages: &[serde_json::Value]) -> Reply {
     }
     Reply::Raw(bytes.into_bytes())
 }
+
 /// i64::MAX as a revision would overflow the next watch's start (a panic in debug, which
 /// killed the watcher thread): refused as not a revision, and the watcher goes on.
 #[test]
@@ -527,6 +530,25 @@ fn a_revision_of_i64_max_is_refused() {
         assert!(e.contains("field revision is not a revision"), "{e}");
     }
 }
+
+/// A proxy that answers "created" and closes at once: that is no working watch, so the backoff
+/// keeps growing (before, every "created" reset it, and the watcher reconnected every few ms).
+#[test]
+fn a_watch_created_then_closed_backs_off() {
+    let fake = FakeEtcd::start(|r, _| match r.path.as_str() {
+        "/v3/kv/range" => first_range(),
+        _ => watch_then_close(&[created(5, 1)]),
+    });
+    let config = config(&fake.url()).backoff(Duration::from_millis(5), Duration::from_millis(500));
+    let rec = Recorder::default();
+    let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    drop(w);
+    // 5, 10, ... 320 ms (half to all of each), then 250-500 ms: about 15 in 3 s.
+    let watches = fake.count("/v3/watch");
+    assert!(watches <= 30, "{watches} watches in 3 s");
+}
+
 /// Events whose revisions go back (to or below the last applied one) are refused whole and the
 /// prefix is read again: a replayed old put must not bring back a deleted node.
 #[test]
@@ -569,6 +591,7 @@ fn decreasing_and_negative_event_revisions_are_refused() {
     );
     drop(w);
 }
+
 /// A server answering `more: true` one key a page forever: the whole paged read has one
 /// deadline (the request timeout), and its keys and values one size limit (256 MiB).
 #[test]
@@ -605,6 +628,7 @@ fn an_endless_paged_range_is_bounded_in_time_and_bytes() {
     );
     assert!(fake.count("/v3/kv/range") <= 33, "{}", fake.count("/v3/kv/range"));
 }
+
 /// A user without the right to read the prefix: etcd says "permission denied", and logging in
 /// again cannot help, so the watcher does not (before, it logged in twice per retry).
 #[test]
@@ -629,6 +653,7 @@ fn permission_denied_causes_no_new_login() {
     drop(w);
     assert_eq!(fake.count("/v3/auth/authenticate"), 1);
 }
+
 /// Config's Debug shows the user, never the password.
 #[test]
 fn config_debug_hides_the_password() {
@@ -639,6 +664,7 @@ fn config_debug_hides_the_password() {
     assert!(text.contains("\"web\"") && text.contains("redacted"), "{text}");
     assert!(text.contains("prefix: \"svc\""), "{text}");
 }
+
 /// A gateway that accepts the watch and never says "created": the request timeout bounds the
 /// wait (before, only idle_timeout did: 15 minutes by default).
 #[test]
@@ -661,6 +687,7 @@ fn a_watch_never_created_times_out() {
     assert!(started.elapsed() >= Duration::from_millis(900));
     drop(w);
 }
+
 /// A panicking on_event callback is logged and the watcher goes on (before, its thread died
 /// and the balancer froze).
 #[test]
