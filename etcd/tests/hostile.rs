@@ -453,22 +453,23 @@ fn a_trickled_tls_answer_times_out_as_a_whole() {
         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{answer}",
         answer.len()
     );
-    let url = liblb_etcd::testing::tls_trickle(
-        &certs,
-        response.into_bytes(),
-        Duration::from_millis(50),
-    );
+    let url =
+        liblb_etcd::testing::tls_trickle(&certs, response.into_bytes(), Duration::from_millis(50));
     let mut config = config(&url);
     config.tls = Some(liblb_etcd::TlsConfig::with_ca(&certs.ca));
     config.request_timeout = Duration::from_secs(1);
     let rec = Recorder::default();
     let started = Instant::now();
     let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
-    wait_until("the trickled TLS range to time out", Duration::from_secs(3), || {
-        rec.errors()
-            .iter()
-            .any(|e| e.contains("no complete answer within the request timeout (1s)"))
-    });
+    wait_until(
+        "the trickled TLS range to time out",
+        Duration::from_secs(3),
+        || {
+            rec.errors()
+                .iter()
+                .any(|e| e.contains("no complete answer within the request timeout (1s)"))
+        },
+    );
     assert!(started.elapsed() >= Duration::from_millis(900));
     assert_eq!(w.revision(), 0, "{:?}", rec.events());
     drop(w);
@@ -584,7 +585,9 @@ fn decreasing_and_negative_event_revisions_are_refused() {
         .collect();
     assert_eq!(starts[..2], ["\"6\"", "\"11\""], "{starts:?}");
     assert!(
-        rec.events().iter().any(|e| matches!(e, Event::Resynced { reason, .. }
+        rec.events()
+            .iter()
+            .any(|e| matches!(e, Event::Resynced { reason, .. }
             if reason.contains("watch event at revision 3 after revision 10"))),
         "{:?}",
         rec.events()
@@ -610,7 +613,11 @@ fn an_endless_paged_range_is_bounded_in_time_and_bytes() {
         e.contains("the paged range did not finish within the request timeout (1s)"),
         "{e}"
     );
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     drop(fake);
     // Bytes: pages of one 8 MiB value each.
     let value = "v".repeat(8 << 20);
@@ -626,7 +633,11 @@ fn an_endless_paged_range_is_bounded_in_time_and_bytes() {
         e.contains("the range's pages hold more than 256 MiB of keys and values"),
         "{e}"
     );
-    assert!(fake.count("/v3/kv/range") <= 33, "{}", fake.count("/v3/kv/range"));
+    assert!(
+        fake.count("/v3/kv/range") <= 33,
+        "{}",
+        fake.count("/v3/kv/range")
+    );
 }
 
 /// A user without the right to read the prefix: etcd says "permission denied", and logging in
@@ -661,7 +672,10 @@ fn config_debug_hides_the_password() {
     config.auth = Some(("web".into(), "s3cret-pw".into()));
     let text = format!("{config:?}");
     assert!(!text.contains("s3cret-pw"), "{text}");
-    assert!(text.contains("\"web\"") && text.contains("redacted"), "{text}");
+    assert!(
+        text.contains("\"web\"") && text.contains("redacted"),
+        "{text}"
+    );
     assert!(text.contains("prefix: \"svc\""), "{text}");
 }
 
@@ -679,11 +693,15 @@ fn a_watch_never_created_times_out() {
     let rec = Recorder::default();
     let started = Instant::now();
     let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
-    wait_until("the watch's creation to time out", Duration::from_secs(4), || {
-        rec.errors()
-            .iter()
-            .any(|e| e.contains("the watch was not created within the request timeout (1s)"))
-    });
+    wait_until(
+        "the watch's creation to time out",
+        Duration::from_secs(4),
+        || {
+            rec.errors()
+                .iter()
+                .any(|e| e.contains("the watch was not created within the request timeout (1s)"))
+        },
+    );
     assert!(started.elapsed() >= Duration::from_millis(900));
     drop(w);
 }
@@ -704,9 +722,7 @@ fn a_panicking_callback_does_not_stop_the_watcher() {
         }
     })
     .unwrap();
-    wait_until("revision 6 applied", BOUND, || {
-        members(&b).len() == 3
-    });
+    wait_until("revision 6 applied", BOUND, || members(&b).len() == 3);
     assert!(w.wait_for_revision(6, BOUND));
     drop(w);
 }
