@@ -87,7 +87,7 @@ pub(crate) enum WatchMessage {
 }
 
 /// An etcd v3 client over the JSON gateway. Requests go to the endpoint that last answered; a
-/// connection failure moves on to the next one.
+/// connection failure or an HTTP 5xx answer moves on to the next one.
 pub struct Client {
     endpoints: Vec<Endpoint>,
     /// Index of the endpoint to try first (Relaxed: only a hint, any value is valid).
@@ -326,8 +326,11 @@ impl Client {
         .to_string();
         let token = self.token(on_connect)?;
         let mut conn = self.each_endpoint(|e| {
-            let request =
+            let mut request =
                 self.request_for(e, "/v3/watch", body.as_bytes(), token.as_deref(), None)?;
+            // A member cut off from its leader would keep a watch open that never sees a
+            // change: etcd cancels it instead, and the watcher moves on.
+            request.require_leader = true;
             Conn::post(e, &request, on_connect)
         })?;
         // The answer to the request, "created", is due within the request timeout (from the
@@ -377,6 +380,7 @@ impl Client {
             }),
             tls,
             token,
+            require_leader: false,
         })
     }
 
@@ -479,7 +483,8 @@ impl Client {
     }
 
     /// Runs `attempt` on the current endpoint, then on the others in turn while the failure is
-    /// a connection failure; remembers the endpoint that answered.
+    /// a connection failure or an HTTP 5xx answer (a member without a leader answers 503);
+    /// remembers the endpoint that answered.
     fn each_endpoint<T>(
         &self,
         mut attempt: impl FnMut(&Endpoint) -> Result<T, Error>,
@@ -494,6 +499,11 @@ impl Client {
                     return Ok(answer);
                 }
                 Err(e @ Error::Io { .. }) => last = Some(e),
+                Err(
+                    e @ Error::Http {
+                        status: 500..=599, ..
+                    },
+                ) => last = Some(e),
                 Err(e) => return Err(e),
             }
         }

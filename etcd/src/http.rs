@@ -214,6 +214,10 @@ pub(crate) struct Request<'a> {
     pub(crate) tls: Option<&'a std::sync::Arc<rustls::ClientConfig>>,
     /// `Authorization` header value (an etcd auth token).
     pub(crate) token: Option<&'a str>,
+    /// Sends `Grpc-Metadata-hasleader: true`: etcd then refuses the call when the member has
+    /// no leader, and cancels a stream when it loses it (v3rpc/interceptor.go; the gateway
+    /// passes `Grpc-Metadata-*` headers on as gRPC metadata).
+    pub(crate) require_leader: bool,
 }
 
 /// An open connection with a request sent and the response head read.
@@ -247,10 +251,13 @@ impl Conn {
             tls,
             deadline: request.deadline.clone(),
         };
-        let auth = match request.token {
+        let mut auth = match request.token {
             Some(token) => format!("Authorization: {token}\r\n"),
             None => String::new(),
         };
+        if request.require_leader {
+            auth.push_str("Grpc-Metadata-hasleader: true\r\n");
+        }
         let head = format!(
             "POST {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\n{auth}\
              Content-Length: {}\r\nConnection: close\r\n\r\n",
@@ -550,6 +557,7 @@ mod tests {
             deadline: None,
             tls: None,
             token: None,
+            require_leader: false,
         };
         Conn::post(e, &request, &|_| {})
     }

@@ -611,6 +611,8 @@ pub struct Received {
     pub path: String,
     /// The `Authorization` header, if any.
     pub token: Option<String>,
+    /// The `Grpc-Metadata-hasleader` header, if any.
+    pub has_leader: Option<String>,
     /// The JSON body (`null` when it is not JSON).
     pub body: serde_json::Value,
 }
@@ -820,6 +822,7 @@ fn read_request(socket: &mut TcpStream) -> Option<Received> {
         at: Instant::now(),
         path,
         token: header("authorization"),
+        has_leader: header("grpc-metadata-hasleader"),
         body: serde_json::from_slice(&data[head_end..]).unwrap_or(serde_json::Value::Null),
     })
 }

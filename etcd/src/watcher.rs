@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 #[non_exhaustive]
 pub struct Config {
     /// Gateway endpoints, each `http://HOST:PORT` or `https://HOST:PORT`; a connection
-    /// failure moves to the next.
+    /// failure or an HTTP 5xx answer moves to the next.
     pub endpoints: Vec<String>,
     /// The prefix `P`: members are the keys `P/<node-id>`. Not empty, no trailing `/`.
     pub prefix: String,

@@ -726,3 +726,33 @@ fn a_panicking_callback_does_not_stop_the_watcher() {
     assert!(w.wait_for_revision(6, BOUND));
     drop(w);
 }
+
+/// An endpoint that answers 5xx (etcd's gateway answers 503 on a member without a leader) is
+/// skipped for the next one, like one that refuses connections; the watch asks etcd to
+/// require a leader (`Grpc-Metadata-hasleader: true`).
+#[test]
+fn a_5xx_answer_moves_on_to_the_next_endpoint() {
+    let broken =
+        FakeEtcd::start(|_, _| refused("503 Service Unavailable", "etcdserver: no leader"));
+    let good = FakeEtcd::start(|r, _| match r.path.as_str() {
+        "/v3/kv/range" => first_range(),
+        _ => Reply::Watch(vec![created(5, 1)]),
+    });
+    let mut config = config(&broken.url());
+    config.endpoints.push(good.url());
+    let b = balancer();
+    let rec = Recorder::default();
+    let w = Watcher::start(config, b.clone(), rec.callback()).unwrap();
+    assert!(w.wait_for_revision(5, BOUND), "{:?}", rec.events());
+    wait_until("the watch", BOUND, || good.count("/v3/watch") > 0);
+    assert_eq!(rec.errors(), Vec::<String>::new());
+    assert_eq!(broken.count("/v3/kv/range"), 1);
+    assert_eq!(
+        broken.count("/v3/watch"),
+        0,
+        "the endpoint that answered is kept"
+    );
+    let watch = good.received().into_iter().find(|r| r.path == "/v3/watch");
+    assert_eq!(watch.and_then(|r| r.has_leader).as_deref(), Some("true"));
+    drop(w);
+}
