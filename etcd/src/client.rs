@@ -482,6 +482,13 @@ impl Client {
             .map_err(|e| Error::Protocol(format!("{endpoint}{path}: answer is not JSON: {e}")))
     }
 
+    /// Makes the next endpoint the first to try: the current one answered, but cannot serve
+    /// (a watch cancelled because its member has no leader).
+    pub(crate) fn skip_endpoint(&self) {
+        let next = (self.current.load(Ordering::Relaxed) + 1) % self.endpoints.len();
+        self.current.store(next, Ordering::Relaxed);
+    }
+
     /// Runs `attempt` on the current endpoint, then on the others in turn while the failure is
     /// a connection failure or an HTTP 5xx answer (a member without a leader answers 503);
     /// remembers the endpoint that answered.

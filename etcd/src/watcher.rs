@@ -342,6 +342,11 @@ impl Run {
                     let error = e.to_string();
                     // A refused token is renewed on the next attempt.
                     self.client.renew_on(&error);
+                    // A watch refused or cancelled because its member has no leader
+                    // (etcdserver: no leader; see require_leader): try another member.
+                    if error.contains("no leader") {
+                        self.client.skip_endpoint();
+                    }
                     if error.contains("the limit for one message") && range_due.is_none() {
                         range_due = Some(format!("{error}; a range reads it in pages"));
                     }

@@ -756,3 +756,28 @@ fn a_5xx_answer_moves_on_to_the_next_endpoint() {
     assert_eq!(watch.and_then(|r| r.has_leader).as_deref(), Some("true"));
     drop(w);
 }
+
+/// A watch that etcd ends with "no leader" (the member lost its leader; the watch required
+/// one) is reopened on the next endpoint.
+#[test]
+fn a_watch_ended_for_no_leader_moves_on_to_the_next_endpoint() {
+    let no_leader = json!({"error": {"grpc_code": 14, "http_code": 503,
+        "message": "etcdserver: no leader", "http_status": "Service Unavailable"}});
+    let leaderless = FakeEtcd::start(move |r, _| match r.path.as_str() {
+        "/v3/kv/range" => first_range(),
+        _ => Reply::Watch(vec![created(5, 1), no_leader.clone()]),
+    });
+    let good = FakeEtcd::start(|r, _| match r.path.as_str() {
+        "/v3/kv/range" => first_range(),
+        _ => Reply::Watch(vec![created(5, 1)]),
+    });
+    let mut config = config(&leaderless.url());
+    config.endpoints.push(good.url());
+    let rec = Recorder::default();
+    let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
+    wait_until("a watch on the next endpoint", BOUND, || {
+        good.count("/v3/watch") > 0
+    });
+    assert_eq!(leaderless.count("/v3/watch"), 1, "{:?}", rec.errors());
+    drop(w);
+}
