@@ -26,6 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// How a cancelled watch's error starts.
+pub(crate) const WATCH_CANCELLED: &str = "the watch was cancelled: ";
 /// Keys per range page.
 pub(crate) const PAGE_SIZE: usize = 5000;
 /// Largest watch message accepted (one JSON object of the stream). etcd's default request cap
@@ -85,7 +87,7 @@ pub(crate) enum WatchMessage {
 }
 
 /// An etcd v3 client over the JSON gateway. Requests go to the endpoint that last answered; a
-/// connection failure moves on to the next one.
+/// connection failure or an HTTP 5xx answer moves on to the next one.
 pub struct Client {
     endpoints: Vec<Endpoint>,
     /// Index of the endpoint to try first (Relaxed: only a hint, any value is valid).
@@ -198,6 +200,18 @@ impl Client {
             kvs: Vec::new(),
         };
         let mut from = prefix.to_vec();
+        // The whole paged read is one request as far as time and memory go: every page must
+        // arrive within the request timeout counted from the first, and the keys and values
+        // of all pages together within MAX_BODY (a server answering "more" one key a page
+        // must not keep the watcher reading forever).
+        let by = Deadline {
+            at: Instant::now() + self.request_timeout,
+            why: format!(
+                "the paged range did not finish within the request timeout ({:?})",
+                self.request_timeout
+            ),
+        };
+        let mut bytes = 0u64;
         loop {
             let mut request = json!({
                 "key": B64.encode(&from),
@@ -208,7 +222,9 @@ impl Client {
                 // Later pages read the first page's revision: one snapshot.
                 request["revision"] = json!(range.revision.to_string());
             }
-            let answer = self.call("/v3/kv/range", &request, on_connect)?;
+            // The first page's own deadline is the range's.
+            let by = (range.revision > 0).then_some(&by);
+            let answer = self.call_within("/v3/kv/range", &request, on_connect, by)?;
             let page = range_page(&answer)?;
             if range.revision == 0 {
                 (range.revision, range.cluster_id) = (page.revision, page.cluster_id);
@@ -223,6 +239,15 @@ impl Client {
                 return Err(Error::Protocol(
                     "range answer holds a key outside the requested range".into(),
                 ));
+            }
+            let page_bytes = page.kvs.iter().map(|kv| kv.key.len() + kv.value.len());
+            bytes += page_bytes.sum::<usize>() as u64;
+            if bytes > crate::http::MAX_BODY {
+                return Err(Error::Protocol(format!(
+                    "the range's pages hold more than {} MiB of keys and values, the limit for \
+                     one range",
+                    crate::http::MAX_BODY >> 20
+                )));
             }
             range.kvs.extend(page.kvs);
             if range.kvs.len() > MAX_KEYS {
@@ -301,18 +326,29 @@ impl Client {
         .to_string();
         let token = self.token(on_connect)?;
         let mut conn = self.each_endpoint(|e| {
-            let request = self.request_for(e, "/v3/watch", body.as_bytes(), token.as_deref())?;
+            let mut request =
+                self.request_for(e, "/v3/watch", body.as_bytes(), token.as_deref(), None)?;
+            // A member cut off from its leader would keep a watch open that never sees a
+            // change: etcd cancels it instead, and the watcher moves on.
+            request.require_leader = true;
             Conn::post(e, &request, on_connect)
         })?;
-        let window = idle.map(|idle| (idle, stall_message(idle)));
-        conn.stream()
-            .set_deadline(window.as_ref().map(|(idle, why)| Deadline {
-                at: Instant::now() + *idle,
-                why: why.clone(),
-            }));
+        // The answer to the request, "created", is due within the request timeout (from the
+        // request's start, as the response head was); the silence window starts after it.
+        let why = format!(
+            "the watch was not created within the request timeout ({:?})",
+            self.request_timeout
+        );
+        let created_by = (conn.stream().deadline())
+            .map_or_else(|| Instant::now() + self.request_timeout, |d| d.at);
+        conn.stream().set_deadline(Some(Deadline {
+            at: created_by,
+            why,
+        }));
         Ok(WatchStream {
             messages: Messages::new(conn),
-            window,
+            window: idle.map(|idle| (idle, stall_message(idle))),
+            created: false,
         })
     }
 
@@ -322,6 +358,7 @@ impl Client {
         path: &'a str,
         body: &'a [u8],
         token: Option<&'a str>,
+        by: Option<&Deadline>,
     ) -> Result<Request<'a>, Error> {
         let tls = match endpoint.https {
             true => Some(self.tls()?),
@@ -331,15 +368,19 @@ impl Client {
             path,
             body,
             connect_timeout: self.connect_timeout,
-            deadline: Some(Deadline {
-                at: Instant::now() + self.request_timeout,
-                why: format!(
-                    "no complete answer within the request timeout ({:?})",
-                    self.request_timeout
-                ),
+            deadline: Some(match by {
+                Some(by) if by.at < Instant::now() + self.request_timeout => by.clone(),
+                _ => Deadline {
+                    at: Instant::now() + self.request_timeout,
+                    why: format!(
+                        "no complete answer within the request timeout ({:?})",
+                        self.request_timeout
+                    ),
+                },
             }),
             tls,
             token,
+            require_leader: false,
         })
     }
 
@@ -353,7 +394,7 @@ impl Client {
         }
         let body = json!({"name": user, "password": password}).to_string();
         let answer = self
-            .post("/v3/auth/authenticate", &body, None, on_connect)
+            .post("/v3/auth/authenticate", &body, None, on_connect, None)
             .map_err(|e| match e {
                 Error::Http { endpoint, body, .. } => Error::Auth(format!(
                     "{endpoint}: etcd refused user {user:?}: {}",
@@ -376,16 +417,15 @@ impl Client {
     /// Forgets the token when `error` says etcd no longer takes it, so the next request
     /// authenticates again; `true` if it did.
     pub(crate) fn renew_on(&self, error: &str) -> bool {
-        // The gateway's texts for a token it refuses (etcd api/v3rpc/rpctypes/error.go:
-        // ErrGRPCInvalidAuthToken, ErrGRPCAuthOldRevision, ErrGRPCUserEmpty for no token), and
-        // "permission denied", which a watch reports for a token that expired.
-        const STALE: [&str; 4] = [
-            "invalid auth token",
-            "revision of auth store is old",
-            "user name is empty",
-            "permission denied",
-        ];
-        let stale = self.auth.is_some() && STALE.iter().any(|s| error.contains(s));
+        // The texts for a token etcd will not take (etcd api/v3rpc/rpctypes/error.go:
+        // ErrGRPCInvalidAuthToken, unknown or expired; ErrGRPCAuthOldRevision). Not "permission
+        // denied" on a unary call: that is a user without the right, and logging in again
+        // cannot help. A watch, though, is cancelled with "permission denied" for an expired
+        // token too (v3rpc/watch.go, isWatchPermitted), so a cancelled watch renews it.
+        const STALE: [&str; 2] = ["invalid auth token", "revision of auth store is old"];
+        let stale = STALE.iter().any(|s| error.contains(s))
+            || (error.contains(WATCH_CANCELLED) && error.contains("permission denied"));
+        let stale = self.auth.is_some() && stale;
         if stale {
             *lock(&self.token) = None;
         }
@@ -400,12 +440,23 @@ impl Client {
         body: &Value,
         on_connect: &dyn Fn(&TcpStream),
     ) -> Result<Value, Error> {
+        self.call_within(path, body, on_connect, None)
+    }
+
+    /// [`Client::call`], finishing by `by` if that comes before the request timeout.
+    fn call_within(
+        &self,
+        path: &str,
+        body: &Value,
+        on_connect: &dyn Fn(&TcpStream),
+        by: Option<&Deadline>,
+    ) -> Result<Value, Error> {
         let body = body.to_string();
         let token = self.token(on_connect)?;
-        match self.post(path, &body, token.as_deref(), on_connect) {
+        match self.post(path, &body, token.as_deref(), on_connect, by) {
             Err(Error::Http { body: text, .. }) if self.renew_on(&text) => {
                 let token = self.token(on_connect)?;
-                self.post(path, &body, token.as_deref(), on_connect)
+                self.post(path, &body, token.as_deref(), on_connect, by)
             }
             other => other,
         }
@@ -417,9 +468,10 @@ impl Client {
         body: &str,
         token: Option<&str>,
         on_connect: &dyn Fn(&TcpStream),
+        by: Option<&Deadline>,
     ) -> Result<Value, Error> {
         let (endpoint, bytes) = self.each_endpoint(|e| {
-            let request = self.request_for(e, path, body.as_bytes(), token)?;
+            let request = self.request_for(e, path, body.as_bytes(), token, by)?;
             let conn = Conn::post(e, &request, on_connect)?;
             let bytes = conn
                 .read_all()
@@ -430,8 +482,16 @@ impl Client {
             .map_err(|e| Error::Protocol(format!("{endpoint}{path}: answer is not JSON: {e}")))
     }
 
+    /// Makes the next endpoint the first to try: the current one answered, but cannot serve
+    /// (a watch cancelled because its member has no leader).
+    pub(crate) fn skip_endpoint(&self) {
+        let next = (self.current.load(Ordering::Relaxed) + 1) % self.endpoints.len();
+        self.current.store(next, Ordering::Relaxed);
+    }
+
     /// Runs `attempt` on the current endpoint, then on the others in turn while the failure is
-    /// a connection failure; remembers the endpoint that answered.
+    /// a connection failure or an HTTP 5xx answer (a member without a leader answers 503);
+    /// remembers the endpoint that answered.
     fn each_endpoint<T>(
         &self,
         mut attempt: impl FnMut(&Endpoint) -> Result<T, Error>,
@@ -446,6 +506,11 @@ impl Client {
                     return Ok(answer);
                 }
                 Err(e @ Error::Io { .. }) => last = Some(e),
+                Err(
+                    e @ Error::Http {
+                        status: 500..=599, ..
+                    },
+                ) => last = Some(e),
                 Err(e) => return Err(e),
             }
         }
@@ -525,6 +590,8 @@ pub(crate) struct WatchStream {
     messages: Messages<Conn>,
     /// The silence window: each message must be complete within it, counted from the one before.
     window: Option<(Duration, String)>,
+    /// Whether the first message, "created", has arrived.
+    created: bool,
 }
 
 impl WatchStream {
@@ -540,20 +607,31 @@ impl WatchStream {
                 });
             }
         };
-        let message = parse_message(frame);
-        // The next message has a fresh silence window.
-        if let Some((idle, why)) = &self.window {
-            let deadline = Deadline {
-                at: Instant::now() + *idle,
-                why: why.clone(),
-            };
-            self.messages
-                .reader
-                .get_mut()
-                .stream()
-                .set_deadline(Some(deadline));
+        let message = parse_message(frame)?;
+        if !std::mem::replace(&mut self.created, true)
+            && !matches!(message, WatchMessage::Created { .. })
+        {
+            // etcd answers a watch request with "created" first (or cancels it).
+            if !matches!(
+                message,
+                WatchMessage::Compacted(_) | WatchMessage::Canceled(_)
+            ) {
+                return Err(Error::Protocol(
+                    "the watch's first message is not \"created\"".into(),
+                ));
+            }
         }
-        message
+        // The next message has a fresh silence window (none without idle_timeout).
+        let deadline = self.window.as_ref().map(|(idle, why)| Deadline {
+            at: Instant::now() + *idle,
+            why: why.clone(),
+        });
+        self.messages
+            .reader
+            .get_mut()
+            .stream()
+            .set_deadline(deadline);
+        Ok(message)
     }
 }
 
@@ -576,7 +654,7 @@ pub(crate) fn parse_message(frame: &[u8]) -> Result<WatchMessage, Error> {
             cut(result)
         )));
     }
-    let compact = int(result, "compact_revision")?;
+    let compact = revision(result, "compact_revision")?;
     if compact > 0 {
         return Ok(WatchMessage::Compacted(compact));
     }
@@ -763,8 +841,8 @@ fn header(answer: &Value) -> Result<(i64, u64), Error> {
             )));
         }
     };
-    let revision = int(header, "revision")?;
-    if revision <= 0 {
+    let revision = revision(header, "revision")?;
+    if revision == 0 {
         return Err(Error::Protocol(format!(
             "the answer's header has no revision: {}",
             cut(header)
@@ -791,6 +869,19 @@ fn int(object: &Value, field: &str) -> Result<i64, Error> {
     .ok_or_else(|| Error::Protocol(format!("field {field} is not an int64: {}", cut(object))))
 }
 
+/// A revision field: an `int64` in `0..i64::MAX` (absent: 0). etcd's revisions start at 1 and
+/// count up by one per change; a negative one, or `i64::MAX` (after which the next revision to
+/// watch from would overflow), is not etcd's and is refused.
+fn revision(object: &Value, field: &str) -> Result<i64, Error> {
+    let revision = int(object, field)?;
+    if !(0..i64::MAX).contains(&revision) {
+        return Err(Error::Protocol(format!(
+            "field {field} is not a revision (0 to 2^63-2): {revision}"
+        )));
+    }
+    Ok(revision)
+}
+
 fn bytes(object: &Value, field: &str) -> Result<Vec<u8>, Error> {
     match object.get(field) {
         None | Some(Value::Null) => Ok(Vec::new()),
@@ -814,7 +905,7 @@ fn key_value(kv: &Value) -> Result<KeyValue, Error> {
     Ok(KeyValue {
         key: bytes(kv, "key")?,
         value: bytes(kv, "value")?,
-        mod_revision: int(kv, "mod_revision")?,
+        mod_revision: revision(kv, "mod_revision")?,
     })
 }
 

@@ -104,19 +104,20 @@ impl Stream {
         self.deadline = deadline;
     }
 
-    /// Before a read: the socket's timeout is what is left of the deadline.
-    fn arm(&self) -> io::Result<()> {
-        let Some(deadline) = &self.deadline else {
-            return self.tcp.set_read_timeout(None);
+    /// The deadline for the reads to come.
+    pub(crate) fn deadline(&self) -> Option<&Deadline> {
+        self.deadline.as_ref()
+    }
+
+    /// The socket as rustls sees it: every one of its reads is armed with what is left of the
+    /// deadline (one `rustls::Stream` read, or the handshake inside the first write, is many
+    /// socket reads, and a timeout set once before it would be renewed by each of them).
+    fn timed(&mut self) -> (Option<&mut rustls::ClientConnection>, Timed<'_>) {
+        let timed = Timed {
+            tcp: &mut self.tcp,
+            deadline: self.deadline.as_ref(),
         };
-        let left = deadline.at.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                deadline.why.clone(),
-            ));
-        }
-        self.tcp.set_read_timeout(Some(left))
+        (self.tls.as_deref_mut(), timed)
     }
 
     /// A timeout from the socket becomes the deadline's own message.
@@ -130,33 +131,74 @@ impl Stream {
     }
 }
 
+/// The TCP socket under a deadline: before each read, its timeout is set to what is left of
+/// the deadline (an error once it has passed); writes fail too once it has passed.
+struct Timed<'a> {
+    tcp: &'a mut TcpStream,
+    deadline: Option<&'a Deadline>,
+}
+
+impl Timed<'_> {
+    /// What is left of the deadline (`None`: no deadline); `TimedOut` once it has passed.
+    fn left(&self) -> io::Result<Option<Duration>> {
+        let Some(deadline) = self.deadline else {
+            return Ok(None);
+        };
+        let left = deadline.at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                deadline.why.clone(),
+            ));
+        }
+        Ok(Some(left))
+    }
+}
+
+impl Read for Timed<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let left = self.left()?;
+        self.tcp.set_read_timeout(left)?;
+        self.tcp.read(out)
+    }
+}
+
+impl Write for Timed<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.left()?;
+        self.tcp.write(data)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
 impl Read for Stream {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        self.arm()?;
-        let result = match &mut self.tls {
-            Some(tls) => rustls::Stream::new(tls.as_mut(), &mut self.tcp).read(out),
-            None => self.tcp.read(out),
+        let result = match self.timed() {
+            (Some(tls), mut tcp) => rustls::Stream::new(tls, &mut tcp).read(out),
+            (None, mut tcp) => tcp.read(out),
         };
         result.map_err(|e| self.expired(e))
     }
 }
 
 impl Write for Stream {
-    // Armed too: the TLS handshake reads the server's answers inside the first write.
+    // Under the deadline too: the TLS handshake reads the server's answers inside the first
+    // write.
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        self.arm()?;
-        let result = match &mut self.tls {
-            Some(tls) => rustls::Stream::new(tls.as_mut(), &mut self.tcp).write(data),
-            None => self.tcp.write(data),
+        let result = match self.timed() {
+            (Some(tls), mut tcp) => rustls::Stream::new(tls, &mut tcp).write(data),
+            (None, mut tcp) => tcp.write(data),
         };
         result.map_err(|e| self.expired(e))
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.arm()?;
-        let result = match &mut self.tls {
-            Some(tls) => rustls::Stream::new(tls.as_mut(), &mut self.tcp).flush(),
-            None => self.tcp.flush(),
+        let result = match self.timed() {
+            (Some(tls), mut tcp) => rustls::Stream::new(tls, &mut tcp).flush(),
+            (None, mut tcp) => tcp.flush(),
         };
         result.map_err(|e| self.expired(e))
     }
@@ -172,6 +214,10 @@ pub(crate) struct Request<'a> {
     pub(crate) tls: Option<&'a std::sync::Arc<rustls::ClientConfig>>,
     /// `Authorization` header value (an etcd auth token).
     pub(crate) token: Option<&'a str>,
+    /// Sends `Grpc-Metadata-hasleader: true`: etcd then refuses the call when the member has
+    /// no leader, and cancels a stream when it loses it (v3rpc/interceptor.go; the gateway
+    /// passes `Grpc-Metadata-*` headers on as gRPC metadata).
+    pub(crate) require_leader: bool,
 }
 
 /// An open connection with a request sent and the response head read.
@@ -205,10 +251,13 @@ impl Conn {
             tls,
             deadline: request.deadline.clone(),
         };
-        let auth = match request.token {
+        let mut auth = match request.token {
             Some(token) => format!("Authorization: {token}\r\n"),
             None => String::new(),
         };
+        if request.require_leader {
+            auth.push_str("Grpc-Metadata-hasleader: true\r\n");
+        }
         let head = format!(
             "POST {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\n{auth}\
              Content-Length: {}\r\nConnection: close\r\n\r\n",
@@ -508,6 +557,7 @@ mod tests {
             deadline: None,
             tls: None,
             token: None,
+            require_leader: false,
         };
         Conn::post(e, &request, &|_| {})
     }

@@ -48,8 +48,10 @@
 //! stoppable at once), with rustls (ring provider) on the same socket for `https://`, and
 //! needs only `serde_json`, `base64`, `log` and rustls. Every read is bounded: a response head
 //! of 64 KiB, a chunk-size line of 1 KiB, a unary answer of 256 MiB, a watch message of 16 MiB,
-//! each checked as the bytes arrive; a unary request must finish within
-//! [`Config::request_timeout`] and each watch message within [`Config::idle_timeout`].
+//! each checked as the bytes arrive, and 256 MiB of keys and values over all the pages of a
+//! range; a unary request, a whole paged range and a watch's "created" message must finish
+//! within [`Config::request_timeout`] (over TLS too), and each later watch message within
+//! [`Config::idle_timeout`].
 //!
 //! # TLS and etcd users
 //!

@@ -181,6 +181,72 @@ impl Certs {
     }
 }
 
+/// A TLS server on a loopback port with `certs`' server certificate, for one connection at a
+/// time: it completes the handshake, reads the request, then sends `response` encrypted as
+/// one TLS record whose bytes go out one at a time, `every` apart, and holds the connection.
+/// A client must not wait for that record past its request deadline, however each byte renews
+/// a read. Returns the `https://127.0.0.1:PORT` URL; the thread ends with the test process.
+pub fn tls_trickle(certs: &Certs, response: Vec<u8>, every: Duration) -> String {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_file_iter(&certs.server_cert)
+        .expect("the server certificate")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("the server certificate");
+    let key = PrivateKeyDer::from_pem_file(&certs.server_key).expect("the server key");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("the server certificate and key");
+    let config = Arc::new(config);
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let url = format!("https://{}", listener.local_addr().expect("its address"));
+    std::thread::spawn(move || {
+        for tcp in listener.incoming() {
+            let (Ok(mut tcp), config) = (tcp, config.clone()) else {
+                continue;
+            };
+            let response = response.clone();
+            std::thread::spawn(move || {
+                let Ok(mut tls) = rustls::ServerConnection::new(config) else {
+                    return;
+                };
+                // The handshake, then the request's first bytes.
+                let mut request = [0u8; 4096];
+                loop {
+                    if tls.complete_io(&mut tcp).is_err() {
+                        return;
+                    }
+                    if !tls.is_handshaking()
+                        && matches!(tls.reader().read(&mut request), Ok(n) if n > 0)
+                    {
+                        break;
+                    }
+                }
+                drop(tls.writer().write_all(&response));
+                let mut record = Vec::new();
+                while tls.wants_write() {
+                    if tls.write_tls(&mut record).is_err() {
+                        return;
+                    }
+                }
+                for b in record {
+                    std::thread::sleep(every);
+                    if tcp.write_all(&[b]).is_err() {
+                        return;
+                    }
+                }
+                let mut buf = [0u8; 64];
+                while matches!(tcp.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    url
+}
+
 impl EtcdServer {
     /// Starts a server, or returns `None` (after a loud message) when no etcd binary exists and
     /// `LB_REQUIRE_ETCD` is not `1`.
@@ -545,6 +611,8 @@ pub struct Received {
     pub path: String,
     /// The `Authorization` header, if any.
     pub token: Option<String>,
+    /// The `Grpc-Metadata-hasleader` header, if any.
+    pub has_leader: Option<String>,
     /// The JSON body (`null` when it is not JSON).
     pub body: serde_json::Value,
 }
@@ -754,6 +822,7 @@ fn read_request(socket: &mut TcpStream) -> Option<Received> {
         at: Instant::now(),
         path,
         token: header("authorization"),
+        has_leader: header("grpc-metadata-hasleader"),
         body: serde_json::from_slice(&data[head_end..]).unwrap_or(serde_json::Value::Null),
     })
 }

@@ -15,17 +15,18 @@ use crate::tls::TlsConfig;
 use crate::{Error, Event};
 use liblb_core::Balancer;
 use std::net::{Shutdown, TcpStream};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// What to watch and how patiently.
-#[derive(Debug, Clone)]
+/// What to watch and how patiently. Its `Debug` shows the user name, never the password.
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct Config {
     /// Gateway endpoints, each `http://HOST:PORT` or `https://HOST:PORT`; a connection
-    /// failure moves to the next.
+    /// failure or an HTTP 5xx answer moves to the next.
     pub endpoints: Vec<String>,
     /// The prefix `P`: members are the keys `P/<node-id>`. Not empty, no trailing `/`.
     pub prefix: String,
@@ -37,7 +38,8 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// How long a whole unary request (a range page, authenticating) may take, from sending it
     /// to the last byte of the answer, however slowly the answer trickles in (default 10 s).
-    /// Also bounds the wait for a watch's response head.
+    /// Also bounds a whole paged range (all its pages together), and the wait for a watch's
+    /// response head and its "created" message.
     pub request_timeout: Duration,
     /// The watch's silence window: a watch that delivers no complete message for this long
     /// (silent, or trickling bytes that never finish a message) is reported as stalled
@@ -53,6 +55,36 @@ pub struct Config {
     pub auth: Option<(String, String)>,
     /// Keys per range page (default 5000).
     pub page_size: usize,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Spelled out rather than derived: `auth` holds a password.
+        let Config {
+            endpoints,
+            prefix,
+            backoff_min,
+            backoff_max,
+            connect_timeout,
+            request_timeout,
+            idle_timeout,
+            tls,
+            auth,
+            page_size,
+        } = self;
+        f.debug_struct("Config")
+            .field("endpoints", endpoints)
+            .field("prefix", prefix)
+            .field("backoff_min", backoff_min)
+            .field("backoff_max", backoff_max)
+            .field("connect_timeout", connect_timeout)
+            .field("request_timeout", request_timeout)
+            .field("idle_timeout", idle_timeout)
+            .field("tls", tls)
+            .field("auth", &auth.as_ref().map(|(user, _)| (user, "<redacted>")))
+            .field("page_size", page_size)
+            .finish()
+    }
 }
 
 impl Config {
@@ -190,7 +222,6 @@ impl Watcher {
             last: None,
             cluster_id: 0,
             disconnected: false,
-            compacted: false,
         };
         let thread = std::thread::Builder::new()
             .name("liblb-etcd-watch".into())
@@ -260,8 +291,6 @@ struct Run {
     cluster_id: u64,
     /// A failure happened since the last watch was created.
     disconnected: bool,
-    /// The last watch ended in a compaction, and no message since showed a working watch.
-    compacted: bool,
 }
 
 /// A pause drawn uniformly between half and all of `d`, so processes that failed together do
@@ -313,6 +342,11 @@ impl Run {
                     let error = e.to_string();
                     // A refused token is renewed on the next attempt.
                     self.client.renew_on(&error);
+                    // A watch refused or cancelled because its member has no leader
+                    // (etcdserver: no leader; see require_leader): try another member.
+                    if error.contains("no leader") {
+                        self.client.skip_endpoint();
+                    }
                     if error.contains("the limit for one message") && range_due.is_none() {
                         range_due = Some(format!("{error}; a range reads it in pages"));
                     }
@@ -362,14 +396,26 @@ impl Run {
     /// Watches from the revision after the last applied one until the stream fails (an error)
     /// or cannot go on (`Ok(Some(why))`: resync).
     fn watch(&mut self, backoff: &mut Duration) -> Result<Option<String>, Error> {
-        let from = self.last.unwrap_or(0) + 1;
+        // Revisions are parsed below i64::MAX, so this cannot overflow; if it did, only a
+        // range could tell where to go on from.
+        let Some(from) = self.last.unwrap_or(0).checked_add(1) else {
+            return Ok(Some(
+                "the last revision applied is the largest there is".into(),
+            ));
+        };
         let register = |s: &TcpStream| self.register(s);
         let (prefix, idle) = (self.members.key_prefix(), self.config.idle_timeout);
+        let mut created = None;
         let outcome = match self.client.watch(prefix, from, idle, &register) {
-            Ok(mut stream) => self.follow(&mut stream, from, backoff),
+            Ok(mut stream) => self.follow(&mut stream, from, backoff, &mut created),
             Err(e) => Err(e),
         };
         *lock(&self.shared.socket) = None;
+        // A watch that stayed open for backoff_max worked, even if it said nothing after
+        // "created": start the backoff over. (A message after "created" did so already.)
+        if created.is_some_and(|at: Instant| at.elapsed() >= self.config.backoff_max) {
+            *backoff = self.config.backoff_min;
+        }
         outcome
     }
 
@@ -389,6 +435,7 @@ impl Run {
         stream: &mut crate::client::WatchStream,
         from: i64,
         backoff: &mut Duration,
+        created: &mut Option<Instant>,
     ) -> Result<Option<String>, Error> {
         loop {
             // A stop shuts the socket (see `register`); this catches one between messages.
@@ -416,19 +463,34 @@ impl Run {
                              wiped or restored"
                         )));
                     }
-                    if !self.compacted {
-                        *backoff = self.config.backoff_min;
-                    }
+                    // Not a sign the watch works yet: a proxy that answers "created" and then
+                    // closes must not get a new watch every backoff_min. The backoff starts
+                    // over on the next message, or once the watch stayed open for backoff_max.
+                    *created = Some(Instant::now());
                     if std::mem::take(&mut self.disconnected) {
                         self.emit(Event::Resumed { from });
                     }
                 }
                 WatchMessage::Events(events) => {
-                    (*backoff, self.compacted) = (self.config.backoff_min, false);
-                    let mut revision = self.last.unwrap_or(0);
+                    *backoff = self.config.backoff_min;
+                    // Every event must come after the revision applied last, in order (events
+                    // of one transaction share a revision): a watch that answers otherwise
+                    // (etcd's history went back, or not etcd) is refused whole, and a range
+                    // reads the truth. Applying it could bring back a deleted node.
+                    let last = self.last.unwrap_or(0);
+                    let mut revision = last;
+                    for event in &events {
+                        let r = event.kv.mod_revision;
+                        if r < revision || r == last {
+                            return Ok(Some(format!(
+                                "watch event at revision {r} after revision {revision}: etcd's \
+                                 history went back?"
+                            )));
+                        }
+                        revision = r;
+                    }
                     for event in events {
                         let kv = event.kv;
-                        revision = revision.max(kv.mod_revision);
                         if event.deleted {
                             self.members.delete(&kv.key);
                         } else if let Err(r) = self.members.put(&kv.key, &kv.value) {
@@ -443,17 +505,15 @@ impl Run {
                     self.apply(revision);
                 }
                 WatchMessage::Compacted(compacted) => {
-                    self.compacted = true;
                     return Ok(Some(format!(
                         "etcd compacted revision {compacted} before the watch from {from}"
                     )));
                 }
                 WatchMessage::Canceled(reason) => {
-                    return Err(Error::Etcd(format!("the watch was cancelled: {reason}")));
+                    let cancelled = crate::client::WATCH_CANCELLED;
+                    return Err(Error::Etcd(format!("{cancelled}{reason}")));
                 }
-                WatchMessage::Other => {
-                    (*backoff, self.compacted) = (self.config.backoff_min, false)
-                }
+                WatchMessage::Other => *backoff = self.config.backoff_min,
             }
         }
     }
@@ -464,14 +524,23 @@ impl Run {
         // one, and a failed update leaves the balancer on its last good membership.
         self.last = Some(revision);
         let nodes = self.members.nodes();
-        match self.balancer.update(nodes.iter().cloned()) {
-            Ok(()) => {
+        let update = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.balancer.update(nodes.iter().cloned())
+        }));
+        match update {
+            Ok(Ok(())) => {
                 // The callback first: a waiter woken by the revision sees its event recorded.
                 self.emit(Event::Applied { revision, nodes });
                 lock(&self.shared.progress).revision = revision;
                 self.shared.changed.notify_all();
             }
-            Err(error) => self.emit(Event::UpdateFailed { revision, error }),
+            Ok(Err(error)) => self.emit(Event::UpdateFailed { revision, error }),
+            // A bug, but not a reason to stop following etcd: the balancer keeps what it held,
+            // and the next change tries again.
+            Err(panic) => log::error!(
+                "revision {revision}: the balancer's update panicked ({}); membership kept",
+                panic_message(&*panic)
+            ),
         }
     }
 
@@ -499,6 +568,22 @@ impl Run {
                 log::info!("resynced at revision {revision} ({reason})")
             }
         }
-        (self.on_event)(&event);
+        // A panicking callback is the caller's bug: logged, and the watcher goes on (as the
+        // Python watcher does), instead of its thread dying and the balancer freezing.
+        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| (self.on_event)(&event))) {
+            log::error!(
+                "the on_event callback panicked on {event:?}: {}",
+                panic_message(&*panic)
+            );
+        }
+    }
+}
+
+/// A panic's message (`panic!` gives a `&str` or a `String`).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(text), _) => text,
+        (_, Some(text)) => text,
+        _ => "no message",
     }
 }

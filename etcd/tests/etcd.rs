@@ -336,8 +336,9 @@ fn stop_ends_a_quiet_watch_and_a_retry_loop() {
     wait_until("a failed attempt", BOUND, || {
         rec.count(|e| matches!(e, Event::Disconnected { .. })) > 0
     });
-    w.stop(); // returns although the backoff is an hour
     assert_eq!(w.revision(), 0);
+    // Stopped on another thread, so a stop that hangs fails the test instead of hanging it.
+    stops_within_bound(move || w.stop(), "stop during an hour's backoff"); // returns at once
 
     let Some(etcd) = EtcdServer::start() else {
         return;
@@ -345,8 +346,20 @@ fn stop_ends_a_quiet_watch_and_a_retry_loop() {
     let w = watch(&etcd.url(), "svc", &b, &rec);
     let rev = put(&etcd.client(), "svc/a", "");
     assert!(w.wait_for_revision(rev, BOUND));
-    drop(w); // the watch is quiet: the read is woken by shutting the socket
+    // The watch is quiet: the read is woken by shutting the socket.
+    stops_within_bound(move || drop(w), "drop during a quiet watch");
     assert_eq!(b.pick(None).unwrap().id(), "a");
+}
+
+/// Runs `stop` on another thread and fails (rather than hangs) if it does not return within
+/// the bound.
+fn stops_within_bound(stop: impl FnOnce() + Send + 'static, what: &str) {
+    let (done, stopped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        stop();
+        let _ = done.send(());
+    });
+    assert!(stopped.recv_timeout(BOUND).is_ok(), "{what} did not return");
 }
 
 #[test]

@@ -439,3 +439,345 @@ fn a_silent_tls_server_times_out() {
     drop(held.join());
     drop(std::fs::remove_dir_all(&dir));
 }
+
+/// A TLS server that trickles its answer one byte every 50 ms inside one TLS record: one
+/// rustls read is many socket reads, and each must get only what is left of the request
+/// deadline, not the whole timeout again (before, the answer took ~13 s and was accepted).
+#[test]
+fn a_trickled_tls_answer_times_out_as_a_whole() {
+    let dir = std::env::temp_dir().join(format!("liblb-trickle-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let certs = liblb_etcd::testing::Certs::generate(&dir);
+    let answer = range(5, 1, &[("svc/a", "")], false).to_string();
+    let response = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{answer}",
+        answer.len()
+    );
+    let url =
+        liblb_etcd::testing::tls_trickle(&certs, response.into_bytes(), Duration::from_millis(50));
+    let mut config = config(&url);
+    config.tls = Some(liblb_etcd::TlsConfig::with_ca(&certs.ca));
+    config.request_timeout = Duration::from_secs(1);
+    let rec = Recorder::default();
+    let started = Instant::now();
+    let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
+    wait_until(
+        "the trickled TLS range to time out",
+        Duration::from_secs(3),
+        || {
+            rec.errors()
+                .iter()
+                .any(|e| e.contains("no complete answer within the request timeout (1s)"))
+        },
+    );
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(w.revision(), 0, "{:?}", rec.events());
+    drop(w);
+    drop(std::fs::remove_dir_all(&dir));
+}
+
+/// A 401/403-style gateway error with etcd's message.
+fn refused(status: &str, message: &str) -> Reply {
+    let body = json!({"error": message, "message": message, "code": 7}).to_string();
+    Reply::Raw(
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    )
+}
+
+/// A watch that answers `messages` and then closes the connection.
+fn watch_then_close(messages: &[serde_json::Value]) -> Reply {
+    let mut bytes = CHUNKED.to_string();
+    for m in messages {
+        bytes += &chunk(&format!("{m}\n"));
+    }
+    Reply::Raw(bytes.into_bytes())
+}
+
+/// i64::MAX as a revision would overflow the next watch's start (a panic in debug, which
+/// killed the watcher thread): refused as not a revision, and the watcher goes on.
+#[test]
+fn a_revision_of_i64_max_is_refused() {
+    let max = i64::MAX.to_string();
+    let fake = FakeEtcd::start(move |r, n| match (r.path.as_str(), n) {
+        ("/v3/kv/range", _) => first_range(),
+        ("/v3/watch", 0) => {
+            let mut put = liblb_etcd::testing::gateway::put(6, 1, "svc/c", "");
+            put["result"]["events"][0]["kv"]["mod_revision"] = json!(max.clone());
+            watch_then_close(&[created(5, 1), put])
+        }
+        _ => Reply::Watch(vec![created(5, 1)]),
+    });
+    let b = balancer();
+    let rec = Recorder::default();
+    let w = Watcher::start(config(&fake.url()), b.clone(), rec.callback()).unwrap();
+    wait_for_error(&rec, "field mod_revision is not a revision");
+    wait_until("the watch after it", BOUND, || fake.count("/v3/watch") >= 2);
+    assert_eq!(w.revision(), 5);
+    assert_eq!(members(&b), owned(&[("a", 1), ("b", 2)]));
+    drop(w);
+    // A range header at i64::MAX, or below 0, is refused too.
+    for bad in [i64::MAX, -3] {
+        let fake = FakeEtcd::start(move |_, _| {
+            let mut answer = range(5, 1, &[("svc/a", "")], false);
+            answer["header"]["revision"] = json!(bad.to_string());
+            Reply::Json(answer)
+        });
+        let client = liblb_etcd::Client::new(&[fake.url()]).unwrap();
+        let e = client.range_prefix(b"svc/").unwrap_err().to_string();
+        assert!(e.contains("field revision is not a revision"), "{e}");
+    }
+}
+
+/// A proxy that answers "created" and closes at once: that is no working watch, so the backoff
+/// keeps growing (before, every "created" reset it, and the watcher reconnected every few ms).
+#[test]
+fn a_watch_created_then_closed_backs_off() {
+    let fake = FakeEtcd::start(|r, _| match r.path.as_str() {
+        "/v3/kv/range" => first_range(),
+        _ => watch_then_close(&[created(5, 1)]),
+    });
+    let config = config(&fake.url()).backoff(Duration::from_millis(5), Duration::from_millis(500));
+    let rec = Recorder::default();
+    let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    drop(w);
+    // 5, 10, ... 320 ms (half to all of each), then 250-500 ms: about 15 in 3 s.
+    let watches = fake.count("/v3/watch");
+    assert!(watches <= 30, "{watches} watches in 3 s");
+}
+
+/// Events whose revisions go back (to or below the last applied one) are refused whole and the
+/// prefix is read again: a replayed old put must not bring back a deleted node.
+#[test]
+fn decreasing_and_negative_event_revisions_are_refused() {
+    use liblb_etcd::testing::gateway::put;
+    let fake = FakeEtcd::start(|r, n| match (r.path.as_str(), n) {
+        ("/v3/kv/range", 0) => Reply::Json(range(5, 1, &[("svc/a", "")], false)),
+        ("/v3/kv/range", _) => Reply::Json(range(10, 1, &[("svc/a", ""), ("svc/b", "")], false)),
+        ("/v3/watch", 0) => Reply::Watch(vec![
+            created(5, 1),
+            put(10, 1, "svc/b", ""),
+            put(3, 1, "svc/c", ""),
+            put(-7, 1, "svc/d", ""),
+        ]),
+        _ => Reply::Watch(vec![created(10, 1)]),
+    });
+    let b = balancer();
+    let rec = Recorder::default();
+    let w = Watcher::start(config(&fake.url()), b.clone(), rec.callback()).unwrap();
+    assert!(w.wait_for_revision(10, BOUND), "{:?}", rec.events());
+    wait_until("the watch after the resync", BOUND, || {
+        fake.count("/v3/watch") >= 2
+    });
+    assert_eq!(members(&b), owned(&[("a", 1), ("b", 1)]));
+    assert_eq!(w.revision(), 10);
+    let applied = rec.applied();
+    assert!(applied.windows(2).all(|p| p[0] <= p[1]), "{applied:?}");
+    let starts: Vec<String> = fake
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/v3/watch")
+        .map(|r| r.body["create_request"]["start_revision"].to_string())
+        .collect();
+    assert_eq!(starts[..2], ["\"6\"", "\"11\""], "{starts:?}");
+    assert!(
+        rec.events()
+            .iter()
+            .any(|e| matches!(e, Event::Resynced { reason, .. }
+            if reason.contains("watch event at revision 3 after revision 10"))),
+        "{:?}",
+        rec.events()
+    );
+    drop(w);
+}
+
+/// A server answering `more: true` one key a page forever: the whole paged read has one
+/// deadline (the request timeout), and its keys and values one size limit (256 MiB).
+#[test]
+fn an_endless_paged_range_is_bounded_in_time_and_bytes() {
+    // Time: pages of one small key, each quick, but never the last.
+    let fake = FakeEtcd::start(|r, n| match r.path.as_str() {
+        "/v3/kv/range" => Reply::Json(range(5, 1, &[(&format!("svc/{n:09}"), "")], true)),
+        _ => Reply::Watch(vec![created(5, 1)]),
+    });
+    let client = liblb_etcd::Client::new(&[fake.url()])
+        .unwrap()
+        .with_timeouts(Duration::from_secs(1), Duration::from_secs(1));
+    let started = Instant::now();
+    let e = client.range_prefix(b"svc/").unwrap_err().to_string();
+    assert!(
+        e.contains("the paged range did not finish within the request timeout (1s)"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(fake);
+    // Bytes: pages of one 8 MiB value each.
+    let value = "v".repeat(8 << 20);
+    let fake = FakeEtcd::start(move |r, n| match r.path.as_str() {
+        "/v3/kv/range" => Reply::Json(range(5, 1, &[(&format!("svc/{n:09}"), &value)], true)),
+        _ => Reply::Watch(vec![created(5, 1)]),
+    });
+    let client = liblb_etcd::Client::new(&[fake.url()])
+        .unwrap()
+        .with_timeouts(Duration::from_secs(1), Duration::from_secs(120));
+    let e = client.range_prefix(b"svc/").unwrap_err().to_string();
+    assert!(
+        e.contains("the range's pages hold more than 256 MiB of keys and values"),
+        "{e}"
+    );
+    assert!(
+        fake.count("/v3/kv/range") <= 33,
+        "{}",
+        fake.count("/v3/kv/range")
+    );
+}
+
+/// A user without the right to read the prefix: etcd says "permission denied", and logging in
+/// again cannot help, so the watcher does not (before, it logged in twice per retry).
+#[test]
+fn permission_denied_causes_no_new_login() {
+    let fake = FakeEtcd::start(|r, n| match r.path.as_str() {
+        "/v3/auth/authenticate" => {
+            Reply::Json(json!({"header": header(1, 1), "token": format!("token-{n}")}))
+        }
+        _ => refused("403 Forbidden", "etcdserver: permission denied"),
+    });
+    let mut config = config(&fake.url());
+    config.auth = Some(("web".into(), "pw".into()));
+    let rec = Recorder::default();
+    let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
+    wait_until("three refused ranges", BOUND, || {
+        rec.errors()
+            .iter()
+            .filter(|e| e.contains("permission denied"))
+            .count()
+            >= 3
+    });
+    drop(w);
+    assert_eq!(fake.count("/v3/auth/authenticate"), 1);
+}
+
+/// Config's Debug shows the user, never the password.
+#[test]
+fn config_debug_hides_the_password() {
+    let mut config = config("http://127.0.0.1:2379");
+    config.auth = Some(("web".into(), "s3cret-pw".into()));
+    let text = format!("{config:?}");
+    assert!(!text.contains("s3cret-pw"), "{text}");
+    assert!(
+        text.contains("\"web\"") && text.contains("redacted"),
+        "{text}"
+    );
+    assert!(text.contains("prefix: \"svc\""), "{text}");
+}
+
+/// A gateway that accepts the watch and never says "created": the request timeout bounds the
+/// wait (before, only idle_timeout did: 15 minutes by default).
+#[test]
+fn a_watch_never_created_times_out() {
+    let fake = FakeEtcd::start(|r, _| match r.path.as_str() {
+        "/v3/kv/range" => first_range(),
+        _ => Reply::Watch(vec![]),
+    });
+    let mut config = config(&fake.url());
+    config.request_timeout = Duration::from_secs(1);
+    config.idle_timeout = Some(Duration::from_secs(3600));
+    let rec = Recorder::default();
+    let started = Instant::now();
+    let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
+    wait_until(
+        "the watch's creation to time out",
+        Duration::from_secs(4),
+        || {
+            rec.errors()
+                .iter()
+                .any(|e| e.contains("the watch was not created within the request timeout (1s)"))
+        },
+    );
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    drop(w);
+}
+
+/// A panicking on_event callback is logged and the watcher goes on (before, its thread died
+/// and the balancer froze).
+#[test]
+fn a_panicking_callback_does_not_stop_the_watcher() {
+    use liblb_etcd::testing::gateway::put;
+    let fake = FakeEtcd::start(|r, _| match r.path.as_str() {
+        "/v3/kv/range" => first_range(),
+        _ => Reply::Watch(vec![created(5, 1), put(6, 1, "svc/c", "")]),
+    });
+    let b = balancer();
+    let w = Watcher::start(config(&fake.url()), b.clone(), |e| {
+        if matches!(e, Event::Applied { revision: 5, .. }) {
+            panic!("a callback bug");
+        }
+    })
+    .unwrap();
+    wait_until("revision 6 applied", BOUND, || members(&b).len() == 3);
+    assert!(w.wait_for_revision(6, BOUND));
+    drop(w);
+}
+
+/// An endpoint that answers 5xx (etcd's gateway answers 503 on a member without a leader) is
+/// skipped for the next one, like one that refuses connections; the watch asks etcd to
+/// require a leader (`Grpc-Metadata-hasleader: true`).
+#[test]
+fn a_5xx_answer_moves_on_to_the_next_endpoint() {
+    let broken =
+        FakeEtcd::start(|_, _| refused("503 Service Unavailable", "etcdserver: no leader"));
+    let good = FakeEtcd::start(|r, _| match r.path.as_str() {
+        "/v3/kv/range" => first_range(),
+        _ => Reply::Watch(vec![created(5, 1)]),
+    });
+    let mut config = config(&broken.url());
+    config.endpoints.push(good.url());
+    let b = balancer();
+    let rec = Recorder::default();
+    let w = Watcher::start(config, b.clone(), rec.callback()).unwrap();
+    assert!(w.wait_for_revision(5, BOUND), "{:?}", rec.events());
+    wait_until("the watch", BOUND, || good.count("/v3/watch") > 0);
+    assert_eq!(rec.errors(), Vec::<String>::new());
+    assert_eq!(broken.count("/v3/kv/range"), 1);
+    assert_eq!(
+        broken.count("/v3/watch"),
+        0,
+        "the endpoint that answered is kept"
+    );
+    let watch = good.received().into_iter().find(|r| r.path == "/v3/watch");
+    assert_eq!(watch.and_then(|r| r.has_leader).as_deref(), Some("true"));
+    drop(w);
+}
+
+/// A watch that etcd ends with "no leader" (the member lost its leader; the watch required
+/// one) is reopened on the next endpoint.
+#[test]
+fn a_watch_ended_for_no_leader_moves_on_to_the_next_endpoint() {
+    let no_leader = json!({"error": {"grpc_code": 14, "http_code": 503,
+        "message": "etcdserver: no leader", "http_status": "Service Unavailable"}});
+    let leaderless = FakeEtcd::start(move |r, _| match r.path.as_str() {
+        "/v3/kv/range" => first_range(),
+        _ => Reply::Watch(vec![created(5, 1), no_leader.clone()]),
+    });
+    let good = FakeEtcd::start(|r, _| match r.path.as_str() {
+        "/v3/kv/range" => first_range(),
+        _ => Reply::Watch(vec![created(5, 1)]),
+    });
+    let mut config = config(&leaderless.url());
+    config.endpoints.push(good.url());
+    let rec = Recorder::default();
+    let w = Watcher::start(config, balancer(), rec.callback()).unwrap();
+    wait_until("a watch on the next endpoint", BOUND, || {
+        good.count("/v3/watch") > 0
+    });
+    assert_eq!(leaderless.count("/v3/watch"), 1, "{:?}", rec.errors());
+    drop(w);
+}
