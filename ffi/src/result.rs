@@ -47,12 +47,17 @@ pub enum lb_result {
     /// The algorithm name is not one liblb knows (see `lb_algorithm_name`).
     UnknownAlgorithm = 10,
     /// The option name is not one liblb knows (`seed`, `vnodes`, `hash`, `choice_count`,
-    /// `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`).
+    /// `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`,
+    /// `consecutive_failures`, `base_ejection_time_ms`, `max_ejection_time_ms`,
+    /// `max_ejection_percent`, `panic_threshold`, `slow_start_window_ms`,
+    /// `slow_start_aggression`, `min_weight_percent`, `hash_balance_factor`, `thread_rounds`).
     UnknownOption = 11,
     /// The `hash` option is not one of `sha256`, `xxh3`.
     UnknownHash = 12,
     /// An option value had the wrong kind or is out of range (e.g. text that is not a number
-    /// for `vnodes`, `choice_count` outside 2..=16, a `table_size` that is not prime).
+    /// for `vnodes`, `choice_count` outside 2..=16, a `table_size` that is not prime), or
+    /// options disagree (`lb_balancer_new`: `max_ring_size` < `min_ring_size`,
+    /// `max_ejection_time_ms` < `base_ejection_time_ms`).
     InvalidOptionValue = 13,
     /// A required pointer was NULL (or a byte pointer was NULL with a non-zero length).
     NullParameter = 100,
@@ -75,6 +80,10 @@ pub enum lb_result {
     /// An `lb_outcome` was neither `LB_OUTCOME_SUCCESS` nor `LB_OUTCOME_FAILURE`: nothing was
     /// recorded (and a lease given to `lb_lease_finish` is still the caller's).
     InvalidOutcome = 107,
+    /// The lease has already ended (finished or cancelled). No C function returns it (an ended
+    /// `lb_lease *` is freed, so C passes NULL and gets `LB_RESULT_NULL_PARAMETER`); the C++
+    /// wrapper throws it for an empty `lb::lease`, with the name Python and Node use.
+    LeaseFinished = 108,
 }
 
 /// The one list of codes: each variant once, with where its name and text come from —
@@ -149,6 +158,10 @@ lb_result_table! {
     InvalidOutcome => ffi(
         "LB_INVALID_OUTCOME",
         "an outcome is neither LB_OUTCOME_SUCCESS nor LB_OUTCOME_FAILURE"
+    ),
+    LeaseFinished => ffi(
+        "LB_LEASE_FINISHED",
+        "the lease has already ended (finished or cancelled)"
     ),
 }
 
