@@ -193,7 +193,18 @@ impl Options {
                 OptionValue::Str(s) => changed.hash = Some(s.parse()?),
                 OptionValue::Int(i) => return Err(invalid(option, i.to_string(), "a hash name")),
             },
-            "slow_start_aggression" => changed.slow_start_aggression = float_value(option, value)?,
+            "slow_start_aggression" => {
+                let v = float_value(option, value)?;
+                if !(v.is_finite() && v > 0.0) {
+                    // The value as given (`-1`, not `-1.0`).
+                    let given = match value {
+                        OptionValue::Int(i) => i.to_string(),
+                        OptionValue::Str(s) => s.to_string(),
+                    };
+                    return Err(invalid(option, given, "a number above 0"));
+                }
+                changed.slow_start_aggression = v;
+            }
             _ => {
                 let v = int_value(option, value)?;
                 let millis = Duration::from_millis(v);
@@ -473,7 +484,17 @@ fn float_value(option: &'static str, value: OptionValue<'_>) -> Result<f64> {
 /// The longest duration an option takes, in nanoseconds.
 pub(crate) const MAX_DURATION_NS: u64 = 1 << 62;
 
+/// Values longer than this are shortened in errors: a 400-digit number is not worth echoing.
+const SHOWN_VALUE_CHARS: usize = 40;
+
 fn invalid(option: &'static str, value: String, expected: &'static str) -> Error {
+    let chars = value.chars().count();
+    let value = if chars > SHOWN_VALUE_CHARS {
+        let head: String = value.chars().take(SHOWN_VALUE_CHARS / 2).collect();
+        alloc::format!("{head}... ({chars} characters)")
+    } else {
+        value
+    };
     Error::InvalidOptionValue {
         option,
         value,

@@ -185,6 +185,33 @@ fn changed_numbers_set_back_to_the_same_options() {
 }
 
 #[test]
+fn long_values_are_shortened_in_errors() {
+    let mut options = Options::default();
+    let digits = "9".repeat(400);
+    for name in [
+        "slow_start_aggression",
+        "vnodes",
+        "seed",
+        "base_ejection_time_ms",
+    ] {
+        let err = options.set(name, OptionValue::Str(&digits)).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.len() < 120 && text.contains("(400 characters)"),
+            "{text}"
+        );
+    }
+    let err = options
+        .set("slow_start_aggression", OptionValue::Str("-1"))
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("expects a number above 0, got \"-1\""),
+        "{err}"
+    );
+}
+
+#[test]
 fn huge_numbers_are_written_short_in_errors() {
     let mut options = Options::default();
     let err = options

@@ -104,7 +104,13 @@ fn placement_options_are_checked() {
     // Below min_ring_size: a rule between options, checked by `validate` (any order).
     options.set("max_ring_size", OptionValue::Int(10)).unwrap();
     let err = Balancer::new(Algorithm::RingHash, nodes(), options).unwrap_err();
-    assert!(matches!(err, Error::InvalidOptionValue { option: "max_ring_size", .. }));
+    assert!(matches!(
+        err,
+        Error::InvalidOptionValue {
+            option: "max_ring_size",
+            ..
+        }
+    ));
     options.set("table_size", OptionValue::Int(251)).unwrap();
     options.set("min_ring_size", OptionValue::Int(64)).unwrap();
     options.set("max_ring_size", OptionValue::Int(128)).unwrap();
