@@ -32,20 +32,20 @@ pub(crate) struct SimulateArgs {
     /// What to simulate (`--scenario help` lists the scenarios).
     #[arg(long, value_enum, default_value_t = ScenarioName::Seeds)]
     scenario: ScenarioName,
-    /// seeds: nodes as a count N (nodes 10.0.0.i:80, weight 1) or a comma list
-    /// ID[=WEIGHT],... Default: the seeds' node lists.
+    /// seeds: nodes as a count N (nodes 10.0.0.i:80, weight 1; at most 1000000) or a comma
+    /// list ID[=WEIGHT],... Default: the seeds' node lists.
     #[arg(long)]
     nodes: Option<String>,
     /// seeds: number of keys (= picks) per algorithm (default 100000); failing-node, hot-key:
-    /// the key population (default 10000).
+    /// the key population (default 10000). 1 to 10000000 (hot-key: from 2).
     #[arg(long)]
     keys: Option<usize>,
     /// Only this algorithm (repeatable); default: all (slow-node: all unkeyed; hot-key: all
     /// keyed).
     #[arg(long, short, value_parser = crate::algorithm_parser())]
     algorithm: Vec<Algorithm>,
-    /// slow-node, failing-node, hot-key: number of backends (backend-0 is the slow or the
-    /// failing one).
+    /// slow-node, failing-node, hot-key: number of backends, 2 to 1000000 (backend-0 is the
+    /// slow or the failing one).
     #[arg(long, default_value_t = 10)]
     backends: usize,
     /// slow-node, failing-node, hot-key: servers per backend (each backend is a FIFO queue
