@@ -485,7 +485,7 @@ fn float_value(option: &'static str, value: OptionValue<'_>) -> Result<f64> {
 pub(crate) const MAX_DURATION_NS: u64 = 1 << 62;
 
 /// Values longer than this are shortened in errors: a 400-digit number is not worth echoing.
-const SHOWN_VALUE_CHARS: usize = 40;
+const SHOWN_VALUE_CHARS: usize = 80;
 
 fn invalid(option: &'static str, value: String, expected: &'static str) -> Error {
     let chars = value.chars().count();

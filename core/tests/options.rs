@@ -197,7 +197,7 @@ fn long_values_are_shortened_in_errors() {
         let err = options.set(name, OptionValue::Str(&digits)).unwrap_err();
         let text = err.to_string();
         assert!(
-            text.len() < 120 && text.contains("(400 characters)"),
+            text.len() < 160 && text.contains("(400 characters)"),
             "{text}"
         );
     }

@@ -447,7 +447,7 @@ pub(crate) fn latency(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
 
 /// `repr(value)` for an error message, shortened when long: `10**300` is not worth 301 digits.
 pub(crate) fn short_repr(value: &Bound<'_, PyAny>) -> String {
-    const MOST: usize = 40;
+    const MOST: usize = 80;
     let repr = value.repr().map(|r| r.to_string()).unwrap_or_default();
     let chars = repr.chars().count();
     if chars <= MOST {

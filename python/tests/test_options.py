@@ -98,10 +98,10 @@ def test_errors_name_what_the_option_takes_and_stay_short() -> None:
     for latency in (1e300, 10**300, -(10**300)):
         with pytest.raises(ValueError, match="latency must be") as info:
             b.report("a", ok=True, latency=latency)
-        assert len(str(info.value)) < 120, str(info.value)
+        assert len(str(info.value)) < 160, str(info.value)
     with pytest.raises(liblb.InvalidOptionValueError) as opt:
         liblb.Balancer("round_robin", ["a"], vnodes=10**300)
-    assert len(str(opt.value)) < 120, str(opt.value)
+    assert len(str(opt.value)) < 160, str(opt.value)
     # The balancer is unchanged and keeps working after every error.
     assert b.stats()[0]["requests"] == 0 and b.pick() == "a"
 
