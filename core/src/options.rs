@@ -211,7 +211,13 @@ impl Options {
                 let small = u32::try_from(v)
                     .map_err(|_| invalid(option, v.to_string(), "an integer below 2^32"));
                 match option {
-                    "choice_count" => changed.choice_count = small?,
+                    // Out of range is out of range, however large: not "below 2^32".
+                    "choice_count" => {
+                        changed.choice_count = u32::try_from(v)
+                            .ok()
+                            .filter(|c| (2..=MAX_CHOICE_COUNT).contains(c))
+                            .ok_or_else(|| invalid(option, v.to_string(), CHOICE_COUNT_RANGE))?;
+                    }
                     "decay_ms" => changed.decay = millis,
                     "initial_latency_ms" => changed.initial_latency = millis,
                     "table_size" => changed.table_size = v,

@@ -222,3 +222,18 @@ fn huge_numbers_are_written_short_in_errors() {
         "option \"slow_start_aggression\" expects a number above 0, got \"-1e300\""
     );
 }
+
+#[test]
+fn each_option_says_its_own_range() {
+    let mut options = Options::default();
+    for value in [1, 17, 5_000_000_000] {
+        let err = options
+            .set("choice_count", OptionValue::Int(value))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("option \"choice_count\" expects an integer from 2 to 16, got \"{value}\"")
+        );
+    }
+    assert_eq!(options, Options::default());
+}
