@@ -126,7 +126,10 @@ enum lb_result
     LB_RESULT_UNKNOWN_ALGORITHM = 10,
     /**
      * The option name is not one liblb knows (`seed`, `vnodes`, `hash`, `choice_count`,
-     * `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`).
+     * `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`,
+     * `consecutive_failures`, `base_ejection_time_ms`, `max_ejection_time_ms`,
+     * `max_ejection_percent`, `panic_threshold`, `slow_start_window_ms`,
+     * `slow_start_aggression`, `min_weight_percent`, `hash_balance_factor`, `thread_rounds`).
      */
     LB_RESULT_UNKNOWN_OPTION = 11,
     /**
@@ -135,7 +138,9 @@ enum lb_result
     LB_RESULT_UNKNOWN_HASH = 12,
     /**
      * An option value had the wrong kind or is out of range (e.g. text that is not a number
-     * for `vnodes`, `choice_count` outside 2..=16, a `table_size` that is not prime).
+     * for `vnodes`, `choice_count` outside 2..=16, a `table_size` that is not prime), or
+     * options disagree (`lb_balancer_new`: `max_ring_size` < `min_ring_size`,
+     * `max_ejection_time_ms` < `base_ejection_time_ms`).
      */
     LB_RESULT_INVALID_OPTION_VALUE = 13,
     /**
@@ -176,10 +181,16 @@ enum lb_result
      */
     LB_RESULT_INVALID_OUTCOME = 107,
     /**
+     * The lease has already ended (finished or cancelled). No C function returns it (an ended
+     * `lb_lease *` is freed, so C passes NULL and gets `LB_RESULT_NULL_PARAMETER`); the C++
+     * wrapper throws it for an empty `lb::lease`, with the name Python and Node use.
+     */
+    LB_RESULT_LEASE_FINISHED = 108,
+    /**
      * Every node with weight > 0 is ejected or marked down and `panic_threshold` is 0 (panic
      * disabled): nothing may be chosen until a node is back (Envoy's "no healthy upstream").
      */
-    LB_RESULT_NO_USABLE_NODES = 108,
+    LB_RESULT_NO_USABLE_NODES = 109,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -211,10 +222,32 @@ typedef struct lb_balancer lb_balancer;
 typedef struct lb_lease lb_lease;
 
 /**
- * Options for `lb_balancer_new`: `seed`, `vnodes`, `hash`. Create with `lb_options_new`, set
- * with `lb_options_set_int` / `lb_options_set_str`, free with `lb_options_free`. A balancer
+ * Options for `lb_balancer_new`, set by name. Create with `lb_options_new`, set with
+ * `lb_options_set_int` / `lb_options_set_str`, free with `lb_options_free`. A balancer
  * copies the options it is built with, so they can be freed (or reused) right after
  * `lb_balancer_new`. Setters need exclusive access; `lb_balancer_new` only reads them.
+ *
+ * Every option (defaults in brackets; `docs/c.md`, `docs/health.md` and `docs/algorithms.md`
+ * say more):
+ *
+ * - `seed`: any 64-bit integer [none: OS entropy];
+ * - `vnodes`: ring points per unit of weight, 1..=65536 [160];
+ * - `hash`: text, `"sha256"` or `"xxh3"` [the algorithm's own];
+ * - `choice_count`: `least_request` candidates, 2..=16 [2];
+ * - `decay_ms`: peak-EWMA decay, >= 1 [10000]; `initial_latency_ms` [30];
+ * - `table_size`: `maglev` table, a prime up to 5000011 [65537];
+ * - `min_ring_size`, `max_ring_size`: `ring_hash` ring, 1..=8388608, min <= max [1024, 8388608];
+ * - `consecutive_failures`: failures that eject a node, 0 = never [5];
+ * - `base_ejection_time_ms`: >= 1, times the number of ejections [30000];
+ * - `max_ejection_time_ms`: >= `base_ejection_time_ms` [300000, or the base if longer];
+ * - `max_ejection_percent`, `panic_threshold`, `min_weight_percent`: 0..=100 [10, 50, 10];
+ * - `slow_start_window_ms`: 0 = no slow start [0];
+ * - `slow_start_aggression`: a number > 0, as text for fractions (`"1.5"`) [1.0];
+ * - `hash_balance_factor`: bounded loads, 0 = off or >= 100 [0];
+ * - `thread_rounds`: 0..=1048576 [0].
+ *
+ * A setter checks only its own option, so options may be set in any order; the rules between
+ * options (min/max ring size, base/max ejection time) are checked by `lb_balancer_new`.
  */
 typedef struct lb_options lb_options;
 
@@ -331,8 +364,9 @@ typedef struct lb_node_stats {
      */
     lb_node_status status;
     /**
-     * When a warm-up or an ejection ends, in nanoseconds of the balancer's monotonic clock;
-     * 0 for the other states.
+     * When a warm-up or an ejection ends, in nanoseconds of the balancer's monotonic clock
+     * (which starts at 0 when the balancer is created; read it with `lb_balancer_now_ns`, so
+     * `until_ns - now` is the time left); 0 for the other states.
      */
     uint64_t until_ns;
 } lb_node_stats;
@@ -391,7 +425,10 @@ const char *lb_version(void);
  * The caller owns the result and must call `lb_balancer_free`. If this returns an error,
  * `*balancer_out` is unchanged and nothing needs freeing. Errors: `LB_RESULT_NULL_PARAMETER`,
  * `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_ALGORITHM`,
- * `LB_RESULT_INVALID_VNODES`, and for the nodes `LB_RESULT_EMPTY_ID`,
+ * `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (options that are valid one by
+ * one but not together: `max_ring_size` below `min_ring_size`, `max_ejection_time_ms` below
+ * `base_ejection_time_ms`; the options are checked as a whole here, so the order they were
+ * set in never matters), and for the nodes `LB_RESULT_EMPTY_ID`,
  * `LB_RESULT_ID_CONTAINS_NUL`, `LB_RESULT_DUPLICATE_NODE`, `LB_RESULT_TOO_MANY_NODES`.
  * Thread-safe.
  */
@@ -761,6 +798,16 @@ lb_result lb_balancer_panic(const struct lb_balancer *balancer,
                             bool *panic_out);
 
 /**
+ * Reads the balancer's clock into `*now_ns_out`: nanoseconds since the balancer was created,
+ * monotonic (never goes back), the clock of `lb_node_stats.until_ns`. So the time left of an
+ * ejection or warm-up is `until_ns - now` (0 or less: it has ended; the next pick or stats
+ * call sees it). Errors: `LB_RESULT_NULL_PARAMETER` (NULL `balancer` or `now_ns_out`; then
+ * `*now_ns_out` is unchanged). Thread-safe.
+ */
+lb_result lb_balancer_now_ns(const struct lb_balancer *balancer,
+                             uint64_t *now_ns_out);
+
+/**
  * Lists each node's load in insertion order, drained nodes included, with the same
  * buffer protocol as `lb_balancer_nodes`: `stats_out` (room for `stats_cap` entries) gets one
  * record per node, its `id` pointing at a NUL-terminated copy in `ids_buf` (`ids_buf_len`
@@ -837,14 +884,16 @@ lb_result lb_options_new(struct lb_options **options_out);
 void lb_options_free(struct lb_options *options);
 
 /**
- * Sets an integer option: `seed` (any value) or `vnodes` (1..=65536). `name` is `name_len`
- * bytes of UTF-8, not necessarily NUL-terminated.
+ * Sets an integer option: any option of `lb_options` but `hash` (`seed` takes any value, the
+ * others their ranges listed there). `name` is `name_len` bytes of UTF-8, not necessarily
+ * NUL-terminated. Only this option's own range is checked here; rules between options are
+ * checked by `lb_balancer_new`.
  *
  * Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or
  * NULL `name` with a non-zero length), `LB_RESULT_INVALID_LENGTH` (`name_len` above
- * `PTRDIFF_MAX`), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`
- * (not `seed`, `vnodes` or `hash`), `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE`
- * (an integer for `hash`). Not thread-safe for the same `options`.
+ * `PTRDIFF_MAX`), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION` (a name not listed at
+ * `lb_options`), `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (an integer for
+ * `hash`, or a value out of the option's range). Not thread-safe for the same `options`.
  */
 lb_result lb_options_set_int(struct lb_options *options,
                              const char *name,
@@ -852,15 +901,15 @@ lb_result lb_options_set_int(struct lb_options *options,
                              uint64_t value);
 
 /**
- * Sets an option from text: `hash` (`"sha256"` or `"xxh3"`), or `seed`/`vnodes` as decimal
- * text. `name` and `value` are UTF-8 of the given lengths, not necessarily NUL-terminated.
+ * Sets an option from text: `hash` (`"sha256"` or `"xxh3"`), `slow_start_aggression` as a
+ * decimal number (`"1.5"`), or any integer option as decimal text. `name` and `value` are UTF-8 of the given lengths, not necessarily NUL-terminated.
  *
  * Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or
  * NULL `name` or `value` with a non-zero length), `LB_RESULT_INVALID_LENGTH` (`name_len` or
  * `value_len` above `PTRDIFF_MAX`), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`,
  * `LB_RESULT_UNKNOWN_HASH`,
- * `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (text that is not a number for
- * `seed` or `vnodes`). Not thread-safe for the same `options`.
+ * `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (text that is not a number, or
+ * a value out of the option's range). Not thread-safe for the same `options`.
  */
 lb_result lb_options_set_str(struct lb_options *options,
                              const char *name,

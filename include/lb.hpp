@@ -85,6 +85,15 @@ inline size_t id_capacity(size_t bound, size_t n) {
     return bound * n;
 }
 
+/// A latency as the C API's nanoseconds: negative ones are refused (std::out_of_range), not
+/// clamped to 0, as Python (ValueError) and Node (RangeError) refuse them.
+inline uint64_t latency_ns(std::chrono::nanoseconds latency) {
+    if (latency.count() < 0)
+        throw std::out_of_range("lb: latency must be >= 0, got " +
+                                std::to_string(latency.count()) + " ns");
+    return static_cast<uint64_t>(latency.count());
+}
+
 /// Throws LB_RESULT_BATCH_TOO_LARGE for more than LB_MAX_BATCH answers, before the answer
 /// arrays are allocated (the C call would refuse them anyway).
 inline void check_batch(size_t n) {
@@ -133,7 +142,8 @@ struct node_stats {
     std::optional<std::chrono::nanoseconds> latency;
     /// LB_NODE_HEALTHY, LB_NODE_WARMING, LB_NODE_EJECTED or LB_NODE_DOWN.
     lb_node_status status = LB_NODE_HEALTHY;
-    /// When a warm-up or ejection ends (balancer's monotonic clock); empty otherwise.
+    /// When a warm-up or ejection ends, on the balancer's monotonic clock (0 at its creation;
+    /// balancer::now() reads it, so `*until - b.now()` is the time left); empty otherwise.
     std::optional<std::chrono::nanoseconds> until;
 };
 
@@ -142,8 +152,9 @@ struct node_stats {
 /// latency you measured, or without to use the time since acquire — or cancel(); a lease
 /// destroyed (or assigned over) while still open is cancelled: in-flight released, nothing
 /// counted. Movable, not copyable; a moved-from or ended lease is empty (`!lease`), and ending
-/// an empty lease throws lb::error(LB_RESULT_NULL_PARAMETER). It stays valid after its node is
-/// removed or its balancer destroyed. One thread at a time.
+/// an empty lease throws lb::error(LB_RESULT_LEASE_FINISHED), as Python and Node do. A negative
+/// latency throws std::out_of_range and leaves the lease open. It stays valid after its node
+/// is removed or its balancer destroyed. One thread at a time.
 class lease {
 public:
     lease() noexcept = default;
@@ -155,6 +166,7 @@ public:
 
     /// Time since acquire by liblb's monotonic clock.
     std::chrono::nanoseconds elapsed() const {
+        if (!handle_) throw error(LB_RESULT_LEASE_FINISHED);
         uint64_t ns = 0;
         detail::check(lb_lease_elapsed(handle_.get(), &ns));
         return std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(
@@ -178,8 +190,8 @@ private:
         : handle_(handle), id_(std::move(id)), tag_(tag) {}
 
     void finish(lb_outcome outcome, std::chrono::nanoseconds latency) {
-        if (!handle_) throw error(LB_RESULT_NULL_PARAMETER);
-        uint64_t ns = latency.count() < 0 ? 0 : static_cast<uint64_t>(latency.count());
+        if (!handle_) throw error(LB_RESULT_LEASE_FINISHED);
+        uint64_t ns = detail::latency_ns(latency);
         detail::check(lb_lease_finish(handle_.get(), outcome, ns));
         (void)handle_.release();  // lb_lease_finish freed it
     }
@@ -189,7 +201,8 @@ private:
     uint64_t tag_ = 0;
 };
 
-/// Balancer options (`seed`, `vnodes`, `hash`), set by name; unknown names or bad values throw.
+/// Balancer options, set by name (every option lb.h lists at lb_options), in any order: the
+/// rules between options are checked when a balancer is built. Unknown names or bad values throw.
 class options {
 public:
     options() {
@@ -198,7 +211,7 @@ public:
         handle_.reset(raw);
     }
 
-    /// Integer options (`seed`, `vnodes`). Negative values throw LB_INVALID_OPTION_VALUE.
+    /// Integer options (all but `hash`). Negative values throw LB_INVALID_OPTION_VALUE.
     template <class Int, std::enable_if_t<std::is_integral_v<Int> && !std::is_same_v<Int, bool>,
                                           int> = 0>
     options &set(std::string_view name, Int value) {
@@ -210,7 +223,7 @@ public:
         return *this;
     }
 
-    /// Text options (`hash`; `seed`/`vnodes` as decimal text).
+    /// Text options (`hash`; `slow_start_aggression` as `"1.5"`; integers as decimal text).
     options &set(std::string_view name, std::string_view value) {
         detail::check(lb_options_set_str(handle_.get(), name.data(), name.size(), value.data(),
                                          value.size()));
@@ -350,8 +363,9 @@ public:
     }
 
     /// Records the outcome of a request routed after pick() (in-flight untouched).
+    /// A negative latency throws std::out_of_range (nothing recorded), as Python and Node refuse it.
     void report(std::string_view id, bool ok, std::chrono::nanoseconds latency) {
-        uint64_t ns = latency.count() < 0 ? 0 : static_cast<uint64_t>(latency.count());
+        uint64_t ns = detail::latency_ns(latency);
         detail::check(lb_balancer_report(get(), id.data(), id.size(),
                                          ok ? LB_OUTCOME_SUCCESS : LB_OUTCOME_FAILURE, ns));
     }
@@ -371,6 +385,15 @@ public:
         bool out = false;
         detail::check(lb_balancer_panic(get(), &out));
         return out;
+    }
+
+    /// The balancer's clock (lb_balancer_now_ns): monotonic, 0 when the balancer was created;
+    /// the clock of node_stats::until, so `*s.until - b.now()` is the time left.
+    std::chrono::nanoseconds now() const {
+        uint64_t ns = 0;
+        detail::check(lb_balancer_now_ns(get(), &ns));
+        return std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(
+            std::min<uint64_t>(ns, std::numeric_limits<std::chrono::nanoseconds::rep>::max())));
     }
 
     /// Each node's load in insertion order (one consistent node set).

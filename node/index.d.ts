@@ -219,7 +219,16 @@ export declare class Balancer {
    * `{ ok, latencyMs }`, both required. Throws `LB_UNKNOWN_NODE` for an unknown id.
    */
   report(id: string, outcome: { ok: boolean; latencyMs: number }): void
-  /** Each node's load, in insertion order (`latency` in milliseconds, or null). */
+  /**
+   * The balancer's clock in milliseconds (fractions included): monotonic, 0 when the
+   * balancer was created; the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the
+   * time left.
+   */
+  nowMs(): number
+  /**
+   * Each node's load, in insertion order (`latency` in milliseconds, or null; `untilMs` on
+   * the `nowMs()` clock, and `remainingMs`, or null).
+   */
   stats(): Array<NodeStats>
   /**
    * The node for a caller's 64-bit key hash (a bigint, a safe-integer number or a decimal
@@ -309,10 +318,15 @@ export interface NodeStats {
   /** Its health: 'healthy', 'warming' (slow start), 'ejected' or 'down'. */
   status: 'healthy' | 'warming' | 'ejected' | 'down'
   /**
-   * When an ejection or a warm-up ends, in milliseconds of the balancer's monotonic clock;
-   * null otherwise.
+   * When an ejection or a warm-up ends, in milliseconds of the balancer's monotonic clock
+   * (`nowMs()`, 0 when the balancer was created); null otherwise.
    */
   untilMs: number | null
+  /**
+   * `untilMs` minus the time of the call (at least 0): the milliseconds left of the
+   * ejection or warm-up; null otherwise.
+   */
+  remainingMs: number | null
 }
 
 /**

@@ -79,14 +79,15 @@ impl Params {
         for (name, v) in [("service-ms", self.service_ms), ("fail-ms", self.fail_ms)] {
             if !(v.is_finite() && v > 0.0 && v <= 3_600_000.0) {
                 return Err(format!(
-                    "--{name} must be a positive number of milliseconds up to an hour, got {v}"
+                    "--{name} must be a positive number of milliseconds up to an hour, got {}",
+                    crate::num(v)
                 ));
             }
         }
         if !(self.utilisation > 0.0 && self.utilisation < 1.0) {
             return Err(format!(
                 "--utilisation must be above 0 and below 1 (a share of total capacity), got {}",
-                self.utilisation
+                crate::num(self.utilisation)
             ));
         }
         if self.backends < 2 || self.servers == 0 || self.keys == 0 {
@@ -95,11 +96,13 @@ impl Params {
                 self.backends, self.servers, self.keys
             ));
         }
+        crate::bounded("--backends", self.backends, 2, crate::MAX_BACKENDS)?;
+        crate::bounded("--keys", self.keys, 1, crate::MAX_KEYS)?;
         const DAY_S: f64 = 86_400.0;
         if !(self.duration_s.is_finite() && self.duration_s > 0.0 && self.duration_s <= DAY_S) {
             return Err(format!(
                 "--duration-s must be above 0 and at most a day (86400), got {}",
-                self.duration_s
+                crate::num(self.duration_s)
             ));
         }
         if !(0.0 <= self.fail_from_s
@@ -108,13 +111,16 @@ impl Params {
         {
             return Err(format!(
                 "need 0 <= --fail-from-s < --fail-until-s <= --duration-s, got {}, {}, {}",
-                self.fail_from_s, self.fail_until_s, self.duration_s
+                crate::num(self.fail_from_s),
+                crate::num(self.fail_until_s),
+                crate::num(self.duration_s)
             ));
         }
         let requests = self.rate() * self.duration_s;
         if requests > MAX_REQUESTS as f64 {
             return Err(format!(
-                "the run would have about {requests:.0} requests, more than {MAX_REQUESTS}: lower --duration-s or --utilisation"
+                "the run would have about {} requests, more than {MAX_REQUESTS}: lower --duration-s or --utilisation",
+                crate::num(requests.round())
             ));
         }
         Ok(())

@@ -70,19 +70,19 @@ impl Params {
         if !(self.service_ms.is_finite() && self.service_ms > 0.0 && self.service_ms <= 3.6e6) {
             return Err(format!(
                 "--service-ms must be a positive number of milliseconds up to an hour, got {}",
-                self.service_ms
+                crate::num(self.service_ms)
             ));
         }
         if !(self.utilisation > 0.0 && self.utilisation < 1.0) {
             return Err(format!(
                 "--utilisation must be above 0 and below 1 (a share of total capacity), got {}",
-                self.utilisation
+                crate::num(self.utilisation)
             ));
         }
         if !(self.hot_share >= 0.0 && self.hot_share < 1.0) {
             return Err(format!(
                 "--hot-share must be at least 0 and below 1 (the hot key's share of requests), got {}",
-                self.hot_share
+                crate::num(self.hot_share)
             ));
         }
         if self.backends < 2 || self.servers == 0 || self.keys < 2 || self.requests == 0 {
@@ -91,17 +91,20 @@ impl Params {
                 self.backends, self.keys, self.servers, self.requests
             ));
         }
+        crate::bounded("--backends", self.backends, 2, crate::MAX_BACKENDS)?;
+        crate::bounded("--keys", self.keys, 2, crate::MAX_KEYS)?;
         if self.requests > MAX_REQUESTS {
             return Err(format!(
                 "--requests must be at most {MAX_REQUESTS}, got {}",
                 self.requests
             ));
         }
-        const TEN_YEARS_S: f64 = 10.0 * 365.25 * 86_400.0;
-        if self.requests as f64 / self.rate() > TEN_YEARS_S {
+        // The per-second peak series has one entry per second of virtual time.
+        const DAY_S: f64 = 86_400.0;
+        if self.requests as f64 / self.rate() > DAY_S {
             return Err(format!(
-                "the run would last {:.0} s of virtual time, more than ten years: raise --utilisation or lower --service-ms",
-                self.requests as f64 / self.rate()
+                "the run would last {} s of virtual time, more than a day (86400): raise --utilisation or lower --service-ms",
+                crate::num((self.requests as f64 / self.rate()).round())
             ));
         }
         Ok(())

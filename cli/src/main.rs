@@ -29,6 +29,35 @@ use liblb_core::{Algorithm, Balancer, HashKind, Node, Options};
 use std::io::{self, Write};
 use std::process::ExitCode;
 
+/// Most backends a simulated scenario has (`--backends`; the seeds scenario's `--nodes` count):
+/// every per-backend table, queue and counter is allocated up front, so the size is checked
+/// first. A million is far beyond any chart anyone reads, and still runs in seconds.
+pub(crate) const MAX_BACKENDS: usize = 1_000_000;
+
+/// Most keys a simulation makes (`--keys`: the seeds scenario's picks, the other scenarios' key
+/// population): each is a string held for the whole run.
+pub(crate) const MAX_KEYS: usize = 10_000_000;
+
+/// A number for a message, as short as it was written (`0.7`, `1e300`): `Display` writes 1e300
+/// as 301 digits.
+pub(crate) fn num(v: f64) -> String {
+    if v.is_finite() && v != 0.0 && (v.abs() >= 1e15 || v.abs() < 1e-4) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Checks a size argument against its bounds before anything is allocated for it.
+pub(crate) fn bounded(flag: &str, value: usize, least: usize, most: usize) -> Result<(), String> {
+    if value < least || value > most {
+        return Err(format!(
+            "{flag} must be from {least} to {most}, got {value}"
+        ));
+    }
+    Ok(())
+}
+
 /// A failure of the command: the library's error, a bad combination of arguments (or a file
 /// that cannot be written), or the output going away.
 pub(crate) enum Failure {

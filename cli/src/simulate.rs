@@ -32,20 +32,20 @@ pub(crate) struct SimulateArgs {
     /// What to simulate (`--scenario help` lists the scenarios).
     #[arg(long, value_enum, default_value_t = ScenarioName::Seeds)]
     scenario: ScenarioName,
-    /// seeds: nodes as a count N (nodes 10.0.0.i:80, weight 1) or a comma list
-    /// ID[=WEIGHT],... Default: the seeds' node lists.
+    /// seeds: nodes as a count N (nodes 10.0.0.i:80, weight 1; at most 1000000) or a comma
+    /// list ID[=WEIGHT],... Default: the seeds' node lists.
     #[arg(long)]
     nodes: Option<String>,
     /// seeds: number of keys (= picks) per algorithm (default 100000); failing-node, hot-key:
-    /// the key population (default 10000).
+    /// the key population (default 10000). 1 to 10000000 (hot-key: from 2).
     #[arg(long)]
     keys: Option<usize>,
     /// Only this algorithm (repeatable); default: all (slow-node: all unkeyed; hot-key: all
     /// keyed).
     #[arg(long, short, value_parser = crate::algorithm_parser())]
     algorithm: Vec<Algorithm>,
-    /// slow-node, failing-node, hot-key: number of backends (backend-0 is the slow or the
-    /// failing one).
+    /// slow-node, failing-node, hot-key: number of backends, 2 to 1000000 (backend-0 is the
+    /// slow or the failing one).
     #[arg(long, default_value_t = 10)]
     backends: usize,
     /// slow-node, failing-node, hot-key: servers per backend (each backend is a FIFO queue
@@ -112,7 +112,7 @@ struct Scenario {
     nodes: Vec<Node>,
 }
 
-fn scenarios(spec: Option<&str>) -> Result<Vec<Scenario>, Error> {
+fn scenarios(spec: Option<&str>) -> Result<Vec<Scenario>, Failure> {
     let Some(spec) = spec else {
         let seed_000 = [("192.168.1.1", 2), ("192.168.1.2", 7), ("192.168.1.3", 1)];
         let seed_002 = [
@@ -135,11 +135,18 @@ fn scenarios(spec: Option<&str>) -> Result<Vec<Scenario>, Error> {
             },
         ]);
     };
-    let nodes = match spec.parse::<usize>() {
-        Ok(n) => (0..n)
-            .map(|i| Node::new(format!("10.0.{}.{}:80", i / 256, i % 256), 1))
-            .collect(),
-        Err(_) => spec
+    let count = (!spec.is_empty() && spec.bytes().all(|b| b.is_ascii_digit()))
+        // Any number of digits is a count, however large (it saturates).
+        .then(|| spec.parse::<usize>().unwrap_or(usize::MAX));
+    let nodes = match count {
+        Some(n) => {
+            // Checked before the list is made: 10^11 nodes would be an abort, not an error.
+            crate::bounded("--nodes", n, 1, crate::MAX_BACKENDS).map_err(Failure::Usage)?;
+            (0..n)
+                .map(|i| Node::new(format!("10.0.{}.{}:80", i / 256, i % 256), 1))
+                .collect()
+        }
+        None => spec
             .split(',')
             .map(parse_node)
             .collect::<Result<Vec<_>, _>>()
@@ -150,7 +157,7 @@ fn scenarios(spec: Option<&str>) -> Result<Vec<Scenario>, Error> {
             })?,
     };
     Ok(vec![Scenario {
-        name: format!("{} nodes", spec.split(',').count().max(1)),
+        name: format!("{} nodes", nodes.len()),
         nodes,
     }])
 }
@@ -560,10 +567,12 @@ fn seeds(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     } else {
         args.algorithm.clone()
     };
-    let keys: Vec<String> = (0..args.keys.unwrap_or(100_000).max(1))
-        .map(|i| format!("client-{i}"))
-        .collect();
-    for scenario in scenarios(args.nodes.as_deref())? {
+    // Checked before the keys are made (10^10 of them aborted on allocation); 0 used to mean 1.
+    let count = args.keys.unwrap_or(100_000);
+    crate::bounded("--keys", count, 1, crate::MAX_KEYS).map_err(Failure::Usage)?;
+    let scenarios = scenarios(args.nodes.as_deref())?;
+    let keys: Vec<String> = (0..count).map(|i| format!("client-{i}")).collect();
+    for scenario in scenarios {
         for algorithm in &algorithms {
             table(&scenario, *algorithm, &keys, &args.options, out)?;
         }
@@ -619,9 +628,14 @@ fn table(
         "{:<22} {:>6} {:>9} {:>9}  chart",
         "node", "weight", "expected", "actual"
     )?;
+    // Counted in one pass (a scan of every pick per node was quadratic).
+    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for id in &placed {
+        *counts.entry(id.as_str()).or_default() += 1;
+    }
     let mut peak: f64 = 0.0;
     for node in &scenario.nodes {
-        let count = placed.iter().filter(|id| **id == *node.id).count();
+        let count = counts.get(&*node.id).copied().unwrap_or(0);
         let share = count as f64 / keys.len() as f64;
         let want = expected(node);
         if want > 0.0 {

@@ -69,11 +69,13 @@ impl Params {
         self.servers as f64 * 1e9 / self.mean_ns(i) / self.capacity()
     }
 
-    /// Total service rate, requests per second.
+    /// Total service rate, requests per second: the slow backend's plus the others'. In closed
+    /// form, not summed per backend: the share table calls it once per backend, which made
+    /// a million backends quadratic (minutes).
     pub fn capacity(&self) -> f64 {
-        (0..self.backends)
-            .map(|i| self.servers as f64 * 1e9 / self.mean_ns(i))
-            .sum()
+        let normal =
+            self.backends.saturating_sub(1) as f64 * self.servers as f64 * 1e9 / self.mean_ns(1);
+        normal + self.slow_capacity()
     }
 
     /// Arrival rate, requests per second.
@@ -92,7 +94,10 @@ impl Params {
             if v.is_finite() && v > 0.0 {
                 Ok(())
             } else {
-                Err(format!("--{name} must be a positive number, got {v}"))
+                Err(format!(
+                    "--{name} must be a positive number, got {}",
+                    crate::num(v)
+                ))
             }
         };
         positive("service-ms", self.service_ms)?;
@@ -100,7 +105,7 @@ impl Params {
         if !(self.utilisation > 0.0 && self.utilisation < 1.0) {
             return Err(format!(
                 "--utilisation must be above 0 and below 1 (a share of total capacity), got {}",
-                self.utilisation
+                crate::num(self.utilisation)
             ));
         }
         if self.backends < 2 {
@@ -109,6 +114,7 @@ impl Params {
                 self.backends
             ));
         }
+        crate::bounded("--backends", self.backends, 2, crate::MAX_BACKENDS)?;
         if self.servers == 0 || self.requests == 0 {
             return Err("--servers and --requests must be at least 1".into());
         }
@@ -124,14 +130,14 @@ impl Params {
         if self.service_ms * self.slowdown > HOUR_MS {
             return Err(format!(
                 "the slow backend's mean service time (--service-ms x --slowdown) must be at most an hour, got {} ms",
-                self.service_ms * self.slowdown
+                crate::num(self.service_ms * self.slowdown)
             ));
         }
         const TEN_YEARS_S: f64 = 10.0 * 365.25 * 86_400.0;
         if self.requests as f64 / self.rate() > TEN_YEARS_S {
             return Err(format!(
-                "the run would last {:.0} s of virtual time, more than ten years: raise --utilisation or lower --service-ms",
-                self.requests as f64 / self.rate()
+                "the run would last {} s of virtual time, more than ten years: raise --utilisation or lower --service-ms",
+                crate::num((self.requests as f64 / self.rate()).round())
             ));
         }
         Ok(())
@@ -327,6 +333,37 @@ pub(crate) fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capacity_in_closed_form_is_the_sum_of_the_backends_rates() {
+        for (backends, servers, service_ms, slowdown) in
+            [(2, 1, 10.0, 10.0), (10, 3, 7.5, 2.5), (1000, 2, 0.1, 1.0)]
+        {
+            let p = Params {
+                backends,
+                servers,
+                service_ms,
+                slowdown,
+                ..params()
+            };
+            let sum: f64 = (0..backends)
+                .map(|i| servers as f64 * 1e9 / p.mean_ns(i))
+                .sum();
+            assert!((p.capacity() - sum).abs() <= sum * 1e-12, "{p:?}");
+            let shares: f64 = (0..backends).map(|i| p.capacity_share(i)).sum();
+            assert!((shares - 1.0).abs() < 1e-9);
+        }
+        // Too many backends are refused before anything is summed or allocated.
+        let huge = Params {
+            backends: 100_000_000_000,
+            ..params()
+        };
+        assert!(
+            huge.validate()
+                .unwrap_err()
+                .contains("--backends must be from 2 to 1000000")
+        );
+    }
 
     fn params() -> Params {
         Params {

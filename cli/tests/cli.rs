@@ -492,3 +492,184 @@ fn failing_node_and_hot_key_name_bad_parameters() {
         assert!(text.contains(name), "{name} missing from:\n{text}");
     }
 }
+
+/// Runs `lb` and kills it after `secs`: a command that hangs (or spins) fails the test instead
+/// of hanging the suite.
+fn lb_within(args: &[&str], secs: u64) -> Output {
+    use std::time::Duration;
+    let child = Command::new(env!("CARGO_BIN_EXE_lb"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("lb runs");
+    let pid = child.id();
+    // Another thread drains the pipes (a full pipe would stall the child) until it exits.
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output().expect("output")));
+    match result.recv_timeout(Duration::from_secs(secs)) {
+        Ok(output) => output,
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("lb {args:?} still running after {secs} s");
+        }
+    }
+}
+
+/// Issue 19, finding 15: sizes are bounded before anything is allocated, with a clear error
+/// (not an abort, exit 134, nor minutes of spinning), and numbers in errors stay short.
+#[test]
+fn large_sizes_fail_fast_with_a_clear_message() {
+    for (args, needle) in [
+        (
+            &["--keys", "10000000000"][..],
+            "--keys must be from 1 to 10000000, got 10000000000",
+        ),
+        (
+            &["--keys", "0"][..],
+            "--keys must be from 1 to 10000000, got 0",
+        ),
+        (
+            &["--nodes", "100000000000"][..],
+            "--nodes must be from 1 to 1000000, got 100000000000",
+        ),
+        (
+            &["--nodes", "1000000000000000000000000000000"][..],
+            "--nodes must be from 1 to 1000000",
+        ),
+        (
+            &["--scenario", "hot-key", "--keys", "10000000000"][..],
+            "--keys must be from 2 to 10000000",
+        ),
+        (
+            &["--scenario", "failing-node", "--keys", "10000000000"][..],
+            "--keys must be from 1 to 10000000",
+        ),
+        (
+            &["--scenario", "slow-node", "--backends", "100000000000"][..],
+            "--backends must be from 2 to 1000000, got 100000000000",
+        ),
+        (
+            &["--scenario", "failing-node", "--backends", "100000000000"][..],
+            "--backends must be from 2 to 1000000",
+        ),
+        (
+            &["--scenario", "hot-key", "--backends", "100000000000"][..],
+            "--backends must be from 2 to 1000000",
+        ),
+        (
+            &["--scenario", "slow-node", "--service-ms", "1e300"][..],
+            "got 1e301 ms",
+        ),
+        (
+            &["--scenario", "failing-node", "--fail-from-s", "1e300"][..],
+            "got 1e300, 60, 110",
+        ),
+        (
+            &[
+                "--scenario",
+                "hot-key",
+                "--utilisation",
+                "0.001",
+                "--service-ms",
+                "3600000",
+                "--requests",
+                "100",
+            ][..],
+            "the run would last 36000000 s of virtual time, more than a day",
+        ),
+    ] {
+        let mut all = vec!["simulate"];
+        all.extend_from_slice(args);
+        let o = lb_within(&all, 60);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(err.len() < 300, "{args:?}: a long error: {err}");
+    }
+}
+
+/// Many backends cost time linear in their number (the share table recomputed the total
+/// capacity per backend: a million took minutes).
+#[test]
+fn many_backends_run_in_linear_time() {
+    let o = lb_within(
+        &[
+            "simulate",
+            "--scenario",
+            "slow-node",
+            "--backends",
+            "200000",
+            "--requests",
+            "10",
+            "-a",
+            "round_robin",
+        ],
+        60,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = stdout(&o);
+    assert!(text.contains("b199999"), "no column for the last backend");
+}
+
+/// `-o` options are checked as a whole: their order does not matter (issue 19, finding 11).
+#[test]
+fn options_in_any_order() {
+    for pair in [
+        ["max_ejection_time_ms=1000", "base_ejection_time_ms=500"],
+        ["max_ring_size=512", "min_ring_size=256"],
+    ] {
+        for order in [[pair[0], pair[1]], [pair[1], pair[0]]] {
+            let o = lb(&[
+                "pick",
+                "-a",
+                "ring_hash",
+                "-n",
+                "a",
+                "-o",
+                order[0],
+                "-o",
+                order[1],
+                "k",
+            ]);
+            assert!(
+                o.status.success(),
+                "{order:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert_eq!(stdout(&o), "k\ta\n");
+        }
+    }
+    let o = lb(&[
+        "pick",
+        "-a",
+        "ring_hash",
+        "-n",
+        "a",
+        "-o",
+        "base_ejection_time_ms=1000",
+        "-o",
+        "max_ejection_time_ms=500",
+        "k",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("max_ejection_time_ms"),
+        "{err}"
+    );
+    let o = lb(&[
+        "pick",
+        "-a",
+        "ring_hash",
+        "-n",
+        "a",
+        "-o",
+        "base_ejection_time_ms=0",
+        "k",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("at least 1 (milliseconds)"),
+        "{err}"
+    );
+}

@@ -67,9 +67,15 @@ pub struct Options {
     /// An ejection lasts this times the number of times the node was ejected (Envoy's
     /// `base_ejection_time`); default 30 s. Option name `base_ejection_time_ms`.
     pub base_ejection_time: Duration,
-    /// The longest an ejection lasts (Envoy's `max_ejection_time`); default 300 s. Option
-    /// name `max_ejection_time_ms`.
+    /// The longest an ejection lasts (Envoy's `max_ejection_time`); default 300 s, or
+    /// `base_ejection_time` if that is longer (Envoy's rule) while
+    /// [`Options::max_ejection_time_set`] is false. Option name `max_ejection_time_ms`.
     pub max_ejection_time: Duration,
+    /// Whether `max_ejection_time` was given: [`Options::set`] sets this with
+    /// `max_ejection_time_ms`; until then it keeps `max_ejection_time` at the larger of 300 s
+    /// and `base_ejection_time`, as Envoy's default does. Code writing `max_ejection_time`
+    /// directly should set this too. Default false.
+    pub max_ejection_time_set: bool,
     /// At most this percentage of the nodes is ejected at once, but always at least one node
     /// may be (Envoy's `max_ejection_percent`); default 10.
     pub max_ejection_percent: u32,
@@ -97,6 +103,10 @@ pub struct Options {
     pub thread_rounds: u32,
 }
 
+/// `max_ejection_time`'s default (Envoy's `DEFAULT_MAX_EJECTION_TIME_MS`), raised to
+/// `base_ejection_time` when that is longer.
+pub const DEFAULT_MAX_EJECTION_TIME: Duration = Duration::from_secs(300);
+
 /// Most candidates `least_request` draws per pick.
 pub const MAX_CHOICE_COUNT: u32 = 16;
 
@@ -114,7 +124,8 @@ impl Default for Options {
             max_ring_size: ring_hash::DEFAULT_MAX_RING_SIZE,
             consecutive_failures: 5,
             base_ejection_time: Duration::from_secs(30),
-            max_ejection_time: Duration::from_secs(300),
+            max_ejection_time: DEFAULT_MAX_EJECTION_TIME,
+            max_ejection_time_set: false,
             max_ejection_percent: 10,
             panic_threshold: 50,
             slow_start_window: Duration::ZERO,
@@ -153,91 +164,92 @@ impl Options {
     /// The options that take any number, not only integers (decimal text such as `"1.5"`).
     pub const NUMBER_NAMES: &'static [&'static str] = &["slow_start_aggression"];
 
-    /// Sets an option by name; unknown names and ill-typed values get specific errors and leave
-    /// `self` unchanged.
+    /// Sets an option by name. Only that option's own rule is checked here (its type and
+    /// range), so options can be given in any order; rules between options (`min_ring_size` <=
+    /// `max_ring_size`, `base_ejection_time_ms` <= `max_ejection_time_ms`) are checked once, by
+    /// [`Options::validate`], which every balancer constructor calls. Unknown names and
+    /// ill-typed or out-of-range values get specific errors and leave `self` unchanged.
+    ///
+    /// `max_ejection_time_ms` left unset follows `base_ejection_time_ms` as Envoy's default
+    /// does: it is the larger of 300 s and the base ([`Options::max_ejection_time_set`]).
     pub fn set(&mut self, name: &str, value: OptionValue<'_>) -> Result<()> {
-        match name {
-            "seed" => self.seed = Some(int_value("seed", value)?),
+        let option = Self::NAMES
+            .iter()
+            .find(|n| **n == name)
+            .copied()
+            .ok_or_else(|| Error::UnknownOption(name.to_string()))?;
+        let mut changed = *self;
+        match option {
+            "seed" => changed.seed = Some(int_value(option, value)?),
             "vnodes" => {
-                let v = int_value("vnodes", value)?;
+                let v = int_value(option, value)?;
+                // Checked before narrowing: 2^32 + 1 must not wrap to a valid count.
                 if v == 0 || v > u64::from(MAX_VNODES) {
                     return Err(Error::InvalidVnodes(v));
                 }
-                self.vnodes = v as u32;
+                changed.vnodes = v as u32;
             }
             "hash" => match value {
-                OptionValue::Str(s) => self.hash = Some(s.parse()?),
-                OptionValue::Int(i) => return Err(invalid("hash", i.to_string(), "a hash name")),
+                OptionValue::Str(s) => changed.hash = Some(s.parse()?),
+                OptionValue::Int(i) => return Err(invalid(option, i.to_string(), "a hash name")),
             },
-            "choice_count" => {
-                let v = int_value("choice_count", value)?;
-                if !(2..=u64::from(MAX_CHOICE_COUNT)).contains(&v) {
-                    return Err(invalid("choice_count", v.to_string(), CHOICE_COUNT_RANGE));
+            "slow_start_aggression" => {
+                let v = float_value(option, value)?;
+                if !(v.is_finite() && v > 0.0) {
+                    // The value as given (`-1`, not `-1.0`).
+                    let given = match value {
+                        OptionValue::Int(i) => i.to_string(),
+                        OptionValue::Str(s) => s.to_string(),
+                    };
+                    return Err(invalid(option, given, "a number above 0"));
                 }
-                self.choice_count = v as u32;
+                changed.slow_start_aggression = v;
             }
-            "decay_ms" => {
-                let v = int_value("decay_ms", value)?;
-                if v == 0 {
-                    return Err(invalid(
-                        "decay_ms",
-                        v.to_string(),
-                        "at least 1 (milliseconds)",
-                    ));
-                }
-                self.decay = Duration::from_millis(v);
-            }
-            "initial_latency_ms" => {
-                let v = int_value("initial_latency_ms", value)?;
-                self.initial_latency = Duration::from_millis(v);
-            }
-            "table_size" | "min_ring_size" | "max_ring_size" => {
-                let v = int_value(option_name(name), value)?;
-                let mut changed = *self;
-                match name {
+            _ => {
+                let v = int_value(option, value)?;
+                let millis = Duration::from_millis(v);
+                let small = u32::try_from(v)
+                    .map_err(|_| invalid(option, v.to_string(), "an integer below 2^32"));
+                match option {
+                    // Out of range is out of range, however large: not "below 2^32".
+                    "choice_count" => {
+                        changed.choice_count = u32::try_from(v)
+                            .ok()
+                            .filter(|c| (2..=MAX_CHOICE_COUNT).contains(c))
+                            .ok_or_else(|| invalid(option, v.to_string(), CHOICE_COUNT_RANGE))?;
+                    }
+                    "decay_ms" => changed.decay = millis,
+                    "initial_latency_ms" => changed.initial_latency = millis,
                     "table_size" => changed.table_size = v,
                     "min_ring_size" => changed.min_ring_size = v,
-                    _ => changed.max_ring_size = v,
-                }
-                changed.validate()?;
-                *self = changed;
-            }
-            "consecutive_failures"
-            | "base_ejection_time_ms"
-            | "max_ejection_time_ms"
-            | "max_ejection_percent"
-            | "panic_threshold"
-            | "slow_start_window_ms"
-            | "slow_start_aggression"
-            | "min_weight_percent"
-            | "hash_balance_factor"
-            | "thread_rounds" => {
-                let option = option_name(name);
-                let mut changed = *self;
-                if name == "slow_start_aggression" {
-                    changed.slow_start_aggression = float_value(option, value)?;
-                } else {
-                    let v = int_value(option, value)?;
-                    let millis = Duration::from_millis(v);
-                    let small = u32::try_from(v)
-                        .map_err(|_| invalid(option, v.to_string(), "an integer below 2^32"));
-                    match name {
-                        "consecutive_failures" => changed.consecutive_failures = small?,
-                        "base_ejection_time_ms" => changed.base_ejection_time = millis,
-                        "max_ejection_time_ms" => changed.max_ejection_time = millis,
-                        "max_ejection_percent" => changed.max_ejection_percent = small?,
-                        "panic_threshold" => changed.panic_threshold = small?,
-                        "slow_start_window_ms" => changed.slow_start_window = millis,
-                        "min_weight_percent" => changed.min_weight_percent = small?,
-                        "thread_rounds" => changed.thread_rounds = small?,
-                        _ => changed.hash_balance_factor = small?,
+                    "max_ring_size" => changed.max_ring_size = v,
+                    "consecutive_failures" => changed.consecutive_failures = small?,
+                    "base_ejection_time_ms" => changed.base_ejection_time = millis,
+                    "max_ejection_time_ms" => {
+                        changed.max_ejection_time = millis;
+                        changed.max_ejection_time_set = true;
                     }
+                    "max_ejection_percent" => changed.max_ejection_percent = small?,
+                    "panic_threshold" => changed.panic_threshold = small?,
+                    "slow_start_window_ms" => changed.slow_start_window = millis,
+                    "min_weight_percent" => changed.min_weight_percent = small?,
+                    "hash_balance_factor" => changed.hash_balance_factor = small?,
+                    _ => changed.thread_rounds = small?,
                 }
-                changed.validate()?;
-                *self = changed;
             }
-            _ => return Err(Error::UnknownOption(name.to_string())),
         }
+        changed.check(option)?;
+        // A max nobody gave (not by name, nor by writing the field) follows the base.
+        let following = DEFAULT_MAX_EJECTION_TIME.max(self.base_ejection_time);
+        if option == "base_ejection_time_ms"
+            && !changed.max_ejection_time_set
+            && self.max_ejection_time == following
+        {
+            // Envoy: "If max_ejection_time was not specified in the config, apply the default or
+            // base_ejection_time whatever is larger" (outlier_detection_impl.cc, DetectorConfig).
+            changed.max_ejection_time = DEFAULT_MAX_EJECTION_TIME.max(changed.base_ejection_time);
+        }
+        *self = changed;
         Ok(())
     }
 
@@ -325,65 +337,34 @@ impl Options {
                 default.thread_rounds.to_string(),
             ),
         ];
+        // A max that follows the base is not listed (setting the base brings it back); one
+        // that was given is, even at 300000, so it still holds if the base grows.
         all.into_iter()
-            .filter(|(_, value, default)| value != default)
+            .filter(|(name, value, default)| match *name {
+                "max_ejection_time_ms" => self.max_ejection_time_set,
+                _ => value != default,
+            })
             .map(|(name, value, _)| (name, value))
             .collect()
     }
 
-    /// Checks values set directly through the public fields.
+    /// Checks every option, then the rules between options: the whole configuration, as every
+    /// balancer constructor does before building. Also catches values written directly to the
+    /// public fields.
     pub fn validate(&self) -> Result<()> {
-        if self.vnodes == 0 || self.vnodes > MAX_VNODES {
-            return Err(Error::InvalidVnodes(u64::from(self.vnodes)));
+        for option in Self::NAMES {
+            self.check(option)?;
         }
-        if !(2..=MAX_CHOICE_COUNT).contains(&self.choice_count) {
-            let value = self.choice_count.to_string();
-            return Err(invalid("choice_count", value, CHOICE_COUNT_RANGE));
-        }
-        if self.decay.is_zero() {
+        if self.max_ring_size < self.min_ring_size {
+            let value = self.max_ring_size.to_string();
             return Err(invalid(
-                "decay_ms",
-                "0".to_string(),
-                "at least 1 (milliseconds)",
+                "max_ring_size",
+                value,
+                "at least min_ring_size (Envoy's minimum_ring_size <= maximum_ring_size)",
             ));
         }
-        if self.table_size > maglev::MAX_TABLE_SIZE || !maglev::is_prime(self.table_size) {
-            let value = self.table_size.to_string();
-            return Err(invalid("table_size", value, "a prime up to 5000011"));
-        }
-        let (min, max) = (self.min_ring_size, self.max_ring_size);
-        if min == 0 || min > ring_hash::DEFAULT_MAX_RING_SIZE {
-            let value = min.to_string();
-            return Err(invalid("min_ring_size", value, "1 to 8388608"));
-        }
-        if max < min || max > ring_hash::DEFAULT_MAX_RING_SIZE {
-            let value = max.to_string();
-            return Err(invalid("max_ring_size", value, "min_ring_size to 8388608"));
-        }
-        for (option, value) in [
-            ("max_ejection_percent", self.max_ejection_percent),
-            ("panic_threshold", self.panic_threshold),
-            ("min_weight_percent", self.min_weight_percent),
-        ] {
-            if value > 100 {
-                return Err(invalid(option, value.to_string(), "a percentage, 0 to 100"));
-            }
-        }
-        // Durations beyond ~292 years do not fit the nanosecond clock.
-        for (option, value) in [
-            ("base_ejection_time_ms", self.base_ejection_time),
-            ("max_ejection_time_ms", self.max_ejection_time),
-            ("slow_start_window_ms", self.slow_start_window),
-        ] {
-            if value.as_nanos() > u128::from(MAX_DURATION_NS) {
-                let value = value.as_millis().to_string();
-                return Err(invalid(
-                    option,
-                    value,
-                    "at most 2^62 nanoseconds (~146 years)",
-                ));
-            }
-        }
+        // Envoy rejects the same (DetectorImpl::create: "max_ejection_time cannot be smaller
+        // than base_ejection_time"); an unset max already follows the base (`set`).
         if self.max_ejection_time < self.base_ejection_time {
             let value = self.max_ejection_time.as_millis().to_string();
             return Err(invalid(
@@ -392,34 +373,96 @@ impl Options {
                 "at least base_ejection_time_ms",
             ));
         }
-        let aggression = self.slow_start_aggression;
-        if !(aggression.is_finite() && aggression > 0.0) {
-            let value = alloc::format!("{aggression}");
-            return Err(invalid("slow_start_aggression", value, "a number above 0"));
-        }
-        if self.thread_rounds > 1 << 20 {
-            let value = self.thread_rounds.to_string();
-            return Err(invalid("thread_rounds", value, "0 (off) to 1048576"));
-        }
-        if self.hash_balance_factor != 0 && self.hash_balance_factor < 100 {
-            let value = self.hash_balance_factor.to_string();
-            return Err(invalid(
-                "hash_balance_factor",
-                value,
-                "0 (off) or at least 100",
-            ));
-        }
         Ok(())
     }
-}
 
-/// The static name of an option, for error messages.
-fn option_name(name: &str) -> &'static str {
-    Options::NAMES
-        .iter()
-        .find(|n| **n == name)
-        .copied()
-        .unwrap_or("option")
+    /// One option's own rule, whatever the other options hold.
+    fn check(&self, option: &'static str) -> Result<()> {
+        // Durations beyond ~146 years do not fit the nanosecond clock.
+        let duration = |value: Duration, least: u128| -> Result<()> {
+            if value.as_millis() < least {
+                return Err(invalid(
+                    option,
+                    value.as_millis().to_string(),
+                    "at least 1 (milliseconds)",
+                ));
+            }
+            if value.as_nanos() > u128::from(MAX_DURATION_NS) {
+                let value = value.as_millis().to_string();
+                return Err(invalid(
+                    option,
+                    value,
+                    "at most 2^62 nanoseconds (~146 years)",
+                ));
+            }
+            Ok(())
+        };
+        let percent = |value: u32| -> Result<()> {
+            if value > 100 {
+                return Err(invalid(option, value.to_string(), "a percentage, 0 to 100"));
+            }
+            Ok(())
+        };
+        match option {
+            "vnodes" if self.vnodes == 0 || self.vnodes > MAX_VNODES => {
+                Err(Error::InvalidVnodes(u64::from(self.vnodes)))
+            }
+            "choice_count" if !(2..=MAX_CHOICE_COUNT).contains(&self.choice_count) => {
+                let value = self.choice_count.to_string();
+                Err(invalid(option, value, CHOICE_COUNT_RANGE))
+            }
+            "decay_ms" if self.decay.is_zero() => Err(invalid(
+                option,
+                "0".to_string(),
+                "at least 1 (milliseconds)",
+            )),
+            "table_size"
+                if self.table_size > maglev::MAX_TABLE_SIZE
+                    || !maglev::is_prime(self.table_size) =>
+            {
+                let value = self.table_size.to_string();
+                Err(invalid(option, value, "a prime up to 5000011"))
+            }
+            "min_ring_size" | "max_ring_size" => {
+                let value = match option {
+                    "min_ring_size" => self.min_ring_size,
+                    _ => self.max_ring_size,
+                };
+                if value == 0 || value > ring_hash::DEFAULT_MAX_RING_SIZE {
+                    return Err(invalid(option, value.to_string(), "1 to 8388608"));
+                }
+                Ok(())
+            }
+            // Envoy requires both durations > 0 (outlier_detection.proto: `gt {}`); a zero base
+            // would make every ejection end the moment it starts.
+            "base_ejection_time_ms" => duration(self.base_ejection_time, 1),
+            "max_ejection_time_ms" => duration(self.max_ejection_time, 1),
+            "slow_start_window_ms" => duration(self.slow_start_window, 0),
+            "max_ejection_percent" => percent(self.max_ejection_percent),
+            "panic_threshold" => percent(self.panic_threshold),
+            "min_weight_percent" => percent(self.min_weight_percent),
+            "slow_start_aggression" => {
+                let aggression = self.slow_start_aggression;
+                if aggression.is_finite() && aggression > 0.0 {
+                    return Ok(());
+                }
+                // `{:?}` writes 1e300 as such, not as 301 digits.
+                let value = alloc::format!("{aggression:?}");
+                Err(invalid(option, value, "a number above 0"))
+            }
+            "thread_rounds" if self.thread_rounds > 1 << 20 => {
+                let value = self.thread_rounds.to_string();
+                Err(invalid(option, value, "0 (off) to 1048576"))
+            }
+            "hash_balance_factor"
+                if self.hash_balance_factor != 0 && self.hash_balance_factor < 100 =>
+            {
+                let value = self.hash_balance_factor.to_string();
+                Err(invalid(option, value, "0 (off) or at least 100"))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 const CHOICE_COUNT_RANGE: &str = "an integer from 2 to 16";
@@ -447,7 +490,17 @@ fn float_value(option: &'static str, value: OptionValue<'_>) -> Result<f64> {
 /// The longest duration an option takes, in nanoseconds.
 pub(crate) const MAX_DURATION_NS: u64 = 1 << 62;
 
+/// Values longer than this are shortened in errors: a 400-digit number is not worth echoing.
+const SHOWN_VALUE_CHARS: usize = 80;
+
 fn invalid(option: &'static str, value: String, expected: &'static str) -> Error {
+    let chars = value.chars().count();
+    let value = if chars > SHOWN_VALUE_CHARS {
+        let head: String = value.chars().take(SHOWN_VALUE_CHARS / 2).collect();
+        alloc::format!("{head}... ({chars} characters)")
+    } else {
+        value
+    };
     Error::InvalidOptionValue {
         option,
         value,

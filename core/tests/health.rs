@@ -431,7 +431,8 @@ fn health_options_are_checked() {
         ("slow_start_aggression", "0"),
         ("slow_start_aggression", "nan"),
         ("hash_balance_factor", "99"),
-        ("max_ejection_time_ms", "10"),
+        ("max_ejection_time_ms", "0"),
+        ("base_ejection_time_ms", "0"),
         ("consecutive_failures", "4294967296"),
     ] {
         let before = o;

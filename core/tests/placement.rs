@@ -92,7 +92,6 @@ fn placement_options_are_checked() {
         ("table_size", 65536),   // not prime
         ("table_size", 5000017), // prime, over Envoy's largest
         ("min_ring_size", 0),
-        ("max_ring_size", 10), // below min_ring_size
         ("max_ring_size", 1 << 24),
     ] {
         let err = options.set(name, OptionValue::Int(value)).unwrap_err();
@@ -102,6 +101,16 @@ fn placement_options_are_checked() {
         );
         assert_eq!(options, Options::default(), "{name}={value}");
     }
+    // Below min_ring_size: a rule between options, checked by `validate` (any order).
+    options.set("max_ring_size", OptionValue::Int(10)).unwrap();
+    let err = Balancer::new(Algorithm::RingHash, nodes(), options).unwrap_err();
+    assert!(matches!(
+        err,
+        Error::InvalidOptionValue {
+            option: "max_ring_size",
+            ..
+        }
+    ));
     options.set("table_size", OptionValue::Int(251)).unwrap();
     options.set("min_ring_size", OptionValue::Int(64)).unwrap();
     options.set("max_ring_size", OptionValue::Int(128)).unwrap();

@@ -182,7 +182,10 @@ pub struct lb_pick {
 /// The caller owns the result and must call `lb_balancer_free`. If this returns an error,
 /// `*balancer_out` is unchanged and nothing needs freeing. Errors: `LB_RESULT_NULL_PARAMETER`,
 /// `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_ALGORITHM`,
-/// `LB_RESULT_INVALID_VNODES`, and for the nodes `LB_RESULT_EMPTY_ID`,
+/// `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (options that are valid one by
+/// one but not together: `max_ring_size` below `min_ring_size`, `max_ejection_time_ms` below
+/// `base_ejection_time_ms`; the options are checked as a whole here, so the order they were
+/// set in never matters), and for the nodes `LB_RESULT_EMPTY_ID`,
 /// `LB_RESULT_ID_CONTAINS_NUL`, `LB_RESULT_DUPLICATE_NODE`, `LB_RESULT_TOO_MANY_NODES`.
 /// Thread-safe.
 #[unsafe(no_mangle)]
@@ -1129,9 +1132,28 @@ pub struct lb_node_stats {
     pub latency_ns: u64,
     /// Its health: `LB_NODE_HEALTHY`, `LB_NODE_WARMING`, `LB_NODE_EJECTED` or `LB_NODE_DOWN`.
     pub status: lb_node_status,
-    /// When a warm-up or an ejection ends, in nanoseconds of the balancer's monotonic clock;
-    /// 0 for the other states.
+    /// When a warm-up or an ejection ends, in nanoseconds of the balancer's monotonic clock
+    /// (which starts at 0 when the balancer is created; read it with `lb_balancer_now_ns`, so
+    /// `until_ns - now` is the time left); 0 for the other states.
     pub until_ns: u64,
+}
+
+/// Reads the balancer's clock into `*now_ns_out`: nanoseconds since the balancer was created,
+/// monotonic (never goes back), the clock of `lb_node_stats.until_ns`. So the time left of an
+/// ejection or warm-up is `until_ns - now` (0 or less: it has ended; the next pick or stats
+/// call sees it). Errors: `LB_RESULT_NULL_PARAMETER` (NULL `balancer` or `now_ns_out`; then
+/// `*now_ns_out` is unchanged). Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_now_ns(
+    balancer: *const lb_balancer,
+    now_ns_out: *mut u64,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires a NULL or live handle and `now_ns_out` NULL or writable.
+        let (balancer, out) = unsafe { (try_ref(balancer)?, try_out(now_ns_out)?) };
+        out.write(balancer.clock().now_ns());
+        Ok(())
+    }
 }
 
 /// Lists each node's load in insertion order, drained nodes included, with the same

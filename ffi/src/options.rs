@@ -7,10 +7,32 @@ use crate::ptr::{Castable, free_handle, to_handle, try_mut, try_out, try_str};
 use core::ffi::c_char;
 use liblb_core::{OptionValue, Options};
 
-/// Options for `lb_balancer_new`: `seed`, `vnodes`, `hash`. Create with `lb_options_new`, set
-/// with `lb_options_set_int` / `lb_options_set_str`, free with `lb_options_free`. A balancer
+/// Options for `lb_balancer_new`, set by name. Create with `lb_options_new`, set with
+/// `lb_options_set_int` / `lb_options_set_str`, free with `lb_options_free`. A balancer
 /// copies the options it is built with, so they can be freed (or reused) right after
 /// `lb_balancer_new`. Setters need exclusive access; `lb_balancer_new` only reads them.
+///
+/// Every option (defaults in brackets; `docs/c.md`, `docs/health.md` and `docs/algorithms.md`
+/// say more):
+///
+/// - `seed`: any 64-bit integer [none: OS entropy];
+/// - `vnodes`: ring points per unit of weight, 1..=65536 [160];
+/// - `hash`: text, `"sha256"` or `"xxh3"` [the algorithm's own];
+/// - `choice_count`: `least_request` candidates, 2..=16 [2];
+/// - `decay_ms`: peak-EWMA decay, >= 1 [10000]; `initial_latency_ms` [30];
+/// - `table_size`: `maglev` table, a prime up to 5000011 [65537];
+/// - `min_ring_size`, `max_ring_size`: `ring_hash` ring, 1..=8388608, min <= max [1024, 8388608];
+/// - `consecutive_failures`: failures that eject a node, 0 = never [5];
+/// - `base_ejection_time_ms`: >= 1, times the number of ejections [30000];
+/// - `max_ejection_time_ms`: >= `base_ejection_time_ms` [300000, or the base if longer];
+/// - `max_ejection_percent`, `panic_threshold`, `min_weight_percent`: 0..=100 [10, 50, 10];
+/// - `slow_start_window_ms`: 0 = no slow start [0];
+/// - `slow_start_aggression`: a number > 0, as text for fractions (`"1.5"`) [1.0];
+/// - `hash_balance_factor`: bounded loads, 0 = off or >= 100 [0];
+/// - `thread_rounds`: 0..=1048576 [0].
+///
+/// A setter checks only its own option, so options may be set in any order; the rules between
+/// options (min/max ring size, base/max ejection time) are checked by `lb_balancer_new`.
 pub struct lb_options {
     _private: [u8; 0],
 }
@@ -42,14 +64,16 @@ pub extern "C" fn lb_options_free(options: *mut lb_options) {
     ffi_panic_boundary!(unsafe { free_handle(options) })
 }
 
-/// Sets an integer option: `seed` (any value) or `vnodes` (1..=65536). `name` is `name_len`
-/// bytes of UTF-8, not necessarily NUL-terminated.
+/// Sets an integer option: any option of `lb_options` but `hash` (`seed` takes any value, the
+/// others their ranges listed there). `name` is `name_len` bytes of UTF-8, not necessarily
+/// NUL-terminated. Only this option's own range is checked here; rules between options are
+/// checked by `lb_balancer_new`.
 ///
 /// Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or
 /// NULL `name` with a non-zero length), `LB_RESULT_INVALID_LENGTH` (`name_len` above
-/// `PTRDIFF_MAX`), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`
-/// (not `seed`, `vnodes` or `hash`), `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE`
-/// (an integer for `hash`). Not thread-safe for the same `options`.
+/// `PTRDIFF_MAX`), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION` (a name not listed at
+/// `lb_options`), `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (an integer for
+/// `hash`, or a value out of the option's range). Not thread-safe for the same `options`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_options_set_int(
     options: *mut lb_options,
@@ -62,15 +86,15 @@ pub extern "C" fn lb_options_set_int(
     )))
 }
 
-/// Sets an option from text: `hash` (`"sha256"` or `"xxh3"`), or `seed`/`vnodes` as decimal
-/// text. `name` and `value` are UTF-8 of the given lengths, not necessarily NUL-terminated.
+/// Sets an option from text: `hash` (`"sha256"` or `"xxh3"`), `slow_start_aggression` as a
+/// decimal number (`"1.5"`), or any integer option as decimal text. `name` and `value` are UTF-8 of the given lengths, not necessarily NUL-terminated.
 ///
 /// Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or
 /// NULL `name` or `value` with a non-zero length), `LB_RESULT_INVALID_LENGTH` (`name_len` or
 /// `value_len` above `PTRDIFF_MAX`), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION`,
 /// `LB_RESULT_UNKNOWN_HASH`,
-/// `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (text that is not a number for
-/// `seed` or `vnodes`). Not thread-safe for the same `options`.
+/// `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (text that is not a number, or
+/// a value out of the option's range). Not thread-safe for the same `options`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_options_set_str(
     options: *mut lb_options,

@@ -2,7 +2,7 @@
 //!
 //! Codes 1..=13 are core `Error` kinds (the same failures every binding reports, see
 //! `Error::code`); from 100 up, codes of the C boundary and core kinds added later (105, 106,
-//! 108).
+//! 109).
 //! Names and texts of the core's kinds come from the core (`Error::code`, `Error::summary`).
 
 use core::ffi::{CStr, c_char};
@@ -48,12 +48,17 @@ pub enum lb_result {
     /// The algorithm name is not one liblb knows (see `lb_algorithm_name`).
     UnknownAlgorithm = 10,
     /// The option name is not one liblb knows (`seed`, `vnodes`, `hash`, `choice_count`,
-    /// `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`).
+    /// `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`,
+    /// `consecutive_failures`, `base_ejection_time_ms`, `max_ejection_time_ms`,
+    /// `max_ejection_percent`, `panic_threshold`, `slow_start_window_ms`,
+    /// `slow_start_aggression`, `min_weight_percent`, `hash_balance_factor`, `thread_rounds`).
     UnknownOption = 11,
     /// The `hash` option is not one of `sha256`, `xxh3`.
     UnknownHash = 12,
     /// An option value had the wrong kind or is out of range (e.g. text that is not a number
-    /// for `vnodes`, `choice_count` outside 2..=16, a `table_size` that is not prime).
+    /// for `vnodes`, `choice_count` outside 2..=16, a `table_size` that is not prime), or
+    /// options disagree (`lb_balancer_new`: `max_ring_size` < `min_ring_size`,
+    /// `max_ejection_time_ms` < `base_ejection_time_ms`).
     InvalidOptionValue = 13,
     /// A required pointer was NULL (or a byte pointer was NULL with a non-zero length).
     NullParameter = 100,
@@ -76,9 +81,13 @@ pub enum lb_result {
     /// An `lb_outcome` was neither `LB_OUTCOME_SUCCESS` nor `LB_OUTCOME_FAILURE`: nothing was
     /// recorded (and a lease given to `lb_lease_finish` is still the caller's).
     InvalidOutcome = 107,
+    /// The lease has already ended (finished or cancelled). No C function returns it (an ended
+    /// `lb_lease *` is freed, so C passes NULL and gets `LB_RESULT_NULL_PARAMETER`); the C++
+    /// wrapper throws it for an empty `lb::lease`, with the name Python and Node use.
+    LeaseFinished = 108,
     /// Every node with weight > 0 is ejected or marked down and `panic_threshold` is 0 (panic
     /// disabled): nothing may be chosen until a node is back (Envoy's "no healthy upstream").
-    NoUsableNodes = 108,
+    NoUsableNodes = 109,
 }
 
 /// The one list of codes: each variant once, with where its name and text come from —
@@ -153,6 +162,10 @@ lb_result_table! {
     InvalidOutcome => ffi(
         "LB_INVALID_OUTCOME",
         "an outcome is neither LB_OUTCOME_SUCCESS nor LB_OUTCOME_FAILURE"
+    ),
+    LeaseFinished => ffi(
+        "LB_LEASE_FINISHED",
+        "the lease has already ended (finished or cancelled)"
     ),
     NoUsableNodes => core(Error::NoUsableNodes),
 }

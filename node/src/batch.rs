@@ -13,7 +13,9 @@
 //!   keys (they only count the picks), so for them the check is all: the batch becomes `count`
 //!   keyless picks.
 //! - `unpack(ids, slots, count)`: the distinct answers as an array of strings plus a
-//!   `Uint32Array` of indices into it, expanded into the result array.
+//!   `Uint32Array` of indices into it, expanded into the result array. It gives up (returns
+//!   `undefined`) when an assignment did not make an element (a setter on `Array.prototype[i]`
+//!   ran instead); the native side then defines every element itself (`js::own_array`).
 //!
 //! The helpers call no built-in method and read no property that JavaScript code can replace
 //! (only `typeof`, string `+`, string and array `length`, and indexing): an Array subclass with
@@ -67,7 +69,11 @@ const HELPERS: &str = r"({
   },
   unpack(ids, slots, count) {
     const out = []
-    for (let i = 0; i < count; i++) out[i] = ids[slots[i]]
+    for (let i = 0; i < count; i++) {
+      out[i] = ids[slots[i]]
+      // A setter on Array.prototype[i] ran instead of making an element: give up.
+      if (out.length !== i + 1) return undefined
+    }
     return out
   },
 })";
@@ -255,22 +261,20 @@ impl ToNapiValue for Answers<'_> {
             slots.push(slot);
         }
         let env = Env::from_raw(raw_env);
-        let mut ids = ptr::null_mut();
+        let strings = distinct
+            .iter()
+            // SAFETY: forwarded from the caller (a valid env on this thread).
+            .map(|id| unsafe { <&str>::to_napi_value(raw_env, id) })
+            .collect::<napi::Result<Vec<_>>>()?;
+        // Own elements, so the helper reads the strings and nothing a prototype holds.
+        // SAFETY: as above; the strings were made in `raw_env`.
+        let ids = unsafe { js::own_array(raw_env, &strings) }?;
         let (mut buffer, mut data, mut typed) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
         let mut count = ptr::null_mut();
         // SAFETY: a valid env (from the caller); out-pointers to locals; the ArrayBuffer napi
         // creates is writable for `4 * slots.len()` bytes at `data`, aligned for u32 (V8 backing
         // stores are at least 8-aligned), and nothing else can see it yet.
         unsafe {
-            napi::check_status!(sys::napi_create_array_with_length(
-                raw_env,
-                distinct.len(),
-                &mut ids
-            ))?;
-            for (i, id) in distinct.iter().enumerate() {
-                let string = <&str>::to_napi_value(raw_env, id)?;
-                napi::check_status!(sys::napi_set_element(raw_env, ids, i as u32, string))?;
-            }
             napi::check_status!(sys::napi_create_arraybuffer(
                 raw_env,
                 slots.len() * 4,
@@ -294,7 +298,15 @@ impl ToNapiValue for Answers<'_> {
             ))?;
         }
         match helpers.call(&env, helpers.unpack, &[ids, typed, count]) {
-            Ok(array) => Ok(array.raw()),
+            Ok(array) if array.get_type()? != ValueType::Undefined => Ok(array.raw()),
+            // The helper met an indexed setter on the prototype chain: define every element
+            // here instead (slower, but an array without holes).
+            Ok(_) => {
+                let all: Vec<sys::napi_value> =
+                    slots.iter().map(|&slot| strings[slot as usize]).collect();
+                // SAFETY: forwarded from the caller; the strings were made in `raw_env`.
+                unsafe { js::own_array(raw_env, &all) }
+            }
             Err(error) => Err(error::to_napi(error)),
         }
     }

@@ -139,6 +139,15 @@ fn js_number(n: f64) -> String {
         n if n.is_nan() => "NaN".to_string(),
         f64::INFINITY => "Infinity".to_string(),
         f64::NEG_INFINITY => "-Infinity".to_string(),
+        // JavaScript's `String(n)` switches to exponent form from 1e21 and below 1e-6; Rust's
+        // `Display` never does (1e300 would be 301 digits).
+        n if n != 0.0 && (n.abs() >= 1e21 || n.abs() < 1e-6) => {
+            let text = format!("{n:e}");
+            match text.split_once('e') {
+                Some((mantissa, exp)) if !exp.starts_with('-') => format!("{mantissa}e+{exp}"),
+                _ => text,
+            }
+        }
         n => n.to_string(),
     }
 }
@@ -418,7 +427,7 @@ fn u64_value(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u64> {
 
 /// A request's end as `{ ok, latencyMs }` (`Lease.finish`, `Balancer.report`): `ok` a boolean
 /// (default true), `latencyMs` a finite number of milliseconds >= 0 (fractions allowed), or
-/// absent (`None`: the caller measures it). `required` makes `latencyMs` mandatory.
+/// absent (`None`: the caller measures it). `required` makes both mandatory.
 pub fn outcome(
     env: &Env,
     value: Option<Unknown<'_>>,
@@ -446,6 +455,13 @@ pub fn outcome(
     // SAFETY: the value was just checked to be an object.
     let object = unsafe { value.cast::<Object>() }.or_throw()?;
     let ok = match present(object.get::<Unknown>("ok").or_throw()?)? {
+        // `report` records what the caller says happened: no default outcome.
+        None if required => {
+            return Err(type_error(
+                env,
+                format!("{what}.ok must be a boolean, got undefined"),
+            ));
+        }
         None => true,
         Some(ok) if ok.get_type().or_throw()? == ValueType::Boolean => {
             // SAFETY: the value was just checked to be a boolean.
@@ -741,6 +757,71 @@ impl ToNapiValue for Id {
     }
 }
 
+/// A JavaScript array whose elements are its own data properties, defined (not assigned): an
+/// assignment to a missing index consults the prototype chain, so a setter JavaScript put on
+/// `Array.prototype[i]` would run instead and leave a hole at `i`.
+pub struct OwnArray<T>(pub Vec<T>);
+
+impl<T: ToNapiValue> ToNapiValue for OwnArray<T> {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        let values = val
+            .0
+            .into_iter()
+            // SAFETY: forwarded from the caller (a valid env on this thread).
+            .map(|v| unsafe { T::to_napi_value(env, v) })
+            .collect::<napi::Result<Vec<_>>>()?;
+        // SAFETY: as above; every value was just made in `env`.
+        unsafe { own_array(env, &values) }
+    }
+}
+
+/// A new array of `values`, each defined as an own element (see [`OwnArray`]), in one
+/// `napi_define_properties` call.
+///
+/// # Safety
+/// `env` is a valid env on this thread and `values` were made in it.
+pub unsafe fn own_array(
+    env: sys::napi_env,
+    values: &[sys::napi_value],
+) -> napi::Result<sys::napi_value> {
+    let mut array = ptr::null_mut();
+    // SAFETY: a valid env (the caller's promise) and an out-pointer to a local.
+    napi::check_status!(unsafe { sys::napi_create_array(env, &mut array) })?;
+    if values.is_empty() {
+        return Ok(array);
+    }
+    // The index names "0\0", "1\0", ... in one buffer, which outlives the call that reads them.
+    let mut names = Vec::with_capacity(values.len() * 8);
+    let mut starts = Vec::with_capacity(values.len());
+    for i in 0..values.len() {
+        starts.push(names.len());
+        names.extend_from_slice(i.to_string().as_bytes());
+        names.push(0);
+    }
+    let descriptors: Vec<sys::napi_property_descriptor> = values
+        .iter()
+        .zip(&starts)
+        .map(|(&value, &start)| sys::napi_property_descriptor {
+            utf8name: names[start..].as_ptr().cast(),
+            name: ptr::null_mut(),
+            method: None,
+            getter: None,
+            setter: None,
+            value,
+            attributes: sys::PropertyAttributes::writable
+                | sys::PropertyAttributes::enumerable
+                | sys::PropertyAttributes::configurable,
+            data: ptr::null_mut(),
+        })
+        .collect();
+    // SAFETY: a valid env; `array` made in it; `descriptors` valid for its length, each name
+    // NUL-terminated inside `names`, which lives until after the call.
+    napi::check_status!(unsafe {
+        sys::napi_define_properties(env, array, descriptors.len(), descriptors.as_ptr())
+    })?;
+    Ok(array)
+}
+
 /// Several picked ids, turned into a JavaScript array of strings when returned. Each distinct
 /// node becomes one JavaScript string, shared by every slot that names it.
 pub struct Ids(pub liblb_core::Picks);
@@ -748,15 +829,11 @@ pub struct Ids(pub liblb_core::Picks);
 impl ToNapiValue for Ids {
     unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
         let picks = val.0;
-        let mut array = ptr::null_mut();
-        // SAFETY: a valid env (from the caller) and an out-pointer to a local.
-        napi::check_status!(unsafe {
-            sys::napi_create_array_with_length(env, picks.len(), &mut array)
-        })?;
+        let mut strings = Vec::with_capacity(picks.len());
         // Ids of one `Picks` point into one snapshot, so equal pointers mean the same node. A
         // short linear cache catches the common case of few nodes and many keys.
         let mut made: Vec<(*const u8, sys::napi_value)> = Vec::new();
-        for (i, id) in picks.ids().enumerate() {
+        for id in picks.ids() {
             let string = match made.iter().find(|(p, _)| *p == id.as_ptr()) {
                 Some(&(_, s)) => s,
                 None => {
@@ -768,9 +845,9 @@ impl ToNapiValue for Ids {
                     s
                 }
             };
-            // SAFETY: `array` was created above with room for `picks.len()` elements.
-            napi::check_status!(unsafe { sys::napi_set_element(env, array, i as u32, string) })?;
+            strings.push(string);
         }
-        Ok(array)
+        // SAFETY: forwarded from the caller; the strings were made in `env`.
+        unsafe { own_array(env, &strings) }
     }
 }

@@ -22,7 +22,7 @@ mod js;
 mod tasks;
 
 use error::{OrThrow, Result};
-use js::{Id, Ids, KeyBuf};
+use js::{Id, Ids, KeyBuf, OwnArray};
 use liblb_core::{Algorithm, Outcome};
 use napi::bindgen_prelude::{AsyncTask, BigInt, Either, Null};
 use napi::{Env, Unknown};
@@ -55,17 +55,23 @@ pub struct NodeStats {
     /// Its health: 'healthy', 'warming' (slow start), 'ejected' or 'down'.
     #[napi(ts_type = "'healthy' | 'warming' | 'ejected' | 'down'")]
     pub status: String,
-    /// When an ejection or a warm-up ends, in milliseconds of the balancer's monotonic clock;
-    /// null otherwise.
+    /// When an ejection or a warm-up ends, in milliseconds of the balancer's monotonic clock
+    /// (`nowMs()`, 0 when the balancer was created); null otherwise.
     pub until_ms: Either<f64, Null>,
+    /// `untilMs` minus the time of the call (at least 0): the milliseconds left of the
+    /// ejection or warm-up; null otherwise.
+    pub remaining_ms: Either<f64, Null>,
 }
 
 /// A request in progress on one node, from `Balancer.acquire()` until it ends: `finish()` it
 /// once. A lease garbage-collected unfinished is cancelled (in-flight released, nothing counted).
 #[napi]
 pub struct Lease {
-    /// `None` once ended.
-    inner: Option<liblb_core::Lease>,
+    /// `None` once ended. The methods take `&self` and borrow this only for a `take`, never
+    /// while JavaScript runs: a getter of `finish`'s argument that finishes the same lease then
+    /// leaves the outer call an ended lease (`LB_LEASE_FINISHED`), where `&mut self` made
+    /// napi-rs refuse the inner call with "cannot be borrowed mutably" and no code.
+    inner: std::cell::RefCell<Option<liblb_core::Lease>>,
     id: String,
     weight: u32,
     tag: u64,
@@ -99,7 +105,7 @@ impl Lease {
     /// Whether the lease has ended (finished or cancelled).
     #[napi(getter, catch_unwind)]
     pub fn done(&self) -> bool {
-        self.inner.is_none()
+        self.inner.borrow().is_none()
     }
 
     /// Ends the request: `ok` (default true) is its outcome, `latencyMs` its duration in
@@ -109,7 +115,7 @@ impl Lease {
         catch_unwind,
         ts_args_type = "outcome?: { ok?: boolean | null; latencyMs?: number | null } | null"
     )]
-    pub fn finish(&mut self, env: Env, outcome: Option<Unknown>) -> Result<()> {
+    pub fn finish(&self, env: Env, outcome: Option<Unknown>) -> Result<()> {
         let (ok, latency) = js::outcome(&env, outcome, "outcome", false)?;
         let lease = self.open()?;
         match latency {
@@ -123,7 +129,7 @@ impl Lease {
     /// Ends the request without an outcome (in-flight released, nothing counted). Throws
     /// `LB_LEASE_FINISHED` if the lease already ended.
     #[napi(catch_unwind)]
-    pub fn cancel(&mut self) -> Result<()> {
+    pub fn cancel(&self) -> Result<()> {
         drop(self.open()?);
         Ok(())
     }
@@ -131,8 +137,9 @@ impl Lease {
 
 impl Lease {
     /// Takes the lease out, or the `LB_LEASE_FINISHED` error.
-    fn open(&mut self) -> Result<liblb_core::Lease> {
-        self.inner.take().ok_or_else(|| {
+    fn open(&self) -> Result<liblb_core::Lease> {
+        // Borrowed for the `take` only; no JavaScript runs meanwhile.
+        self.inner.borrow_mut().take().ok_or_else(|| {
             error::Error::new(
                 error::Code::Lb(LEASE_FINISHED),
                 format!(
@@ -142,6 +149,11 @@ impl Lease {
             )
         })
     }
+}
+
+/// Nanoseconds of the balancer's clock as milliseconds (`nowMs`, `untilMs`).
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
 }
 
 /// A request's outcome from `ok` and its latency.
@@ -361,16 +373,17 @@ impl Balancer {
     }
 
     /// The nodes, in insertion order.
-    #[napi(catch_unwind)]
-    pub fn nodes(&self) -> Vec<NodeInfo> {
-        self.inner
-            .nodes()
-            .into_iter()
-            .map(|n| NodeInfo {
-                id: n.id,
-                weight: n.weight,
-            })
-            .collect()
+    #[napi(catch_unwind, ts_return_type = "Array<NodeInfo>")]
+    pub fn nodes(&self) -> OwnArray<NodeInfo> {
+        let nodes = self.inner.nodes().into_iter();
+        OwnArray(
+            nodes
+                .map(|n| NodeInfo {
+                    id: n.id,
+                    weight: n.weight,
+                })
+                .collect(),
+        )
     }
 
     /// Whether a node with this id exists.
@@ -402,7 +415,7 @@ impl Balancer {
             id: lease.id().to_string(),
             weight: lease.weight(),
             tag: lease.tag(),
-            inner: Some(lease),
+            inner: std::cell::RefCell::new(Some(lease)),
         })
     }
 
@@ -419,11 +432,22 @@ impl Balancer {
         self.inner.report(&id, to_outcome(ok, latency)).or_throw()
     }
 
-    /// Each node's load, in insertion order (`latency` in milliseconds, or null).
-    #[napi(catch_unwind)]
-    pub fn stats(&self) -> Vec<NodeStats> {
+    /// The balancer's clock in milliseconds (fractions included): monotonic, 0 when the
+    /// balancer was created; the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the
+    /// time left.
+    #[napi(js_name = "nowMs", catch_unwind)]
+    pub fn now_ms(&self) -> f64 {
+        ms(self.inner.clock().now_ns())
+    }
+
+    /// Each node's load, in insertion order (`latency` in milliseconds, or null; `untilMs` on
+    /// the `nowMs()` clock, and `remainingMs`, or null).
+    #[napi(catch_unwind, ts_return_type = "Array<NodeStats>")]
+    pub fn stats(&self) -> OwnArray<NodeStats> {
         let stats = self.inner.stats().into_iter();
-        stats
+        // Read after the stats: never before the instant their statuses were judged.
+        let now = self.inner.clock().now_ns();
+        let stats = stats
             .map(|s| NodeStats {
                 id: s.id,
                 weight: s.weight,
@@ -437,11 +461,16 @@ impl Balancer {
                 },
                 status: s.status.name().to_string(),
                 until_ms: match s.status.until_ns() {
-                    Some(ns) => Either::A(ns as f64 / 1e6),
+                    Some(ns) => Either::A(ms(ns)),
+                    None => Either::B(Null),
+                },
+                remaining_ms: match s.status.until_ns() {
+                    Some(ns) => Either::A(ms(ns.saturating_sub(now))),
                     None => Either::B(Null),
                 },
             })
-            .collect()
+            .collect();
+        OwnArray(stats)
     }
 
     /// The node for a caller's 64-bit key hash (a bigint, a safe-integer number or a decimal

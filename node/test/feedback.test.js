@@ -156,8 +156,8 @@ describe('report and stats', () => {
   it('stats lists every node in insertion order', () => {
     const b = new Balancer('peak_ewma', [{ id: 'a', weight: 2 }, 'b'], { seed: 1 })
     assert.deepEqual(b.stats(), [
-      { id: 'a', weight: 2, inFlight: 0, requests: 0, failures: 0, latency: null, status: 'healthy', untilMs: null },
-      { id: 'b', weight: 1, inFlight: 0, requests: 0, failures: 0, latency: null, status: 'healthy', untilMs: null },
+      { id: 'a', weight: 2, inFlight: 0, requests: 0, failures: 0, latency: null, status: 'healthy', untilMs: null, remainingMs: null },
+      { id: 'b', weight: 1, inFlight: 0, requests: 0, failures: 0, latency: null, status: 'healthy', untilMs: null, remainingMs: null },
     ])
     b.report('a', { ok: true, latencyMs: 20 })
     b.report('a', { ok: false, latencyMs: 20 })

@@ -21,6 +21,7 @@ class _NodeStats(TypedDict):
     latency: float | None
     status: Literal["healthy", "warming", "ejected", "down"]
     until: float | None
+    remaining: float | None
 
 __all__ = [
     "Balancer",
@@ -137,8 +138,11 @@ class Balancer:
         """Picks a node and starts a request on it until the returned Lease ends."""
     def report(self, id: str, *, ok: bool, latency: _Latency) -> None:
         """Records the outcome of a request routed after ``pick`` (in-flight untouched)."""
+    def now(self) -> float:
+        """The balancer's clock in seconds: monotonic, 0.0 at its creation (``until``'s clock)."""
     def stats(self) -> list[_NodeStats]:
-        """Each node's load, in insertion order (``latency`` in seconds, or None)."""
+        """Each node's load, in insertion order (``latency`` in seconds, or None; ``until`` on
+        the ``now()`` clock; ``remaining`` = ``until`` - the time of the call, or None)."""
     def add(self, id: str, weight: int = 1, tag: int = 0) -> None:
         """Adds a node at the end; its leases hand back ``tag``."""
     def mark_down(self, id: str) -> None:

@@ -229,7 +229,7 @@ pub(crate) fn weight(value: &Bound<'_, PyAny>, id: Option<&str>) -> PyResult<u32
             PyValueError::new_err(format!(
                 "{what} must be an integer from 0 to {}, got {}",
                 u32::MAX,
-                value.repr().map(|r| r.to_string()).unwrap_or_default()
+                short_repr(value)
             ))
         } else {
             PyTypeError::new_err(format!("{what} must be int, got {}", type_name(value)))
@@ -253,12 +253,12 @@ pub(crate) fn count(name: &str, value: &Bound<'_, PyAny>, saturate: bool) -> PyR
             if value.lt(0)? {
                 Err(PyValueError::new_err(format!(
                     "{name} must be >= 0, got {}",
-                    value.repr()?
+                    short_repr(value)
                 )))
             } else if saturate {
                 Ok(usize::MAX)
             } else {
-                Err(too_many(format!("{name} is {}", value.repr()?)))
+                Err(too_many(format!("{name} is {}", short_repr(value))))
             }
         }
         Err(_) => Err(PyTypeError::new_err(format!(
@@ -309,7 +309,7 @@ pub(crate) fn tag(value: &Bound<'_, PyAny>) -> PyResult<u64> {
     value.extract::<u64>().map_err(|_| {
         PyValueError::new_err(format!(
             "tag must be an integer from 0 to 2**64-1, got {}",
-            value.repr().map(|r| r.to_string()).unwrap_or_default()
+            short_repr(value)
         ))
     })
 }
@@ -383,12 +383,20 @@ pub(crate) fn options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Options> {
             options
                 .set(&name, OptionValue::Str(&utf8_lossy(text)?))
                 .or_raise()?;
+        } else if value.is_instance_of::<PyInt>() && Options::NUMBER_NAMES.contains(&&*name) {
+            // Options that take any number (`slow_start_aggression`): any int, negative or huge,
+            // goes to the core as text, which says what the option takes ("a number above 0"),
+            // not "an unsigned 64-bit integer".
+            let text = value.str()?;
+            options
+                .set(&name, OptionValue::Str(&utf8_lossy(&text)?))
+                .or_raise()?;
         } else if value.is_instance_of::<PyInt>() {
             let int = value.extract::<u64>().map_err(|_| -> PyErr {
                 match Options::NAMES.iter().find(|n| **n == &*name) {
                     Some(option) => CoreError(Error::InvalidOptionValue {
                         option,
-                        value: value.repr().map(|r| r.to_string()).unwrap_or_default(),
+                        value: short_repr(&value),
                         expected: "an unsigned 64-bit integer",
                     }),
                     None => CoreError(Error::UnknownOption(name.to_string())),
@@ -432,9 +440,21 @@ pub(crate) fn latency(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
     Duration::try_from_secs_f64(seconds).map_err(|_| {
         PyValueError::new_err(format!(
             "latency must be a finite number of seconds >= 0, got {}",
-            value.repr().map(|r| r.to_string()).unwrap_or_default()
+            short_repr(value)
         ))
     })
+}
+
+/// `repr(value)` for an error message, shortened when long: `10**300` is not worth 301 digits.
+pub(crate) fn short_repr(value: &Bound<'_, PyAny>) -> String {
+    const MOST: usize = 80;
+    let repr = value.repr().map(|r| r.to_string()).unwrap_or_default();
+    let chars = repr.chars().count();
+    if chars <= MOST {
+        return repr;
+    }
+    let head: String = repr.chars().take(MOST / 2).collect();
+    format!("{head}... ({chars} characters)")
 }
 
 /// A caller's 64-bit key hash: an int from 0 to 2**64-1.
@@ -448,7 +468,7 @@ pub(crate) fn hash64(value: &Bound<'_, PyAny>) -> PyResult<u64> {
     value.extract::<u64>().map_err(|_| {
         PyValueError::new_err(format!(
             "hash must be an integer from 0 to 2**64-1, got {}",
-            value.repr().map(|r| r.to_string()).unwrap_or_default()
+            short_repr(value)
         ))
     })
 }

@@ -206,10 +206,21 @@ impl PyBalancer {
         self.inner.report(convert::node_id(id)?, outcome).or_raise()
     }
 
+    /// The balancer's clock in seconds: monotonic, 0.0 when the balancer was created; the
+    /// clock of `stats()`'s `until`, so `until - now()` is the time left.
+    fn now(&self) -> f64 {
+        secs(self.inner.clock().now_ns())
+    }
+
     /// Each node's load, in insertion order: dicts with `id`, `weight`, `in_flight`,
-    /// `requests`, `failures` and `latency` (the peak-EWMA estimate in seconds, or None).
+    /// `requests`, `failures`, `latency` (the peak-EWMA estimate in seconds, or None),
+    /// `status`, `until` (when a warm-up or ejection ends, on the `now()` clock, or None) and
+    /// `remaining` (`until` minus the time of the call, at least 0.0, or None).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let rows = self.inner.stats().into_iter().map(|s| {
+        let stats = self.inner.stats();
+        // Read after the stats: never before the instant their statuses were judged.
+        let now = self.inner.clock().now_ns();
+        let rows = stats.into_iter().map(|s| {
             let row = PyDict::new(py);
             row.set_item("id", s.id)?;
             row.set_item("weight", s.weight)?;
@@ -218,7 +229,9 @@ impl PyBalancer {
             row.set_item("failures", s.failures)?;
             row.set_item("latency", s.latency.map(|l| l.as_secs_f64()))?;
             row.set_item("status", s.status.name())?;
-            row.set_item("until", s.status.until_ns().map(|ns| ns as f64 / 1e9))?;
+            let until = s.status.until_ns();
+            row.set_item("until", until.map(secs))?;
+            row.set_item("remaining", until.map(|u| secs(u.saturating_sub(now))))?;
             Ok(row)
         });
         PyList::new(py, rows.collect::<PyResult<Vec<_>>>()?)
@@ -329,6 +342,11 @@ impl PyBalancer {
         out.push(')');
         Ok(out)
     }
+}
+
+/// Nanoseconds of the balancer's clock as float seconds (`now`, `until`).
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
 }
 
 /// A request's outcome from `ok` and its latency.

@@ -145,9 +145,9 @@ def test_report_and_stats() -> None:
     b = liblb.Balancer("peak_ewma", [("a", 2), "b"], seed=1)
     assert b.stats() == [
         {"id": "a", "weight": 2, "in_flight": 0, "requests": 0, "failures": 0, "latency": None,
-         "status": "healthy", "until": None},
+         "status": "healthy", "until": None, "remaining": None},
         {"id": "b", "weight": 1, "in_flight": 0, "requests": 0, "failures": 0, "latency": None,
-         "status": "healthy", "until": None},
+         "status": "healthy", "until": None, "remaining": None},
     ]
     b.report("a", ok=True, latency=0.02)
     b.report("a", ok=False, latency=datetime.timedelta(milliseconds=20))

@@ -137,6 +137,41 @@ static void test_options(void) {
     lb_balancer_free(r2);
 }
 
+/* Options are checked one by one when set and as a whole by lb_balancer_new, so the order they
+ * are set in never matters (issue 19). */
+static void test_options_in_any_order(void) {
+    lb_node ab[] = {node("a", 1, 1), node("b", 1, 2)};
+    lb_balancer *b = NULL;
+    for (int reversed = 0; reversed < 2; reversed++) {
+        lb_options *o = NULL;
+        CHECK_OK(lb_options_new(&o));
+        if (reversed) {
+            CHECK_OK(lb_options_set_int(o, S("base_ejection_time_ms"), 500));
+            CHECK_OK(lb_options_set_int(o, S("max_ejection_time_ms"), 1000));
+            CHECK_OK(lb_options_set_int(o, S("min_ring_size"), 256));
+            CHECK_OK(lb_options_set_int(o, S("max_ring_size"), 512));
+        } else {
+            CHECK_OK(lb_options_set_int(o, S("max_ejection_time_ms"), 1000));
+            CHECK_OK(lb_options_set_int(o, S("base_ejection_time_ms"), 500));
+            CHECK_OK(lb_options_set_int(o, S("max_ring_size"), 512));
+            CHECK_OK(lb_options_set_int(o, S("min_ring_size"), 256));
+        }
+        lb_balancer_free(make("ring_hash", o, ab, 2));
+        lb_options_free(o);
+    }
+    /* A base longer than the default max alone: the unset max follows it (Envoy). */
+    lb_options *o = NULL;
+    CHECK_OK(lb_options_new(&o));
+    CHECK_OK(lb_options_set_int(o, S("base_ejection_time_ms"), 400000));
+    lb_balancer_free(make("round_robin", o, ab, 2));
+    /* A zero base is refused when set; options that disagree are refused by lb_balancer_new. */
+    CHECK_RESULT(lb_options_set_int(o, S("base_ejection_time_ms"), 0), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_OK(lb_options_set_int(o, S("max_ejection_time_ms"), 300000));
+    CHECK_RESULT(lb_balancer_new(S("round_robin"), o, ab, 2, &b), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK(b == NULL);
+    lb_options_free(o);
+}
+
 static void test_new_errors(void) {
     lb_balancer *b = (lb_balancer *)&b; /* any non-NULL value: must stay untouched */
     lb_balancer *const before = b;
@@ -556,7 +591,13 @@ static void test_new_options(void) {
     CHECK_RESULT(lb_options_set_int(o, S("table_size"), 8), LB_RESULT_INVALID_OPTION_VALUE);
     CHECK_OK(lb_options_set_int(o, S("min_ring_size"), 64));
     CHECK_OK(lb_options_set_int(o, S("max_ring_size"), 128));
-    CHECK_RESULT(lb_options_set_int(o, S("min_ring_size"), 256), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_int(o, S("min_ring_size"), 0), LB_RESULT_INVALID_OPTION_VALUE);
+    /* min above max is a rule between options: lb_balancer_new refuses it, whatever the order. */
+    CHECK_OK(lb_options_set_int(o, S("min_ring_size"), 256));
+    lb_balancer *none = NULL;
+    CHECK_RESULT(lb_balancer_new(S("maglev"), o, NULL, 0, &none), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK(none == NULL);
+    CHECK_OK(lb_options_set_int(o, S("min_ring_size"), 64));
     /* The failed sets changed nothing: maglev uses the 7-entry table, so every hash lands on
      * one of the 3 nodes and attempts list all 3. */
     lb_node abc[] = {node("a", 1, 1), node("b", 1, 2), node("c", 1, 3)};
@@ -763,6 +804,16 @@ static void test_health(void) {
     CHECK(get_stats(rr, st, ids, sizeof ids) == 4);
     CHECK(st[0].status == LB_NODE_EJECTED && st[0].until_ns > 0);
     CHECK(st[1].status == LB_NODE_HEALTHY && st[1].until_ns == 0);
+    /* until_ns is on the balancer's clock, which lb_balancer_now_ns reads: the ejection ends
+     * within base_ejection_time_ms (the default 30 s) of now. */
+    uint64_t now = UINT64_MAX;
+    CHECK_OK(lb_balancer_now_ns(rr, &now));
+    CHECK(now < st[0].until_ns && st[0].until_ns - now <= UINT64_C(30000000000));
+    uint64_t later = 0;
+    CHECK_OK(lb_balancer_now_ns(rr, &later));
+    CHECK(later >= now);
+    CHECK_RESULT(lb_balancer_now_ns(NULL, &now), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_now_ns(rr, NULL), LB_RESULT_NULL_PARAMETER);
     for (int i = 0; i < 40; i++) {
         uint64_t tag = 0;
         CHECK_OK(lb_balancer_pick(rr, NULL, 0, &tag, NULL, 0, NULL));
@@ -902,6 +953,7 @@ int main(void) {
     test_id_buffer_needs_its_size_output();
     test_buffer_too_small_still_picks();
     test_new_options();
+    test_options_in_any_order();
     test_leases_report_stats();
     test_least_connections_reads_leases();
     test_pick_hash();

@@ -62,7 +62,7 @@ static void test_feedback() {
         CHECK(st.size() == 3 && st[0].in_flight == 1 && st[1].in_flight == 1 && st[2].in_flight == 1);
         l0.success(milliseconds(4));
         CHECK(!l0);
-        EXPECT_ERROR(LB_RESULT_NULL_PARAMETER, l0.failure());  // already ended
+        EXPECT_ERROR(LB_RESULT_LEASE_FINISHED, l0.failure());  // already ended, as Python/Node
         l1.failure(milliseconds(8));
         lb::lease moved = std::move(l2);
         CHECK(!l2 && moved && moved.id() == "c");
@@ -84,7 +84,51 @@ static void test_feedback() {
     lb::lease empty;
     CHECK(!empty);
     empty.cancel();
-    EXPECT_ERROR(LB_RESULT_NULL_PARAMETER, empty.success(milliseconds(1)));
+    EXPECT_ERROR(LB_RESULT_LEASE_FINISHED, empty.success(milliseconds(1)));
+
+    // Negative latencies are refused, not clamped to 0: nothing is recorded, the lease stays
+    // open and still ends normally.
+    {
+        auto before = rr.stats();
+        lb::lease open = rr.acquire();
+        bool threw = false;
+        try {
+            open.failure(milliseconds(-1));
+        } catch (const std::out_of_range &e) {
+            threw = std::string(e.what()).find("latency must be >= 0") != std::string::npos;
+        }
+        CHECK(threw && open);
+        threw = false;
+        try {
+            rr.report("a", true, milliseconds(-5));
+        } catch (const std::out_of_range &) {
+            threw = true;
+        }
+        CHECK(threw);
+        open.success(milliseconds(1));
+        CHECK(!open);
+        auto after = rr.stats();
+        uint64_t sum_before = 0, sum_after = 0;
+        for (auto &n : before) sum_before += n.requests;
+        for (auto &n : after) sum_after += n.requests;
+        CHECK(sum_after == sum_before + 1);
+    }
+
+    // until is on the balancer's clock, which now() reads: an ejection ends within
+    // base_ejection_time_ms of now.
+    {
+        lb::options o;
+        o.set("consecutive_failures", 2).set("base_ejection_time_ms", 60000);
+        lb::balancer eb("round_robin", {{"a", 1, 1}, {"b", 1, 2}}, o);
+        auto t0 = eb.now();
+        eb.report("a", false, milliseconds(1));
+        eb.report("a", false, milliseconds(1));
+        auto es = eb.stats();
+        auto left = *es[0].until - eb.now();
+        CHECK(es[0].status == LB_NODE_EJECTED && es[0].until);
+        CHECK(left > std::chrono::nanoseconds(0) && left <= milliseconds(60000));
+        CHECK(eb.now() >= t0);
+    }
 
     // Health: mark_down/mark_up, status and until in stats, panic.
     CHECK(!rr.panic());
@@ -135,6 +179,17 @@ int main() {
     EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, opts.set("vnodes", -1));
     EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, opts.set("seed", "x"));
     EXPECT_ERROR(LB_RESULT_UNKNOWN_HASH, opts.set("hash", "md5"));
+    {
+        // Options are checked as a whole by the balancer: any order works (issue 19).
+        lb::options a, b, bad;
+        a.set("max_ejection_time_ms", 1000).set("base_ejection_time_ms", 500);
+        b.set("max_ring_size", 512).set("min_ring_size", 256);
+        lb::balancer ba("round_robin", {{"a", 1, 1}}, a);
+        lb::balancer bb("ring_hash", {{"a", 1, 1}}, b);
+        bad.set("base_ejection_time_ms", 2000).set("max_ejection_time_ms", 1000);
+        EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::balancer("round_robin", {{"a", 1, 1}}, bad));
+        EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, bad.set("base_ejection_time_ms", 0));
+    }
     lb::balancer ring("ring", {{"NodeA", 1, 1}, {"NodeB", 1, 2}, {"NodeC", 1, 3}}, opts);
     std::string key = "Key1";
     CHECK(ring.pick(std::string_view(key)) == (lb::picked{"NodeB", 2}));
