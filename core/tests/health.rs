@@ -1,25 +1,13 @@
 //! Health (issue 12): passive ejection, its cap and backoff, panic, manual down/up for every
 //! algorithm, slow start shares over time and bounded loads, all on an injected clock.
 
+mod common;
+
+use common::{options, secs};
 use liblb_core::{Algorithm, Balancer, ManualClock, Node, OptionValue, Options, Outcome, Status};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
-
-fn options(pairs: &[(&str, &str)]) -> Options {
-    let mut options = Options {
-        seed: Some(7),
-        ..Options::default()
-    };
-    for (name, value) in pairs {
-        options.set(name, OptionValue::Str(value)).unwrap();
-    }
-    options
-}
 
 fn balancer(
     algorithm: Algorithm,

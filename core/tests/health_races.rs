@@ -2,28 +2,15 @@
 //! issue's fixes, and names the finding it covers. The health stress test, which races every
 //! kind of event at once, is `health_stress.rs`.
 
+mod common;
+
+use common::{options, secs};
 use liblb_core::{
-    Algorithm, Balancer, Clock, Error, ManualClock, Node, OptionValue, Options, Outcome, State,
-    Status, Table,
+    Algorithm, Balancer, Clock, Error, ManualClock, Node, Outcome, State, Status, Table,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, mpsc};
 use std::time::Duration;
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
-
-fn options(pairs: &[(&str, &str)]) -> Options {
-    let mut options = Options {
-        seed: Some(7),
-        ..Options::default()
-    };
-    for (name, value) in pairs {
-        options.set(name, OptionValue::Str(value)).unwrap();
-    }
-    options
-}
 
 fn ids(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("n{i}")).collect()
