@@ -140,7 +140,7 @@ fi
 
 step "fuzz crate: rustfmt and clippy (its own workspace, not covered by --workspace)"
 cargo fmt --manifest-path fuzz/Cargo.toml --check
-cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --target-dir "$target_dir" -- -D warnings
+cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --all-features --target-dir "$target_dir" -- -D warnings
 
 step "cargo-fuzz smoke run (${fuzz_seconds}s)"
 if [[ "$fuzz_seconds" == 0 ]]; then

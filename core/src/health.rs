@@ -615,8 +615,8 @@ mod tests {
         // Within one stamp width of the end (after it, the stamp is ambiguous: the outcome path
         // forgets decayed ejections first; see `settle`).
         let mut now = until;
-        // Every 997 ms (4.3 million steps); under Miri, which interprets, every 9.97 s.
-        let step = if cfg!(miri) { 9_970 } else { 997 };
+        // Every 997 ms (4.3 million steps); under Miri, which interprets, every 997 s.
+        let step = if cfg!(miri) { 997_000 } else { 997 };
         while now < until + (1 << 32) - longest {
             assert!(!holds(now), "holds again {} ms after it ended", now - until);
             now += step;

@@ -5,7 +5,7 @@
 //! error: no panic, no hang, no allocation beyond the documented caps (libFuzzer's
 //! `-rss_limit_mb` catches one).
 //!
-//! Run: `cd fuzz && cargo +nightly fuzz run etcd_response -- -max_total_time=300`.
+//! Run: `cd fuzz && cargo +nightly fuzz run etcd_response --features etcd -- -max_total_time=300`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
