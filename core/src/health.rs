@@ -242,11 +242,21 @@ impl NodeHealth {
         }
     }
 
-    /// Whether the node was ejected before and has stayed in long enough since for the
-    /// multiplier to decay to nothing (one base period per ejection counted).
+    /// Whether the node was ejected before, that ejection has ended, and the node has stayed
+    /// in long enough since for the multiplier to decay to nothing (one base period per
+    /// ejection counted). An ejection still in force is never decayed: `since_ejection` of an
+    /// end in the future wraps to "long ago", which let a racing `settle` erase an ejection
+    /// made just before it took the flag.
     fn decayed(&self, now: u64, policy: &Policy) -> bool {
         let n = self.ejections.load(Ordering::Relaxed);
-        n > 0 && self.since_ejection(now) / policy.base_ejection_ticks.max(1) >= u64::from(n)
+        n > 0
+            && !ejection_holds(
+                Self::load(&self.until),
+                now,
+                policy.longest_ejection(),
+                stamp_mask(),
+            )
+            && self.since_ejection(now) / policy.base_ejection_ticks.max(1) >= u64::from(n)
     }
 
     /// Ejects the node at tick `now`: for `base · n`, capped, where `n` is the ejection
@@ -657,5 +667,34 @@ mod tests {
         );
         summary.count(&load, true, back + 30 * SECOND, &policy);
         assert_eq!(load.health().ejections.load(Ordering::Relaxed), 0);
+    }
+
+    /// The race CI found in `racing_failures_eject_a_node_once` (about 1 trial in 3,000): two
+    /// failures of a node whose old ejection has decayed both see it decayed; the first
+    /// settles, counts and ejects; the second then takes the flag to settle. It must re-check
+    /// against the new ejection, not read its end (in the future) as long ago and erase it.
+    #[test]
+    fn a_settle_racing_an_ejection_leaves_it_in_force() {
+        let loads: Vec<Arc<Load>> = (0..20).map(|_| Arc::default()).collect();
+        let (active, weights): (Vec<u32>, Vec<u32>) = ((0..20).collect(), vec![1; 20]);
+        let members = Members {
+            loads: &loads,
+            active: &active,
+            weights: &weights,
+            table: 1,
+        };
+        let policy = Policy::new(&Options::default());
+        let summary = Summary::default();
+        let health = loads[0].health();
+        let first = 1000 * SECOND;
+        health.eject(ticks(first), &policy);
+        let now = first + 330 * SECOND;
+        assert!(health.decayed(ticks(now), &policy), "the old ejection decayed");
+        // The first failure's decision ejects the node again...
+        assert!(summary.try_eject(&loads[0], now, &members, &policy));
+        // ...and the second, which saw the old ejection decayed before that, settles now.
+        summary.settle(health, ticks(now), &policy);
+        let status = health.status(ticks(now), &policy);
+        assert_eq!(status.until_ns(), Some(now + 30 * SECOND), "{status:?}");
     }
 }
