@@ -360,7 +360,8 @@ typedef struct lb_node_stats {
      */
     uint64_t latency_ns;
     /**
-     * Its health: `LB_NODE_HEALTHY`, `LB_NODE_WARMING`, `LB_NODE_EJECTED` or `LB_NODE_DOWN`.
+     * Its health: `LB_NODE_HEALTHY`, `LB_NODE_WARMING`, `LB_NODE_EJECTED`, `LB_NODE_DOWN` or
+     * `LB_NODE_OVERLOADED`.
      */
     lb_node_status status;
     /**
@@ -400,6 +401,11 @@ typedef struct lb_node_stats {
  * Marked down with `lb_balancer_mark_down`.
  */
 #define LB_NODE_DOWN 3
+
+/**
+ * Reported overloaded with a retry-after: no picks until `until_ns`.
+ */
+#define LB_NODE_OVERLOADED 4
 
 #ifdef __cplusplus
 extern "C" {

@@ -336,8 +336,16 @@ mod tests {
             assert_eq!(r.bins.iter().map(|b| b.arrivals).sum::<u64>(), r.requests);
             assert_eq!(r.bins.iter().map(|b| b.done).sum::<u64>(), r.requests);
             assert_eq!(r.bins.iter().map(|b| b.failed).sum::<u64>(), r.failed);
-            assert!(!r.ejections.is_empty(), "{algorithm}");
             assert_eq!(r.leaked, 0, "{algorithm}");
+            if algorithm == Algorithm::PeakEwma {
+                // Failure-aware: each failure costs the node the failure penalty (5 s) in
+                // its latency estimate, so it is avoided before a streak can eject it, and
+                // probed again only once the penalty has decayed (tens of seconds).
+                let share = r.during_to_failing as f64 / r.during as f64;
+                assert!(share < 0.01, "{share}");
+                continue;
+            }
+            assert!(!r.ejections.is_empty(), "{algorithm}");
             // 1 s, then 2 s if it still fails when it returns.
             let (at, until) = r.ejections[0];
             assert_eq!(until - at, 1_000_000_000, "{algorithm}");

@@ -11,6 +11,7 @@
 //! and publish it with one atomic store: readers see the old set or the new one, never a mix,
 //! and a failed change publishes nothing.
 
+use crate::health::Due;
 use crate::load::Outcome;
 use crate::sync::publish::{Mutex, Published};
 use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, State, Status, Table};
@@ -128,16 +129,17 @@ impl Snapshot {
     /// Ends a request on node `index` of this membership (see [`Lease`]).
     fn end(&self, index: usize, outcome: Option<Outcome>) {
         let now = self.clock.now_ns();
-        if !(self.table).end_counting(index, outcome, &self.state, now) {
+        let due = (self.table).end_counting(index, outcome, &self.state, now);
+        if due == Due::Nothing {
             return;
         }
-        // The failure streak reached the threshold: the ejection and its cap are decided
-        // against the membership current now (issue 19, finding 4: a lease from an older, larger
+        // The node is due for ejection or a pause: that and its cap are decided against the
+        // membership current now (issue 19, finding 4: a lease from an older, larger
         // membership ejected past the cap of the current one).
         let load = &self.table.loads()[index];
         match self.current.upgrade() {
-            Some(current) => current.load().table.try_eject(load, &self.state, now),
-            None => self.table.try_eject(load, &self.state, now), // the balancer is gone
+            Some(current) => current.load().table.act(load, due, &self.state, now),
+            None => self.table.act(load, due, &self.state, now), // the balancer is gone
         };
     }
 }

@@ -49,6 +49,9 @@ pub enum Error {
         /// What the option accepts.
         expected: &'static str,
     },
+    /// An outcome could not be understood: an unknown failure kind, a negative or non-finite
+    /// latency or retry-after (the text says which).
+    InvalidOutcome(String),
 }
 
 /// `Result` with liblb's [`Error`].
@@ -74,6 +77,7 @@ impl Error {
             Error::UnknownOption(_) => "LB_UNKNOWN_OPTION",
             Error::UnknownHash(_) => "LB_UNKNOWN_HASH",
             Error::InvalidOptionValue { .. } => "LB_INVALID_OPTION_VALUE",
+            Error::InvalidOutcome(_) => "LB_INVALID_OUTCOME",
         }
     }
 }
@@ -102,6 +106,9 @@ impl Error {
             Error::UnknownOption(_) => "unknown option",
             Error::UnknownHash(_) => "unknown hash (valid: sha256, xxh3)",
             Error::InvalidOptionValue { .. } => "invalid option value",
+            Error::InvalidOutcome(_) => {
+                "invalid outcome: not a known outcome or failure kind, or a negative time"
+            }
         }
     }
 }
@@ -181,6 +188,7 @@ impl fmt::Display for Error {
                 value,
                 expected,
             } => write!(f, "option {option:?} expects {expected}, got {value:?}"),
+            Error::InvalidOutcome(detail) => write!(f, "invalid outcome: {detail}"),
         }
     }
 }

@@ -27,7 +27,7 @@
 //! Times are the caller's clock in stamp ticks (`load::ticks`): nanoseconds where 64-bit
 //! atomics exist, milliseconds (wrapping after 49.7 days) elsewhere.
 
-use crate::load::{Load, TICK_NS, elapsed, stamp_mask, ticks};
+use crate::load::{FailureKind, Load, Outcome, TICK_NS, elapsed, stamp_mask, ticks};
 use crate::options::Options;
 use crate::sync::{AtomicCounter, AtomicU32, Ordering};
 use alloc::sync::Arc;
@@ -51,6 +51,13 @@ pub enum Status {
         /// When the ejection ends.
         until_ns: u64,
     },
+    /// Reported overloaded with a retry-after ([`crate::FailureKind::Overloaded`]): no picks
+    /// until `until_ns` (nanoseconds, balancer's clock), the retry-after capped by
+    /// `max_retry_after_ms`. Counted with ejections under `max_ejection_percent`.
+    Overloaded {
+        /// When the node may be picked again.
+        until_ns: u64,
+    },
     /// Marked down by the caller (`mark_down`) until marked up.
     Down,
 }
@@ -59,7 +66,9 @@ impl Status {
     /// When a warm-up or an ejection ends (nanoseconds, balancer's clock); `None` otherwise.
     pub fn until_ns(self) -> Option<u64> {
         match self {
-            Status::Warming { until_ns, .. } | Status::Ejected { until_ns } => Some(until_ns),
+            Status::Warming { until_ns, .. }
+            | Status::Ejected { until_ns }
+            | Status::Overloaded { until_ns } => Some(until_ns),
             Status::Healthy | Status::Down => None,
         }
     }
@@ -69,12 +78,19 @@ impl Status {
         matches!(self, Status::Healthy | Status::Warming { .. })
     }
 
-    /// The status's name: `healthy`, `warming`, `ejected` or `down`.
+    /// Whether the node is out for a time (ejected or overloaded): what `max_ejection_percent`
+    /// caps.
+    pub fn is_out(self) -> bool {
+        matches!(self, Status::Ejected { .. } | Status::Overloaded { .. })
+    }
+
+    /// The status's name: `healthy`, `warming`, `ejected`, `overloaded` or `down`.
     pub fn name(self) -> &'static str {
         match self {
             Status::Healthy => "healthy",
             Status::Warming { .. } => "warming",
             Status::Ejected { .. } => "ejected",
+            Status::Overloaded { .. } => "overloaded",
             Status::Down => "down",
         }
     }
@@ -91,6 +107,8 @@ pub(crate) struct Policy {
     window_ticks: u64,
     aggression: f32,
     min_share: f32,
+    /// `max_retry_after_ms` in ticks: the longest an overloaded node is left alone; 0 = never.
+    max_pause_ticks: u64,
     /// `hash_balance_factor`, 0 = off.
     pub(crate) balance_factor: u32,
 }
@@ -104,6 +122,11 @@ impl Policy {
     /// The longest an ejection lasts, in ticks (see `NodeHealth::eject`).
     fn longest_ejection(&self) -> u64 {
         self.max_ejection_ticks.max(1)
+    }
+
+    /// The longest an overload pause lasts, in ticks (`max_retry_after_ms`).
+    fn longest_pause(&self) -> u64 {
+        self.max_pause_ticks.max(1)
     }
 
     /// Whether picks fail rather than fall back to an unusable node when no node is usable
@@ -123,6 +146,7 @@ impl Policy {
             window_ticks: ticks_of(options.slow_start_window),
             aggression: options.slow_start_aggression as f32,
             min_share: options.min_weight_percent as f32 / 100.0,
+            max_pause_ticks: ticks_of(options.max_retry_after),
             balance_factor: options.hash_balance_factor,
         }
     }
@@ -163,6 +187,10 @@ pub struct NodeHealth {
     warm: AtomicBool,
     /// When the node's current warm-up started, in ticks.
     since: AtomicCounter,
+    /// Whether the node was paused as overloaded (until `resume`).
+    paused: AtomicBool,
+    /// When the last overload pause ends, in ticks; meaningful while `paused`.
+    resume: AtomicCounter,
 }
 
 impl NodeHealth {
@@ -184,6 +212,14 @@ impl NodeHealth {
             if ejection_holds(until, now, policy.longest_ejection(), stamp_mask()) {
                 return Status::Ejected {
                     until_ns: to_ns(until),
+                };
+            }
+        }
+        if self.paused.load(Ordering::Relaxed) {
+            let resume = Self::load(&self.resume);
+            if ejection_holds(resume, now, policy.longest_pause(), stamp_mask()) {
+                return Status::Overloaded {
+                    until_ns: to_ns(resume),
                 };
             }
         }
@@ -212,6 +248,30 @@ impl NodeHealth {
             self.warm_from(now);
         }
         self.down.store(down, Ordering::Relaxed);
+    }
+
+    /// Pauses the node as overloaded until tick `until` (the caller holds the ejection flag
+    /// and checked the cap). Back from the pause, the node warms up (if slow start is on).
+    fn pause(&self, until: u64) {
+        self.resume.store(until as _, Ordering::Relaxed);
+        self.paused.store(true, Ordering::Relaxed);
+        self.since.store(until as _, Ordering::Relaxed);
+        self.warm.store(true, Ordering::Relaxed);
+    }
+
+    /// Forgets an ended pause (under the ejection flag), so where stamps wrap its stamp cannot
+    /// read as a pause again one stamp width later.
+    fn forget_pause(&self, now: u64, policy: &Policy) {
+        if self.paused.load(Ordering::Relaxed)
+            && !ejection_holds(
+                Self::load(&self.resume),
+                now,
+                policy.longest_pause(),
+                stamp_mask(),
+            )
+        {
+            self.paused.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Counts an outcome into the streak; true when a failure brings it to the threshold.
@@ -455,7 +515,7 @@ impl Summary {
                     pending = true;
                     sooner(until_ns);
                 }
-                Status::Ejected { until_ns } => {
+                Status::Ejected { until_ns } | Status::Overloaded { until_ns } => {
                     pending = true;
                     sooner(until_ns);
                 }
@@ -486,26 +546,50 @@ impl Summary {
         self.scanning.store(false, Ordering::Release);
     }
 
-    /// Counts an outcome for `load` at `now_ns`: true when a failure brings its streak to the
-    /// threshold, so the node is due for ejection ([`Summary::try_eject`] decides). Outcomes of
-    /// requests that were in flight when the node was ejected or marked down do not count
-    /// towards its next streak: it starts clean when it returns.
-    pub(crate) fn count(&self, load: &Load, success: bool, now_ns: u64, policy: &Policy) -> bool {
+    /// Counts `outcome` for `load` at `now_ns` and says what it makes the node due for (the
+    /// decision is [`Summary::act`]'s, against the membership current then):
+    /// - a success resets the failure streak;
+    /// - an error or a timeout extends it, and one that brings it to `consecutive_failures`
+    ///   makes the node due for ejection;
+    /// - an overloaded failure leaves the streak alone (a busy node is not a broken one); with
+    ///   a retry-after (capped by `max_retry_after_ms`; 0 turns pauses off) the node is due
+    ///   for a pause until then.
+    ///
+    /// Outcomes of requests that were in flight when the node was ejected or marked down do
+    /// not count towards its next streak: it starts clean when it returns. An overloaded node
+    /// may extend its pause.
+    pub(crate) fn count(&self, load: &Load, outcome: Outcome, now_ns: u64, policy: &Policy) -> Due {
         let health = load.health();
         let now = ticks(now_ns);
-        if !health.status(now, policy).usable() {
-            return false;
+        let status = health.status(now, policy);
+        let failure = outcome.failure();
+        if let Some(pause) = failure.and_then(|f| f.pause()) {
+            let pause = ((pause.as_nanos() as u64) / TICK_NS).min(policy.max_pause_ticks);
+            let due = status.usable() || matches!(status, Status::Overloaded { .. });
+            return if due && pause > 0 {
+                Due::Pause(now.wrapping_add(pause) & stamp_mask())
+            } else {
+                Due::Nothing
+            };
         }
-        if health.decayed(now, policy) {
+        if !status.usable() {
+            return Due::Nothing;
+        }
+        if health.decayed(now, policy) || health.paused.load(Ordering::Relaxed) {
             self.settle(health, now, policy);
         }
-        health.count(success, policy)
+        match failure {
+            Some(f) if f.kind == FailureKind::Overloaded => Due::Nothing,
+            _ if health.count(failure.is_none(), policy) => Due::Eject,
+            _ => Due::Nothing,
+        }
     }
 
-    /// Forgets a node's past ejections once their multiplier has decayed to nothing, under the
-    /// ejection flag (so it cannot undo a racing ejection). Until then an ended ejection's stamp
-    /// is kept, and where stamps wrap (32-bit) it would read as a new ejection again one stamp
-    /// width (49.7 days) later: a node that gets any outcome meanwhile never does.
+    /// Forgets a node's past ejections once their multiplier has decayed to nothing, and an
+    /// ended pause, under the ejection flag (so it cannot undo a racing ejection or pause).
+    /// Until then an ended ejection's stamp is kept, and where stamps wrap (32-bit) it would
+    /// read as a new ejection again one stamp width (49.7 days) later: a node that gets any
+    /// outcome meanwhile never does.
     fn settle(&self, health: &NodeHealth, now: u64, policy: &Policy) {
         if (self.ejecting)
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -514,8 +598,87 @@ impl Summary {
             if health.decayed(now, policy) {
                 health.ejections.store(0, Ordering::Relaxed);
             }
+            health.forget_pause(now, policy);
             self.ejecting.store(false, Ordering::Release);
         }
+    }
+
+    /// Carries out what [`Summary::count`] found `load`'s node due for, at `now_ns`, if
+    /// `members` (the membership current when the decision is made) has it as an active node
+    /// and `max_ejection_percent` of `members` allows (ejected and paused nodes count
+    /// together). Decisions are serialised by a try-lock flag: an ejection that finds another
+    /// decision in progress gives up, leaving the node's streak standing, so the next failure
+    /// tries again; a pause spins a little for its turn (it is rare, and its retry-after may
+    /// not be repeated), and gives up only after thousands of tries.
+    /// Returns whether the node was ejected or paused.
+    pub(crate) fn act(
+        &self,
+        load: &Arc<Load>,
+        due: Due,
+        now_ns: u64,
+        members: &Members<'_>,
+        policy: &Policy,
+    ) -> bool {
+        match due {
+            Due::Nothing => false,
+            Due::Eject => self.try_eject(load, now_ns, members, policy),
+            Due::Pause(until) => {
+                // A bounded spin: decisions under the flag are one pass over the members.
+                let mut tries = 0u32;
+                while (self.ejecting)
+                    .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    tries += 1;
+                    if tries == PAUSE_SPINS {
+                        return false; // the node's next overloaded answer pauses it
+                    }
+                    core::hint::spin_loop();
+                }
+                let paused = self.pause_flagged(load, until, ticks(now_ns), members, policy);
+                self.ejecting.store(false, Ordering::Release);
+                paused
+            }
+        }
+    }
+
+    /// The pause, under the flag: a usable node within the cap is paused until `until`; a
+    /// paused one has its pause extended if `until` is later.
+    fn pause_flagged(
+        &self,
+        load: &Arc<Load>,
+        until: u64,
+        now: u64,
+        members: &Members<'_>,
+        policy: &Policy,
+    ) -> bool {
+        let health = load.health();
+        let status = health.status(now, policy);
+        let pause = match status {
+            Status::Overloaded { until_ns } => after(until, until_ns / TICK_NS),
+            s if s.usable() => self.room(load, now, members, policy),
+            _ => false,
+        };
+        if pause {
+            health.pause(until);
+            self.touch();
+        }
+        pause
+    }
+
+    /// Whether `members` has `load` as an active node and room under `max_ejection_percent`
+    /// to take one more node out (ejected and overloaded nodes count), at tick `now`.
+    fn room(&self, load: &Arc<Load>, now: u64, members: &Members<'_>, policy: &Policy) -> bool {
+        let (mut total, mut out, mut member) = (0usize, 0usize, false);
+        for other in members.active() {
+            total += 1;
+            member |= Arc::ptr_eq(other, load);
+            if other.health().status(now, policy).is_out() {
+                out += 1;
+            }
+        }
+        let cap = (total * policy.max_ejection_percent as usize / 100).max(1);
+        member && out < cap
     }
 
     /// Ejects `load`'s node at `now_ns` if `members` (the membership current when the decision
@@ -542,19 +705,7 @@ impl Summary {
         // before any of them ejects; only the first may eject it (issue 19, finding 1: a
         // second ejection doubled the first one's length and inflated the multiplier).
         let health = load.health();
-        let mut eject = health.status(now, policy).usable();
-        if eject {
-            let (mut total, mut ejected, mut member) = (0usize, 0usize, false);
-            for other in members.active() {
-                total += 1;
-                member |= Arc::ptr_eq(other, load);
-                if matches!(other.health().status(now, policy), Status::Ejected { .. }) {
-                    ejected += 1;
-                }
-            }
-            let cap = (total * policy.max_ejection_percent as usize / 100).max(1);
-            eject = member && ejected < cap;
-        }
+        let eject = health.status(now, policy).usable() && self.room(load, now, members, policy);
         if eject {
             health.eject(now, policy);
             self.touch();
@@ -562,6 +713,20 @@ impl Summary {
         self.ejecting.store(false, Ordering::Release);
         eject
     }
+}
+
+/// How many times a pause tries the ejection flag before it gives up.
+const PAUSE_SPINS: u32 = 1 << 12;
+
+/// What an outcome makes a node due for ([`Summary::count`], carried out by [`Summary::act`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// Nothing.
+    Nothing,
+    /// Ejection: its failure streak reached `consecutive_failures`.
+    Eject,
+    /// A pause until this tick: it reported itself overloaded with a retry-after.
+    Pause(u64),
 }
 
 /// A uniform number in `[0, 1)` from 64 random bits (the top 24, exact in an `f32`).
@@ -577,6 +742,8 @@ mod tests {
     use alloc::vec::Vec;
 
     const SECOND: u64 = 1_000_000_000;
+    const OK: Outcome = Outcome::Success(Duration::ZERO);
+    const FAIL: Outcome = Outcome::Failure(Duration::ZERO);
 
     /// Issue 19, finding 1, as one exact interleaving: two failures of one node both bring its
     /// streak to the threshold before either ejects; the second decision re-checks the node
@@ -595,10 +762,10 @@ mod tests {
         let summary = Summary::default();
         let now = 1000 * SECOND;
         for _ in 0..4 {
-            assert!(!summary.count(&loads[0], false, now, &policy));
+            assert_eq!(summary.count(&loads[0], FAIL, now, &policy), Due::Nothing);
         }
-        assert!(summary.count(&loads[0], false, now, &policy));
-        assert!(summary.count(&loads[0], false, now, &policy));
+        assert_eq!(summary.count(&loads[0], FAIL, now, &policy), Due::Eject);
+        assert_eq!(summary.count(&loads[0], FAIL, now, &policy), Due::Eject);
         assert!(summary.try_eject(&loads[0], now, &members, &policy));
         assert!(!summary.try_eject(&loads[0], now, &members, &policy));
         let status = loads[0].health().status(ticks(now), &policy);
@@ -659,13 +826,13 @@ mod tests {
         let now = 1000 * SECOND;
         let until = load.health().eject(ticks(now), &policy);
         let back = until * TICK_NS;
-        summary.count(&load, true, back + 10 * SECOND, &policy);
+        summary.count(&load, OK, back + 10 * SECOND, &policy);
         assert_eq!(
             load.health().ejections.load(Ordering::Relaxed),
             1,
             "not decayed yet"
         );
-        summary.count(&load, true, back + 30 * SECOND, &policy);
+        summary.count(&load, OK, back + 30 * SECOND, &policy);
         assert_eq!(load.health().ejections.load(Ordering::Relaxed), 0);
     }
 
@@ -689,7 +856,10 @@ mod tests {
         let first = 1000 * SECOND;
         health.eject(ticks(first), &policy);
         let now = first + 330 * SECOND;
-        assert!(health.decayed(ticks(now), &policy), "the old ejection decayed");
+        assert!(
+            health.decayed(ticks(now), &policy),
+            "the old ejection decayed"
+        );
         // The first failure's decision ejects the node again...
         assert!(summary.try_eject(&loads[0], now, &members, &policy));
         // ...and the second, which saw the old ejection decayed before that, settles now.

@@ -57,9 +57,11 @@ pub use budget::{AdaptiveThrottle, RetryBudget, RetryThrottle};
 pub use error::{Error, Result};
 pub use hash::HashKind;
 pub use health::Status;
-pub use load::{Load, Outcome};
+pub use load::{Failure, FailureKind, Load, Outcome, Penalty};
 pub use node::{Node, id_from_utf8, validate_id};
-pub use options::{Algorithm, OptionValue, Options};
+pub use options::{
+    Algorithm, DEFAULT_FAILURE_PENALTY, DEFAULT_MAX_RETRY_AFTER, OptionValue, Options,
+};
 pub use rng::{SplitMix64, bounded};
 pub use state::State;
 pub use table::Table;

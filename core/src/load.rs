@@ -51,25 +51,210 @@ impl Default for Load {
 }
 
 /// How a request ended.
-#[derive(Debug, Clone, Copy, PartialEq)]
+///
+/// `Success` and `Failure` carry the request's latency; [`Outcome::Failed`] says *why* it
+/// failed ([`Failure`]: an error, a timeout, or an overloaded node, with an optional
+/// retry-after), and its latency is optional. `Failure(latency)` is shorthand for
+/// `Failed(Failure::error().after(latency))`, and compares equal to it.
+///
+/// ```
+/// use liblb_core::{Failure, Outcome};
+/// use std::time::Duration;
+///
+/// let busy = Outcome::from(Failure::overloaded().retry_after(Duration::from_secs(5)));
+/// assert_eq!(busy.failure().unwrap().retry_after, Some(Duration::from_secs(5)));
+/// assert_eq!(
+///     Outcome::Failure(Duration::from_millis(3)),
+///     Outcome::Failed(Failure::error().after(Duration::from_millis(3))),
+/// );
+/// ```
+#[derive(Debug, Clone, Copy)]
 pub enum Outcome {
     /// It succeeded after `latency`.
     Success(Duration),
-    /// It failed after `latency`.
+    /// It failed with an error after `latency` (see [`FailureKind::Error`]).
     Failure(Duration),
+    /// It failed, and here is how ([`Failure`]).
+    Failed(Failure),
+}
+
+/// Why a request failed: its kind, its latency if known, and for an overloaded node how long
+/// it asked to be left alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    /// The kind of failure.
+    pub kind: FailureKind,
+    /// How long the request took, if known (a failure report needs none).
+    pub latency: Option<Duration>,
+    /// For [`FailureKind::Overloaded`]: how long the node asked clients to stay away (an HTTP
+    /// `Retry-After`, gRPC's `grpc-retry-pushback-ms`). Ignored for the other kinds.
+    pub retry_after: Option<Duration>,
+}
+
+/// The kinds of failure, as the request layer and health tell them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// The node answered with an error, or the connection failed (the default kind). Counts
+    /// towards its failure streak (`consecutive_failures`).
+    Error,
+    /// No answer in time. Counts towards the failure streak, as Envoy maps a local timeout to
+    /// a 504 (`outlier_detection_impl.cc`, `resultToHttpCode`).
+    Timeout,
+    /// The node is alive but shedding load (HTTP 429, 503 with `Retry-After`, gRPC
+    /// `RESOURCE_EXHAUSTED`). Neither extends nor breaks the failure streak: a busy node is
+    /// not a broken one (linkerd's consecutive-failures breaker ignores 429s). With a
+    /// retry-after the node takes no picks until then (capped by `max_retry_after_ms`).
+    Overloaded,
+}
+
+impl FailureKind {
+    /// Every kind, in the order of [`FailureKind::NAMES`].
+    pub const ALL: [FailureKind; 3] = [
+        FailureKind::Error,
+        FailureKind::Timeout,
+        FailureKind::Overloaded,
+    ];
+    /// The kinds' names, as every binding spells them.
+    pub const NAMES: [&'static str; 3] = ["error", "timeout", "overloaded"];
+
+    /// The kind's name (`"error"`, `"timeout"`, `"overloaded"`).
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// The kind with this name, or [`crate::Error::InvalidOutcome`] naming the valid ones.
+    pub fn from_name(name: &str) -> crate::Result<FailureKind> {
+        (Self::NAMES.iter().position(|n| *n == name))
+            .map(|i| Self::ALL[i])
+            .ok_or_else(|| {
+                crate::Error::InvalidOutcome(alloc::format!(
+                    "unknown failure kind {name:?}; valid kinds: error, timeout, overloaded"
+                ))
+            })
+    }
+}
+
+impl Failure {
+    /// An error, latency unknown.
+    pub const fn error() -> Failure {
+        Failure::of(FailureKind::Error)
+    }
+
+    /// A timeout, latency unknown.
+    pub const fn timeout() -> Failure {
+        Failure::of(FailureKind::Timeout)
+    }
+
+    /// An overloaded node, no retry-after.
+    pub const fn overloaded() -> Failure {
+        Failure::of(FailureKind::Overloaded)
+    }
+
+    /// A failure of `kind`, latency and retry-after unknown.
+    pub const fn of(kind: FailureKind) -> Failure {
+        Failure {
+            kind,
+            latency: None,
+            retry_after: None,
+        }
+    }
+
+    /// The same failure, after `latency`.
+    pub const fn after(self, latency: Duration) -> Failure {
+        Failure {
+            latency: Some(latency),
+            ..self
+        }
+    }
+
+    /// The same failure, asking clients to stay away for `retry_after`.
+    pub const fn retry_after(self, retry_after: Duration) -> Failure {
+        Failure {
+            retry_after: Some(retry_after),
+            ..self
+        }
+    }
+
+    /// The retry-after that applies: an overloaded node's, if it gave one.
+    pub fn pause(self) -> Option<Duration> {
+        match self.kind {
+            FailureKind::Overloaded => self.retry_after,
+            _ => None,
+        }
+    }
+}
+
+impl From<Failure> for Outcome {
+    fn from(failure: Failure) -> Outcome {
+        Outcome::Failed(failure)
+    }
+}
+
+impl PartialEq for Outcome {
+    fn eq(&self, other: &Outcome) -> bool {
+        match (self.failure(), other.failure()) {
+            (None, None) => self.latency() == other.latency(),
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
+    }
 }
 
 impl Outcome {
-    /// The request's latency.
-    pub fn latency(self) -> Duration {
+    /// The request's latency, if known (always, but for a [`Failure`] without one).
+    pub fn latency(self) -> Option<Duration> {
         match self {
-            Outcome::Success(latency) | Outcome::Failure(latency) => latency,
+            Outcome::Success(latency) | Outcome::Failure(latency) => Some(latency),
+            Outcome::Failed(failure) => failure.latency,
         }
     }
 
     /// Whether it succeeded.
     pub fn is_success(self) -> bool {
         matches!(self, Outcome::Success(_))
+    }
+
+    /// How it failed (`Failure(latency)` reads as an error after `latency`); `None` for a
+    /// success.
+    pub fn failure(self) -> Option<Failure> {
+        match self {
+            Outcome::Success(_) => None,
+            Outcome::Failure(latency) => Some(Failure::error().after(latency)),
+            Outcome::Failed(failure) => Some(failure),
+        }
+    }
+}
+
+/// What a failure costs in the latency estimate (options `failure_penalty_ms` and
+/// `max_retry_after_ms`; see [`Load::record_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Penalty {
+    /// The least a failure samples; zero = no penalty (a failure samples its own latency).
+    pub base: Duration,
+    /// The longest retry-after that counts.
+    pub max_pause: Duration,
+}
+
+impl Penalty {
+    /// No penalty: failures sample their latency, if any.
+    pub const NONE: Penalty = Penalty {
+        base: Duration::ZERO,
+        max_pause: Duration::ZERO,
+    };
+
+    /// The sample `outcome` adds to the estimate, in nanoseconds, if any.
+    fn sample(self, outcome: Outcome) -> Option<f32> {
+        let Some(failure) = outcome.failure() else {
+            return outcome.latency().map(|l| l.as_nanos() as f32);
+        };
+        if self.base.is_zero() {
+            return failure.latency.map(|l| l.as_nanos() as f32);
+        }
+        let hint = failure.pause().unwrap_or_default().min(self.max_pause);
+        let sample = (failure.latency.unwrap_or_default())
+            .max(self.base)
+            .max(hint);
+        Some(sample.as_nanos() as f32)
     }
 }
 
@@ -175,25 +360,49 @@ impl Load {
 
     /// Records a finished request's outcome (requests + 1, failures + 1 on failure, latency
     /// into the estimate) without touching in-flight: `report` for callers that track
-    /// requests themselves.
+    /// requests themselves. A failure's latency counts as is, and one without a latency adds
+    /// no sample; balancers also apply their `failure_penalty_ms` (see [`Load::record_with`]).
     pub fn record(&self, outcome: Outcome, now_ns: u64, decay: Duration) {
+        self.record_with(outcome, now_ns, decay, Penalty::NONE);
+    }
+
+    /// [`Load::record`] with a failure penalty (linkerd's failure-aware peak-EWMA): a failure
+    /// samples at least `penalty.base`, or its retry-after (capped at `penalty.max_pause`)
+    /// when longer, and never less than the current estimate — so a node that fails fast
+    /// looks slow instead of fast (`linkerd/load-biaser/src/lib.rs`: `effective_rtt` =
+    /// `max(hint, penalty)`, recorded as `add_peak(max(effective, rtt.get_at(now)))`).
+    pub fn record_with(&self, outcome: Outcome, now_ns: u64, decay: Duration, penalty: Penalty) {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        if !outcome.is_success() {
+        let failure = outcome.failure();
+        if failure.is_some() {
             self.failures.fetch_add(1, Ordering::Relaxed);
         }
-        let sample = outcome.latency().as_nanos() as f32;
         let now = ticks(now_ns);
+        let Some(sample) = penalty.sample(outcome) else {
+            return; // a failure of unknown latency, without a penalty: nothing learned
+        };
+        let floor = failure.is_some() && !penalty.base.is_zero();
         // The estimate is one atomic word updated by compare-and-swap, so concurrent samples
         // are never lost; the stamp is written after it (a racing reader may decay by a
         // slightly wrong interval, which only nudges a heuristic).
         let _ = self
             .ewma
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                if bits == NO_SAMPLE || f32::from_bits(bits) < sample {
+                if bits == NO_SAMPLE {
                     return Some(sample.to_bits());
                 }
                 let w = keep(elapsed(now, self.stamp()), decay);
-                Some((f32::from_bits(bits) * w + sample * (1.0 - w)).to_bits())
+                let current = f32::from_bits(bits);
+                // A penalised failure never lowers the estimate: at least its decayed value.
+                let sample = if floor {
+                    sample.max(current * w)
+                } else {
+                    sample
+                };
+                if current < sample {
+                    return Some(sample.to_bits());
+                }
+                Some((current * w + sample * (1.0 - w)).to_bits())
             });
         self.stamp.store(now as _, Ordering::Relaxed);
     }

@@ -97,6 +97,14 @@ pub struct Options {
     /// the first node in its retry order whose in-flight count is below
     /// `ceil(factor / 100 · (total in-flight + 1) · weight share)`. 0 = off; else at least 100.
     pub hash_balance_factor: u32,
+    /// What a failure costs `peak_ewma`'s latency estimate: at least this, or the node's
+    /// retry-after when longer (linkerd's failure-aware P2C penalty, default 5 s); 0 = a
+    /// failure samples its own latency only. Option name `failure_penalty_ms`.
+    pub failure_penalty: Duration,
+    /// The longest an overloaded node's retry-after keeps it out of picks (and counts in its
+    /// failure penalty); default 60 s, 0 = retry-afters never pause a node. Option name
+    /// `max_retry_after_ms`.
+    pub max_retry_after: Duration,
     /// Round robin and smooth WRR: each thread takes this many whole rounds of positions at
     /// once, so threads do not contend pick by pick (shares stay exact per block); 0 (the
     /// default) keeps one exact global order. At most 2^20.
@@ -106,6 +114,12 @@ pub struct Options {
 /// `max_ejection_time`'s default (Envoy's `DEFAULT_MAX_EJECTION_TIME_MS`), raised to
 /// `base_ejection_time` when that is longer.
 pub const DEFAULT_MAX_EJECTION_TIME: Duration = Duration::from_secs(300);
+
+/// `failure_penalty`'s default: linkerd's `penalty` (`PenaltyPeakEwma`, client-policy).
+pub const DEFAULT_FAILURE_PENALTY: Duration = Duration::from_secs(5);
+
+/// `max_retry_after`'s default.
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// Most candidates `least_request` draws per pick.
 pub const MAX_CHOICE_COUNT: u32 = 16;
@@ -132,6 +146,8 @@ impl Default for Options {
             slow_start_aggression: 1.0,
             min_weight_percent: 10,
             hash_balance_factor: 0,
+            failure_penalty: DEFAULT_FAILURE_PENALTY,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
             thread_rounds: 0,
         }
     }
@@ -159,6 +175,8 @@ impl Options {
         "min_weight_percent",
         "hash_balance_factor",
         "thread_rounds",
+        "failure_penalty_ms",
+        "max_retry_after_ms",
     ];
 
     /// The options that take any number, not only integers (decimal text such as `"1.5"`).
@@ -234,6 +252,8 @@ impl Options {
                     "slow_start_window_ms" => changed.slow_start_window = millis,
                     "min_weight_percent" => changed.min_weight_percent = small?,
                     "hash_balance_factor" => changed.hash_balance_factor = small?,
+                    "failure_penalty_ms" => changed.failure_penalty = millis,
+                    "max_retry_after_ms" => changed.max_retry_after = millis,
                     _ => changed.thread_rounds = small?,
                 }
             }
@@ -335,6 +355,16 @@ impl Options {
                 "thread_rounds",
                 self.thread_rounds.to_string(),
                 default.thread_rounds.to_string(),
+            ),
+            (
+                "failure_penalty_ms",
+                ms(self.failure_penalty),
+                ms(default.failure_penalty),
+            ),
+            (
+                "max_retry_after_ms",
+                ms(self.max_retry_after),
+                ms(default.max_retry_after),
             ),
         ];
         // A max that follows the base is not listed (setting the base brings it back); one
@@ -438,6 +468,8 @@ impl Options {
             "base_ejection_time_ms" => duration(self.base_ejection_time, 1),
             "max_ejection_time_ms" => duration(self.max_ejection_time, 1),
             "slow_start_window_ms" => duration(self.slow_start_window, 0),
+            "failure_penalty_ms" => duration(self.failure_penalty, 0),
+            "max_retry_after_ms" => duration(self.max_retry_after, 0),
             "max_ejection_percent" => percent(self.max_ejection_percent),
             "panic_threshold" => percent(self.panic_threshold),
             "min_weight_percent" => percent(self.min_weight_percent),

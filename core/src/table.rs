@@ -2,8 +2,8 @@
 //! structures and their dispatch live in `select` (the registration list); the mutable state
 //! that outlives tables lives in `state`.
 
-use crate::health::{Gate, Members, Policy, Status};
-use crate::load::{Load, Outcome};
+use crate::health::{Due, Gate, Members, Policy, Status};
+use crate::load::{Load, Outcome, Penalty};
 use crate::node::{Node, validate_id};
 use crate::select::{Ctx, Selector};
 use crate::state::State;
@@ -31,6 +31,8 @@ pub struct Table {
     policy: Policy,
     /// Latency-estimate decay (leases and reports).
     decay: core::time::Duration,
+    /// What a failure costs the latency estimate (`failure_penalty_ms`, `max_retry_after_ms`).
+    penalty: Penalty,
     /// This table's identity, unique in the process (see `health::Summary::adopt`).
     id: usize,
 }
@@ -135,6 +137,10 @@ impl Table {
             active,
             policy: Policy::new(options),
             decay: options.decay,
+            penalty: Penalty {
+                base: options.failure_penalty,
+                max_pause: options.max_retry_after,
+            },
             id: next_id(),
         })
     }
@@ -477,54 +483,59 @@ impl Table {
     /// A request started with [`Table::start`] ends at `now_ns`: `None` = cancelled (nothing
     /// counted), else its outcome is recorded and may eject the node (see [`Table::record`]).
     pub fn end(&self, index: usize, outcome: Option<Outcome>, state: &State, now_ns: u64) {
-        if self.end_counting(index, outcome, state, now_ns) {
-            self.try_eject(&self.loads[index], state, now_ns);
-        }
+        let due = self.end_counting(index, outcome, state, now_ns);
+        self.act(&self.loads[index], due, state, now_ns);
     }
 
-    /// [`Table::end`] up to the ejection: true when the outcome brought the node's failure
-    /// streak to the threshold, so the caller decides the ejection against the membership
-    /// current now ([`Table::try_eject`] on the newest table), not the one the request began in.
+    /// [`Table::end`] up to the health decision: what the outcome made the node due for
+    /// (ejection, an overload pause, or nothing), which the caller decides against the
+    /// membership current now ([`Table::act`] on the newest table), not the one the request
+    /// began in.
     pub(crate) fn end_counting(
         &self,
         index: usize,
         outcome: Option<Outcome>,
         state: &State,
         now_ns: u64,
-    ) -> bool {
+    ) -> Due {
         self.loads[index].end(None, now_ns, self.decay);
         if self.policy.balance_factor > 0 {
             state.in_flight.fetch_sub(1, Ordering::Relaxed);
         }
-        outcome.is_some_and(|outcome| self.record_counting(index, outcome, state, now_ns))
+        match outcome {
+            Some(outcome) => self.record_counting(index, outcome, state, now_ns),
+            None => Due::Nothing,
+        }
     }
 
     /// Records an outcome for node `index` at `now_ns` (requests, failures, latency) without
-    /// touching in-flight; enough consecutive failures eject the node (`consecutive_failures`,
-    /// within `max_ejection_percent` of this table's nodes). Returns whether this outcome
-    /// ejected it.
+    /// touching in-flight. Enough consecutive errors or timeouts eject the node
+    /// (`consecutive_failures`), an overloaded answer with a retry-after pauses it until then
+    /// (`max_retry_after_ms`), both within `max_ejection_percent` of this table's nodes.
+    /// Returns whether this outcome ejected or paused it.
     pub fn record(&self, index: usize, outcome: Outcome, state: &State, now_ns: u64) -> bool {
-        self.record_counting(index, outcome, state, now_ns)
-            && self.try_eject(&self.loads[index], state, now_ns)
+        let due = self.record_counting(index, outcome, state, now_ns);
+        self.act(&self.loads[index], due, state, now_ns)
     }
 
-    /// [`Table::record`] up to the ejection (see [`Table::end_counting`]).
+    /// [`Table::record`] up to the health decision (see [`Table::end_counting`]).
     pub(crate) fn record_counting(
         &self,
         index: usize,
         outcome: Outcome,
         state: &State,
         now_ns: u64,
-    ) -> bool {
+    ) -> Due {
         let load = &self.loads[index];
-        load.record(outcome, now_ns, self.decay);
-        (state.health).count(load, outcome.is_success(), now_ns, &self.policy)
+        load.record_with(outcome, now_ns, self.decay, self.penalty);
+        (state.health).count(load, outcome, now_ns, &self.policy)
     }
 
-    /// Ejects the node whose load is `load` at `now_ns` if it is one of this table's active
-    /// nodes and this table's `max_ejection_percent` allows. Returns whether it was ejected.
-    pub(crate) fn try_eject(&self, load: &Arc<Load>, state: &State, now_ns: u64) -> bool {
-        (state.health).try_eject(load, now_ns, &self.members(), &self.policy)
+    /// Carries out what an outcome made the node whose load is `load` due for, at `now_ns`,
+    /// if it is one of this table's active nodes and this table's `max_ejection_percent`
+    /// allows. Returns whether the node was ejected or paused.
+    pub(crate) fn act(&self, load: &Arc<Load>, due: Due, state: &State, now_ns: u64) -> bool {
+        (state.health).act(load, due, now_ns, &self.members(), &self.policy)
     }
 
     /// Marks node `index` down (`true`: no picks until marked up) or up (a warm-up starts

@@ -2,7 +2,8 @@
 //! load-aware algorithms (least_request, least_connections, peak_ewma).
 
 use liblb_core::{
-    Algorithm, Balancer, Error, ManualClock, Node, NodeStats, OptionValue, Options, Outcome,
+    Algorithm, Balancer, DEFAULT_FAILURE_PENALTY, Error, ManualClock, Node, NodeStats, OptionValue,
+    Options, Outcome,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,7 +65,8 @@ fn counters_follow_node_ids_across_membership_changes() {
     b.update([("a", 1), ("b", 5), ("c", 1), ("d", 1)]).unwrap();
     assert_eq!(stats_of(&b, "a").in_flight, 1);
     assert_eq!(stats_of(&b, "a").failures, 1);
-    assert_eq!(stats_of(&b, "a").latency, Some(ms(9)));
+    // A failure costs at least the failure penalty (see outcomes.rs).
+    assert_eq!(stats_of(&b, "a").latency, Some(DEFAULT_FAILURE_PENALTY));
     // A removed node's counters go with it; its leases still end harmlessly.
     b.remove("c").unwrap();
     assert!(b.stats().iter().all(|s| s.id != "c"));
@@ -106,9 +108,9 @@ fn leases_measure_latency_with_the_balancers_clock() {
     let lease = b.acquire(None).unwrap();
     clock.advance(ms(25));
     assert_eq!(lease.elapsed(), ms(25));
-    lease.failure();
+    lease.success();
     let a = stats_of(&b, "a");
-    assert_eq!((a.requests, a.failures, a.latency), (1, 1, Some(ms(25))));
+    assert_eq!((a.requests, a.failures, a.latency), (1, 0, Some(ms(25))));
 }
 
 #[test]

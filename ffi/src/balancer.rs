@@ -1108,6 +1108,8 @@ pub const LB_NODE_WARMING: lb_node_status = 1;
 pub const LB_NODE_EJECTED: lb_node_status = 2;
 /// Marked down with `lb_balancer_mark_down`.
 pub const LB_NODE_DOWN: lb_node_status = 3;
+/// Reported overloaded with a retry-after: no picks until `until_ns`.
+pub const LB_NODE_OVERLOADED: lb_node_status = 4;
 
 /// One node's load, listed by `lb_balancer_stats`.
 #[repr(C)]
@@ -1130,7 +1132,8 @@ pub struct lb_node_stats {
     /// The peak-EWMA latency estimate as of its last sample, in nanoseconds, or
     /// `LB_LATENCY_NONE` before any sample.
     pub latency_ns: u64,
-    /// Its health: `LB_NODE_HEALTHY`, `LB_NODE_WARMING`, `LB_NODE_EJECTED` or `LB_NODE_DOWN`.
+    /// Its health: `LB_NODE_HEALTHY`, `LB_NODE_WARMING`, `LB_NODE_EJECTED`, `LB_NODE_DOWN` or
+    /// `LB_NODE_OVERLOADED`.
     pub status: lb_node_status,
     /// When a warm-up or an ejection ends, in nanoseconds of the balancer's monotonic clock
     /// (which starts at 0 when the balancer is created; read it with `lb_balancer_now_ns`, so
@@ -1212,6 +1215,7 @@ pub extern "C" fn lb_balancer_stats(
                 Status::Warming { .. } => LB_NODE_WARMING,
                 Status::Ejected { .. } => LB_NODE_EJECTED,
                 Status::Down => LB_NODE_DOWN,
+                Status::Overloaded { .. } => LB_NODE_OVERLOADED,
             };
             let until_ns = s.status.until_ns().unwrap_or(0);
             stats_out.write(

@@ -159,10 +159,7 @@ lb_result_table! {
     ),
     BatchTooLarge => core(Error::BatchTooLarge(0)),
     HashUnsupported => core(Error::HashUnsupported("")),
-    InvalidOutcome => ffi(
-        "LB_INVALID_OUTCOME",
-        "an outcome is neither LB_OUTCOME_SUCCESS nor LB_OUTCOME_FAILURE"
-    ),
+    InvalidOutcome => core(Error::InvalidOutcome(String::new())),
     LeaseFinished => ffi(
         "LB_LEASE_FINISHED",
         "the lease has already ended (finished or cancelled)"

@@ -1339,7 +1339,8 @@ fn leases_count_in_flight_requests_and_failures() {
     lb_lease_cancel(null_mut());
     let st = stats(&b);
     assert_eq!(st[0], ("a".into(), 1, 10, 0, 1, 0, 5_000_000));
-    assert_eq!(st[1], ("b".into(), 1, 11, 0, 1, 1, 9_000_000));
+    // A failure costs at least the failure penalty (5 s by default, failure_penalty_ms).
+    assert_eq!(st[1], ("b".into(), 1, 11, 0, 1, 1, 5_000_000_000));
     assert_eq!(st[2], ("c".into(), 1, 12, 0, 0, 0, NONE));
     // report: no in-flight change; unknown ids and bad outcomes record nothing.
     let (id, id_len) = s("c");
@@ -1358,7 +1359,7 @@ fn leases_count_in_flight_requests_and_failures() {
         lb_balancer_report(null(), id, id_len, 0, 2),
         lb_result::NullParameter
     );
-    assert_eq!(stats(&b)[2], ("c".into(), 1, 12, 0, 1, 1, 2));
+    assert_eq!(stats(&b)[2], ("c".into(), 1, 12, 0, 1, 1, 5_000_000_000));
 }
 
 #[test]

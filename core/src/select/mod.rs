@@ -85,7 +85,7 @@ impl<'a> Ctx<'a> {
         match self.status(index) {
             Status::Healthy => true,
             Status::Warming { share, .. } => unit(random()) < share,
-            Status::Ejected { .. } | Status::Down => false,
+            Status::Ejected { .. } | Status::Overloaded { .. } | Status::Down => false,
         }
     }
 }
