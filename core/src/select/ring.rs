@@ -242,6 +242,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy safe code (tens of seconds interpreted).
     fn bucket_index_agrees_with_a_full_binary_search() {
         let nodes = [Node::new("a", 1), Node::new("b", 2), Node::new("c", 1)];
         let ring = Ring::new(&nodes, &[0, 1, 2], 50, HashKind::Xxh3);
@@ -324,6 +325,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy safe code (tens of seconds interpreted).
     fn huge_weights_are_capped_exactly() {
         let nodes = [Node::new("a", u32::MAX), Node::new("b", 1)];
         let counts = point_counts(&nodes, &[0, 1], 160);

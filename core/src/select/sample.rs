@@ -323,6 +323,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy safe code (tens of seconds interpreted).
     fn sparse_and_dense_shuffles_agree() {
         // The sparse path (limit <= 32) and the array path must give the same permutation.
         for seed in 0..50 {
@@ -378,6 +379,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy safe code (tens of seconds interpreted).
     fn the_tree_descent_equals_a_linear_scan_in_every_bookkeeping_size() {
         let n = if cfg!(miri) { 300 } else { 5000 };
         let mut g = SplitMix64::new(11);

@@ -552,6 +552,7 @@ mod tests {
     /// sequence each node's count is within a few picks of its exact share (a random choice
     /// would drift by ~sqrt(n) = hundreds).
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy safe code (tens of seconds interpreted).
     fn weyl_fallback_is_proportional_and_smooth() {
         let weights = alloc::vec![3_000_001u32, 1_000_000, 999_999]; // gcd 1: no reduction
         let w = WeightedRoundRobin::new((0..3).collect(), weights.clone());
