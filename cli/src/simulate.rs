@@ -352,7 +352,14 @@ fn failing(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     };
     params.validate().map_err(Failure::Usage)?;
     let algorithms = chosen(&args);
-    let on = args.options.options()?;
+    // Consecutive-failure ejection alone: the interval detectors (success rate, failure
+    // percentage) are the flaky-node scenario's subject, and would also eject backend-0 at
+    // the first interval's end that sees a few of its failures.
+    let on = liblb_core::Options {
+        enforcing_success_rate: 0,
+        enforcing_failure_percentage: 0,
+        ..args.options.options()?
+    };
     let off = liblb_core::Options {
         consecutive_failures: 0,
         ..on
@@ -379,7 +386,7 @@ fn failing(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     )?;
     writeln!(
         out,
-        "ejection on: consecutive_failures {}, base_ejection_time {} ms x times ejected (max {} ms), max_ejection_percent {}, panic_threshold {}; off: consecutive_failures=0",
+        "ejection on: consecutive_failures {}, base_ejection_time {} ms x times ejected (max {} ms), max_ejection_percent {}, panic_threshold {} (success-rate and failure-percentage ejection off: see --scenario flaky-node); off: consecutive_failures=0",
         on.consecutive_failures,
         on.base_ejection_time.as_millis(),
         on.max_ejection_time.as_millis(),

@@ -11,7 +11,7 @@
 //! and publish it with one atomic store: readers see the old set or the new one, never a mix,
 //! and a failed change publishes nothing.
 
-use crate::health::Due;
+use crate::health::Counted;
 use crate::load::Outcome;
 use crate::sync::publish::{Mutex, Published};
 use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, State, Status, Table};
@@ -129,17 +129,17 @@ impl Snapshot {
     /// Ends a request on node `index` of this membership (see [`Lease`]).
     fn end(&self, index: usize, outcome: Option<Outcome>) {
         let now = self.clock.now_ns();
-        let due = (self.table).end_counting(index, outcome, &self.state, now);
-        if due == Due::Nothing {
+        let counted: Counted = (self.table).end_counting(index, outcome, &self.state, now);
+        if counted.is_nothing() {
             return;
         }
-        // The node is due for ejection or a pause: that and its cap are decided against the
-        // membership current now (issue 19, finding 4: a lease from an older, larger
-        // membership ejected past the cap of the current one).
+        // The node is due for ejection or a pause, or an outlier-detection interval ended:
+        // decided against the membership current now (issue 19, finding 4: a lease from an
+        // older, larger membership ejected past the cap of the current one).
         let load = &self.table.loads()[index];
         match self.current.upgrade() {
-            Some(current) => current.load().table.act(load, due, &self.state, now),
-            None => self.table.act(load, due, &self.state, now), // the balancer is gone
+            Some(current) => current.load().table.act(load, counted, &self.state, now),
+            None => self.table.act(load, counted, &self.state, now), // the balancer is gone
         };
     }
 }
