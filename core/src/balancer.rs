@@ -13,6 +13,7 @@
 
 use crate::health::Counted;
 use crate::load::Outcome;
+use crate::request::Request;
 use crate::sync::publish::{Mutex, Published};
 use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, State, Status, Table};
 use alloc::boxed::Box;
@@ -563,6 +564,32 @@ impl Balancer {
             started_ns: now,
             ended: false,
         })
+    }
+
+    /// A request routed through this balancer, with `key` (keyed algorithms need one): one
+    /// lease per attempt on distinct nodes, retries under a policy and a budget (see
+    /// [`Request`]).
+    pub fn request<K: AsRef<[u8]>>(&self, key: Option<K>) -> Request<&Balancer, K> {
+        Request::new(self, key)
+    }
+
+    /// A lease on the node at `position` of `picks` (the membership they were chosen from).
+    pub(crate) fn lease_from(&self, picks: Picks, position: usize) -> Lease {
+        let index = picks.indices[position] as usize;
+        let snapshot = picks.snapshot;
+        let now = snapshot.clock.now_ns();
+        snapshot.table.start(index, &self.state);
+        Lease {
+            snapshot,
+            index,
+            started_ns: now,
+            ended: false,
+        }
+    }
+
+    /// 64 random bits from the balancer's generator (its seed's sequence, shared with picks).
+    pub(crate) fn random(&self) -> u64 {
+        self.state.rng.next()
     }
 
     /// Records the outcome of a request the caller routed itself (after `pick`): one more

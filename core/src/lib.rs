@@ -52,6 +52,8 @@ mod table;
 
 #[cfg(feature = "std")]
 mod balancer;
+#[cfg(feature = "std")]
+mod request;
 
 pub use budget::{AdaptiveThrottle, RetryBudget, RetryThrottle};
 pub use error::{Error, Result};
@@ -70,6 +72,8 @@ pub use table::Table;
 pub use balancer::{
     Balancer, Clock, Lease, ManualClock, MonotonicClock, NodeInfo, NodeStats, Picked, Picks,
 };
+#[cfg(feature = "std")]
+pub use request::{Budget, Decision, MAX_ATTEMPTS, Request, RetryOn, RetryPolicy, Stop};
 
 /// Default number of virtual nodes per unit of weight on the `ring`.
 pub const DEFAULT_VNODES: u32 = 160;

@@ -1,0 +1,309 @@
+//! The request loop (issue 21, deliverable 4): attempts on distinct nodes in retry order, the
+//! retry policy, budgets, backoff, retry-after and the deadline.
+
+mod common;
+
+use common::{options, secs};
+use liblb_core::{
+    AdaptiveThrottle, Algorithm, Balancer, Budget, Clock, Decision, Error, Failure, FailureKind,
+    ManualClock, Node, Outcome, RetryBudget, RetryOn, RetryPolicy, RetryThrottle, Status, Stop,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+const OK: Outcome = Outcome::Success(Duration::from_millis(2));
+const ERR: Outcome = Outcome::Failure(Duration::from_millis(2));
+
+fn balancer(
+    algorithm: Algorithm,
+    n: usize,
+    pairs: &[(&str, &str)],
+) -> (Balancer, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(secs(1000)));
+    let nodes: Vec<Node> = (0..n)
+        .map(|i| Node::new(format!("n{i}").as_str(), 1))
+        .collect();
+    let b = Balancer::with_clock(algorithm, nodes, options(pairs), clock.clone()).unwrap();
+    (b, clock)
+}
+
+fn in_flight(b: &Balancer) -> usize {
+    b.stats().iter().map(|s| s.in_flight).sum()
+}
+
+/// Runs a request whose attempts end with `outcomes` in turn (the last repeated), returning
+/// the nodes tried, the decisions, and the request.
+fn run(
+    b: &Balancer,
+    key: Option<&[u8]>,
+    policy: RetryPolicy,
+    budget: Option<Budget>,
+    outcomes: &[Outcome],
+) -> (Vec<String>, Vec<Decision>, Option<Stop>) {
+    let mut request = b.request(key).with_policy(policy).unwrap();
+    if let Some(budget) = budget {
+        request = request.with_budget(budget);
+    }
+    let (mut tried, mut decisions) = (Vec::new(), Vec::new());
+    while let Some(lease) = request.attempt().unwrap() {
+        tried.push(lease.id().to_string());
+        let outcome = outcomes[(tried.len() - 1).min(outcomes.len() - 1)];
+        let decision = request.finish(lease, outcome);
+        decisions.push(decision);
+        if !matches!(decision, Decision::Retry(_)) {
+            break;
+        }
+    }
+    assert!(request.is_over());
+    assert_eq!(request.attempt().unwrap().map(|l| l.id().to_string()), None);
+    (tried, decisions, request.stopped())
+}
+
+/// A request of one successful attempt is one lease: counted, released, done.
+#[test]
+fn one_attempt_is_one_lease() {
+    let (b, _) = balancer(Algorithm::RoundRobin, 3, &[]);
+    let (tried, decisions, stop) = run(&b, None, RetryPolicy::default(), None, &[OK]);
+    assert_eq!(
+        (tried, decisions, stop),
+        (vec!["n0".to_string()], vec![Decision::Done], None)
+    );
+    let stats = b.stats();
+    assert_eq!((stats[0].requests, in_flight(&b)), (1, 0));
+}
+
+/// Retries go to distinct nodes, in the key's retry order (`attempts`), and stop at
+/// `max_attempts`; each failure is counted on its node.
+#[test]
+fn retries_follow_the_keys_retry_order_on_distinct_nodes() {
+    for algorithm in [
+        Algorithm::Ring,
+        Algorithm::Maglev,
+        Algorithm::Rendezvous,
+        Algorithm::Ketama,
+    ] {
+        let (b, _) = balancer(algorithm, 6, &[("consecutive_failures", "0")]);
+        let policy = RetryPolicy {
+            max_attempts: 4,
+            ..RetryPolicy::default()
+        };
+        let (tried, decisions, stop) = run(&b, Some(b"user-42"), policy, None, &[ERR]);
+        let order: Vec<String> = b
+            .attempts(Some(b"user-42"), 4)
+            .unwrap()
+            .ids()
+            .map(String::from)
+            .collect();
+        assert_eq!(tried, order, "{algorithm}");
+        assert_eq!(decisions.len(), 4);
+        assert_eq!(decisions[3], Decision::Stop(Stop::MaxAttempts));
+        assert_eq!(stop, Some(Stop::MaxAttempts));
+        let failures: u64 = b.stats().iter().map(|s| s.failures).sum();
+        assert_eq!((failures, in_flight(&b)), (4, 0));
+    }
+    // Unkeyed: distinct nodes too, and a success ends it.
+    let (b, _) = balancer(Algorithm::Random, 5, &[]);
+    for _ in 0..50 {
+        let (tried, decisions, _) = run(&b, None, RetryPolicy::default(), None, &[ERR, ERR, OK]);
+        assert_eq!(decisions.last(), Some(&Decision::Done));
+        let mut distinct = tried.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 3, "{tried:?}");
+    }
+}
+
+#[test]
+fn only_the_kinds_in_retry_on_are_retried() {
+    let (b, _) = balancer(Algorithm::RoundRobin, 5, &[]);
+    let policy = RetryPolicy {
+        retry_on: RetryOn::NONE.with(FailureKind::Timeout),
+        ..RetryPolicy::default()
+    };
+    let (tried, _, stop) = run(&b, None, policy, None, &[ERR]);
+    assert_eq!((tried.len(), stop), (1, Some(Stop::NotRetryable)));
+    let timeout = Failure::timeout().into();
+    let (tried, _, stop) = run(&b, None, policy, None, &[timeout]);
+    assert_eq!((tried.len(), stop), (3, Some(Stop::MaxAttempts)));
+}
+
+/// Backoff waits are Envoy's: retry n waits less than min(25 ms · 2^(n−1), 250 ms).
+#[test]
+fn backoff_grows_and_is_jittered_below_its_interval() {
+    let (b, _) = balancer(Algorithm::RoundRobin, 8, &[("consecutive_failures", "0")]);
+    let policy = RetryPolicy {
+        max_attempts: 7,
+        ..RetryPolicy::default()
+    };
+    let mut seen = [Duration::ZERO; 6];
+    for _ in 0..200 {
+        let (_, decisions, _) = run(&b, None, policy, None, &[ERR]);
+        for (n, decision) in decisions.iter().take(6).enumerate() {
+            let Decision::Retry(delay) = *decision else {
+                panic!("{decision:?}")
+            };
+            let interval = ms((25 << n).min(250));
+            assert!(delay < interval, "retry {}: {delay:?}", n + 1);
+            seen[n] = seen[n].max(delay);
+        }
+    }
+    // Jittered over the whole interval: the largest of 200 waits is in its top fifth.
+    for (n, top) in seen.iter().enumerate() {
+        let interval = ms((25 << n).min(250));
+        assert!(*top >= interval * 4 / 5, "retry {}: at most {top:?}", n + 1);
+    }
+}
+
+/// An overloaded answer's retry-after is the delay (capped by `max_retry_after_ms`), and its
+/// node is paused meanwhile, so the retry goes elsewhere.
+#[test]
+fn retry_after_is_the_delay_and_pauses_the_node() {
+    let (b, _) = balancer(Algorithm::RoundRobin, 5, &[("max_retry_after_ms", "2000")]);
+    let busy: Outcome = Failure::overloaded().retry_after(ms(700)).into();
+    let mut request = b.request(None::<&[u8]>);
+    let lease = request.attempt().unwrap().unwrap();
+    let first = lease.id().to_string();
+    assert_eq!(request.finish(lease, busy), Decision::Retry(ms(700)));
+    assert_eq!(request.backoff(), ms(700));
+    let status = b
+        .stats()
+        .into_iter()
+        .find(|s| s.id == first)
+        .unwrap()
+        .status;
+    assert!(matches!(status, Status::Overloaded { .. }), "{status:?}");
+    let lease = request.attempt().unwrap().unwrap();
+    assert_ne!(lease.id(), first);
+    let long: Outcome = Failure::overloaded().retry_after(secs(60)).into();
+    assert_eq!(request.finish(lease, long), Decision::Retry(secs(2)));
+}
+
+/// The deadline counts from the first attempt: a retry whose delay would reach it is not made.
+#[test]
+fn no_retry_reaches_the_deadline() {
+    let (b, clock) = balancer(Algorithm::RoundRobin, 5, &[]);
+    let policy = RetryPolicy {
+        deadline: Some(ms(100)),
+        ..RetryPolicy::default()
+    };
+    let mut request = b.request(None::<&[u8]>).with_policy(policy).unwrap();
+    let lease = request.attempt().unwrap().unwrap();
+    clock.advance(ms(60));
+    assert_eq!(request.remaining(), Some(ms(40)));
+    let busy = |after| Failure::overloaded().retry_after(ms(after)).into();
+    assert_eq!(request.finish(lease, busy(30)), Decision::Retry(ms(30)));
+    clock.advance(ms(30));
+    let lease = request.attempt().unwrap().unwrap();
+    assert_eq!(
+        request.finish(lease, busy(10)),
+        Decision::Stop(Stop::Deadline)
+    );
+    assert_eq!(request.stopped(), Some(Stop::Deadline));
+}
+
+/// Issue 21's retry-storm bar, at one instant: 1,000 requests whose every attempt fails retry
+/// 2,000 times without a budget; the default budget allows 20% of the requests plus its
+/// reserve (10 per second × 10 s), tower's `TpsBudget` arithmetic.
+#[test]
+fn the_default_budget_caps_retries_at_a_fifth_plus_the_reserve() {
+    let (b, clock) = balancer(Algorithm::RoundRobin, 10, &[("consecutive_failures", "0")]);
+    let retries = |budget: Option<Budget>| {
+        let mut retries = 0;
+        for _ in 0..1000 {
+            let (tried, _, _) = run(&b, None, RetryPolicy::default(), budget.clone(), &[ERR]);
+            retries += tried.len() - 1;
+        }
+        retries
+    };
+    assert_eq!(retries(None), 2000);
+    let budget = Arc::new(
+        RetryBudget::new(
+            RetryBudget::DEFAULT_TTL,
+            RetryBudget::DEFAULT_MIN_PER_SEC,
+            RetryBudget::DEFAULT_RETRY_PERCENT,
+            clock.now_ns(),
+        )
+        .unwrap(),
+    );
+    let allowed = retries(Some(Budget::Retry(budget.clone())));
+    assert_eq!(allowed, 200 + 100);
+    assert_eq!(budget.available(clock.now_ns()), 0);
+}
+
+/// gRPC A6 throttling through the request: Throttle(4, 0.8), threshold 2. The first failure
+/// leaves 3 tokens (retry), the second 2 (no retry: at the threshold).
+#[test]
+fn the_grpc_throttle_stops_retries_at_half_its_tokens() {
+    let (b, _) = balancer(Algorithm::RoundRobin, 5, &[]);
+    let throttle = Arc::new(RetryThrottle::new(4, 0.8).unwrap());
+    let budget = Some(Budget::Throttle(throttle.clone()));
+    let (tried, _, stop) = run(&b, None, RetryPolicy::default(), budget.clone(), &[ERR]);
+    assert_eq!((tried.len(), stop), (2, Some(Stop::Budget)));
+    assert_eq!(throttle.tokens(), 2.0);
+    // Non-retryable failures do not count; successes add 0.8.
+    let policy = RetryPolicy {
+        retry_on: RetryOn::NONE,
+        ..RetryPolicy::default()
+    };
+    run(&b, None, policy, budget.clone(), &[ERR]);
+    assert_eq!(throttle.tokens(), 2.0);
+    run(&b, None, RetryPolicy::default(), budget, &[OK]);
+    assert!((throttle.tokens() - 2.8).abs() < 1e-9);
+}
+
+/// The adaptive throttle rejects a request before any attempt once the backends have
+/// rejected enough: no lease, nothing counted.
+#[test]
+fn the_adaptive_throttle_rejects_before_the_first_attempt() {
+    let (b, clock) = balancer(Algorithm::RoundRobin, 5, &[("max_retry_after_ms", "0")]);
+    let throttle = Arc::new(AdaptiveThrottle::new(2.0, secs(120), clock.now_ns()).unwrap());
+    let budget = Some(Budget::Adaptive(throttle.clone()));
+    let busy: Outcome = Failure::overloaded().into();
+    let policy = RetryPolicy {
+        max_attempts: 1,
+        ..RetryPolicy::default()
+    };
+    let mut throttled = 0;
+    for _ in 0..500 {
+        let (tried, _, stop) = run(&b, None, policy, budget.clone(), &[busy]);
+        if stop == Some(Stop::Throttled) {
+            assert!(tried.is_empty());
+            throttled += 1;
+        }
+    }
+    // No accepts: p(reject) = requests / (requests + 1) climbs to nearly 1.
+    assert!(throttled > 400, "{throttled} of 500 throttled");
+    assert_eq!(in_flight(&b), 0);
+    let requests: u64 = b.stats().iter().map(|s| s.requests).sum();
+    assert_eq!(requests, 500 - throttled);
+}
+
+#[test]
+fn every_node_tried_is_the_end() {
+    let (b, _) = balancer(Algorithm::RoundRobin, 2, &[("consecutive_failures", "0")]);
+    let policy = RetryPolicy {
+        max_attempts: 5,
+        ..RetryPolicy::default()
+    };
+    let (tried, _, stop) = run(&b, None, policy, None, &[ERR]);
+    assert_eq!((tried.len(), stop), (2, Some(Stop::NoMoreNodes)));
+}
+
+/// Bad input: a keyed algorithm without a key fails the attempt and leaves the request new;
+/// a bad policy is refused.
+#[test]
+fn balancer_errors_leave_the_request_as_it_was() {
+    let (b, _) = balancer(Algorithm::Ring, 3, &[]);
+    let mut request = b.request(None::<&[u8]>);
+    assert_eq!(request.attempt().unwrap_err(), Error::KeyRequired("ring"));
+    assert_eq!((request.attempts(), request.is_over()), (0, false));
+    let bad = RetryPolicy {
+        max_attempts: 0,
+        ..RetryPolicy::default()
+    };
+    assert!(b.request(Some(b"k")).with_policy(bad).is_err());
+}
