@@ -39,6 +39,7 @@ mod budget;
 mod error;
 mod hash;
 mod health;
+mod hedge;
 mod load;
 mod node;
 mod options;
@@ -59,6 +60,7 @@ pub use budget::{AdaptiveThrottle, RetryBudget, RetryThrottle};
 pub use error::{Error, Result};
 pub use hash::HashKind;
 pub use health::Status;
+pub use hedge::{HIGHEST_LATENCY_MS, Hedging, LatencyWindow};
 pub use load::{Failure, FailureKind, Load, Outcome, Penalty};
 pub use node::{Node, id_from_utf8, validate_id};
 pub use options::{

@@ -21,6 +21,7 @@
 //!         Decision::Done => break,
 //!         Decision::Retry(delay) => std::thread::sleep(delay),
 //!         Decision::Stop(why) => panic!("gave up: {why:?}"),
+//!         Decision::Wait => unreachable!("only with hedges out"),
 //!     }
 //! }
 //! assert_eq!(request.attempts(), 2);
@@ -50,7 +51,7 @@
 //!   (the SRE book's client-side throttling) and hears of every attempt the backend accepted
 //!   (a success or an error: it answered; a timeout or an overloaded answer is not an accept).
 
-use crate::{AdaptiveThrottle, Balancer, Error, FailureKind, Lease, Outcome, Result};
+use crate::{AdaptiveThrottle, Balancer, Error, FailureKind, Hedging, Lease, Outcome, Result};
 use crate::{RetryBudget, RetryThrottle};
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -167,6 +168,8 @@ pub enum Decision {
     Retry(Duration),
     /// Give up: the last attempt's failure is the request's.
     Stop(Stop),
+    /// Another attempt (a hedge) is still out: wait for its answer.
+    Wait,
 }
 
 /// Why a request gave up.
@@ -238,8 +241,14 @@ pub struct Request<B: Borrow<Balancer>, K: AsRef<[u8]>> {
     /// Retries since the start or the last retry-after (the backoff exponent).
     backoffs: u32,
     delay: Duration,
-    /// The ids of the nodes tried, once a retry was decided (the first try costs nothing).
+    /// The ids of the nodes tried: with hedging, every attempt's as it starts; without, a
+    /// failed one's once a retry is decided (so one successful attempt allocates nothing).
     tried: Vec<String>,
+    hedging: Option<Arc<Hedging>>,
+    /// Attempts out (started, not finished or cancelled).
+    outstanding: u32,
+    /// Which attempt (1-based, in the order they started) succeeded.
+    winner: Option<u32>,
 }
 
 impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
@@ -257,7 +266,67 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
             backoffs: 0,
             delay: Duration::ZERO,
             tried: Vec::new(),
+            hedging: None,
+            outstanding: 0,
+            winner: None,
         }
+    }
+
+    /// The same request, hedged by `hedging` (see [`Request::hedge`]).
+    pub fn with_hedging(mut self, hedging: Arc<Hedging>) -> Request<B, K> {
+        self.hedging = Some(hedging);
+        self
+    }
+
+    /// Which attempt succeeded (1-based, in the order the attempts started), once one has.
+    pub fn winner(&self) -> Option<u32> {
+        self.winner
+    }
+
+    /// How long to wait for an answer, from when the last attempt started, before sending a
+    /// hedge ([`Request::hedge`]); `None`: no hedge (no hedging policy, no attempt out, the
+    /// attempts used up, or the policy says not now).
+    pub fn hedge_after(&self) -> Option<Duration> {
+        let hedging = self.hedging.as_ref()?;
+        if self.phase != Phase::Out || self.attempts >= self.policy.max_attempts {
+            return None;
+        }
+        hedging.delay(self.balancer.borrow().clock().now_ns())
+    }
+
+    /// Sends a hedge now: another attempt, on the next untried node, while the others are
+    /// still out — if the hedging policy's budget and the request's budget allow it (a retry
+    /// budget pays a withdrawal; a retry throttle must be above its threshold, gRFC A6) and
+    /// attempts remain. `None` when not sent. The caller keeps the first answer that ends the
+    /// request and drops (cancels) the other attempts' leases: a cancelled lease counts
+    /// nothing, so the loser's work is never mistaken for the node's health.
+    pub fn hedge(&mut self) -> Result<Option<Lease>> {
+        let Some(hedging) = self.hedging.clone() else {
+            return Ok(None);
+        };
+        if self.phase != Phase::Out || self.attempts >= self.policy.max_attempts {
+            return Ok(None);
+        }
+        let now = self.balancer.borrow().clock().now_ns();
+        let allowed = match &self.budget {
+            Some(Budget::Throttle(throttle)) => throttle.allows(),
+            _ => true,
+        };
+        if !allowed || !hedging.withdraw(now) {
+            return Ok(None);
+        }
+        if let Some(Budget::Retry(budget)) = &self.budget {
+            if !budget.withdraw(now) {
+                return Ok(None);
+            }
+        }
+        self.next()
+    }
+
+    /// Cancels `lease`, an attempt of this request (a hedge's loser): nothing is counted.
+    pub fn cancel(&mut self, lease: Lease) {
+        drop(lease);
+        self.outstanding = self.outstanding.saturating_sub(1);
     }
 
     /// The same request under `policy` (checked: see [`RetryPolicy::validate`]).
@@ -333,45 +402,85 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
                 if let Some(Budget::Retry(budget)) = &self.budget {
                     budget.deposit(now);
                 }
+                if let Some(hedging) = &self.hedging {
+                    hedging.deposit(now);
+                    self.tried.push(String::from(lease.id()));
+                }
                 self.started_ns = now;
                 self.attempts = 1;
+                self.outstanding = 1;
                 self.phase = Phase::Out;
                 return Ok(Some(lease));
             }
             Phase::Out | Phase::Between => {}
         }
         if self.attempts >= self.policy.max_attempts {
-            self.phase = Phase::Over(Some(Stop::MaxAttempts));
+            if self.outstanding == 0 {
+                self.phase = Phase::Over(Some(Stop::MaxAttempts));
+            }
             return Ok(None);
         }
+        self.next()
+    }
+
+    /// Starts an attempt on the first untried node of the key's retry order.
+    fn next(&mut self) -> Result<Option<Lease>> {
+        let balancer = self.balancer.borrow();
+        let key = self.key.as_ref().map(|k| k.as_ref());
         let limit = self.tried.len() + 1;
         let order = balancer.attempts(key, limit)?;
         let Some(position) = order
             .ids()
             .position(|id| !self.tried.iter().any(|t| t == id))
         else {
-            self.phase = Phase::Over(Some(Stop::NoMoreNodes));
+            if self.outstanding == 0 {
+                self.phase = Phase::Over(Some(Stop::NoMoreNodes));
+            }
             return Ok(None);
         };
         let lease = balancer.lease_from(order, position);
+        if self.hedging.is_some() {
+            self.tried.push(String::from(lease.id()));
+        }
         self.attempts += 1;
+        self.outstanding += 1;
         self.phase = Phase::Out;
         Ok(Some(lease))
     }
 
     /// Ends `lease` (an attempt of this request) with `outcome` — counted by the balancer as
     /// any lease's outcome — and decides what comes next.
+    ///
+    /// With hedging, a failure while another attempt is out gives [`Decision::Wait`], or
+    /// [`Decision::Retry`] with no delay when it may be retried (gRFC A6: a hedge's retryable
+    /// failure sends the next hedge at once); a success ends the request, and the caller
+    /// cancels the attempts still out. A request that is already over only ends the lease.
     pub fn finish(&mut self, lease: Lease, outcome: Outcome) -> Decision {
         let balancer = self.balancer.borrow();
         let id = String::from(lease.id());
+        let latency = outcome.latency().unwrap_or_else(|| lease.elapsed());
         lease.finish(outcome);
+        self.outstanding = self.outstanding.saturating_sub(1);
         let now = balancer.clock().now_ns();
-        let Some(failure) = outcome.failure() else {
+        if let Phase::Over(stop) = self.phase {
+            return stop.map_or(Decision::Done, Decision::Stop);
+        }
+        let failure = outcome.failure();
+        if let Some(hedging) = &self.hedging {
+            if failure.is_none_or(|f| f.kind == FailureKind::Timeout) {
+                hedging.record(latency, now);
+            }
+        }
+        let Some(failure) = failure else {
             match &self.budget {
                 Some(Budget::Throttle(throttle)) => throttle.success(),
                 Some(Budget::Adaptive(throttle)) => throttle.accepted(now),
                 _ => {}
             }
+            self.winner = Some(match self.tried.iter().position(|t| *t == id) {
+                Some(at) if self.hedging.is_some() => at as u32 + 1,
+                _ => self.attempts,
+            });
             self.phase = Phase::Over(None);
             return Decision::Done;
         };
@@ -390,13 +499,24 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
             }
             _ => {}
         }
+        if self.outstanding > 0 {
+            // A hedge is still out.
+            let more = retryable && self.attempts < self.policy.max_attempts;
+            return if more {
+                Decision::Retry(Duration::ZERO)
+            } else {
+                Decision::Wait
+            };
+        }
         if !retryable {
             return stop(self, Stop::NotRetryable);
         }
         if self.attempts >= self.policy.max_attempts {
             return stop(self, Stop::MaxAttempts);
         }
-        self.tried.push(id);
+        if !self.tried.contains(&id) {
+            self.tried.push(id);
+        }
         if self.tried.len() >= balancer.len() {
             return stop(self, Stop::NoMoreNodes);
         }
@@ -481,7 +601,10 @@ mod tests {
         // and is the max from the 65th call on.
         for n in 1..=64 {
             let interval = 1u64 << (n - 1);
-            assert_eq!(backoff_ms(1, u64::MAX, n, u64::MAX - 1), (u64::MAX - 1) % interval);
+            assert_eq!(
+                backoff_ms(1, u64::MAX, n, u64::MAX - 1),
+                (u64::MAX - 1) % interval
+            );
         }
         assert_eq!(backoff_ms(1, u64::MAX, 101, u64::MAX - 1), u64::MAX - 1);
         // Envoy's rule, not min(base·2^(n-1), max): an odd max is reached from below half.

@@ -6,7 +6,8 @@ mod common;
 use common::{options, secs};
 use liblb_core::{
     AdaptiveThrottle, Algorithm, Balancer, Budget, Clock, Decision, Error, Failure, FailureKind,
-    ManualClock, Node, Outcome, RetryBudget, RetryOn, RetryPolicy, RetryThrottle, Status, Stop,
+    Hedging, ManualClock, Node, Outcome, RetryBudget, RetryOn, RetryPolicy, RetryThrottle, Status,
+    Stop,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -306,4 +307,121 @@ fn balancer_errors_leave_the_request_as_it_was() {
         ..RetryPolicy::default()
     };
     assert!(b.request(Some(b"k")).with_policy(bad).is_err());
+}
+
+/// Hedging with a fixed delay (gRPC's `hedgingDelay`): the hedge goes to another node, the
+/// first answer wins, and the loser, cancelled, counts nothing.
+#[test]
+fn a_hedge_goes_elsewhere_and_the_loser_counts_nothing() {
+    let (b, clock) = balancer(Algorithm::Ring, 5, &[]);
+    let hedging = Arc::new(Hedging::after(ms(10)));
+    let mut request = b.request(Some(b"k")).with_hedging(hedging);
+    assert_eq!(request.hedge_after(), None, "nothing out yet");
+    let first = request.attempt().unwrap().unwrap();
+    assert_eq!(request.hedge_after(), Some(ms(10)));
+    clock.advance(ms(10));
+    let hedge = request.hedge().unwrap().unwrap();
+    let order: Vec<String> = b
+        .attempts(Some(b"k"), 2)
+        .unwrap()
+        .ids()
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        [first.id(), hedge.id()],
+        [order[0].as_str(), order[1].as_str()]
+    );
+    assert_eq!(in_flight(&b), 2);
+    clock.advance(ms(3));
+    let (loser, winner) = (first.id().to_string(), hedge.id().to_string());
+    assert_eq!(request.finish(hedge, OK), Decision::Done);
+    assert_eq!(request.winner(), Some(2));
+    request.cancel(first);
+    assert_eq!(in_flight(&b), 0);
+    let requests = |id: &str| b.stats().into_iter().find(|s| s.id == id).unwrap().requests;
+    assert_eq!((requests(&winner), requests(&loser)), (1, 0));
+    assert_eq!(
+        request.hedge().unwrap().map(|l| l.id().to_string()),
+        None,
+        "over"
+    );
+}
+
+/// A hedged attempt's failure while another is out: retried at once if attempts remain
+/// (gRFC A6), else wait for the one out.
+#[test]
+fn a_failure_while_a_hedge_is_out_retries_at_once_or_waits() {
+    let (b, _) = balancer(Algorithm::RoundRobin, 5, &[]);
+    let hedging = Arc::new(Hedging::after(Duration::ZERO));
+    let policy = RetryPolicy {
+        max_attempts: 3,
+        ..RetryPolicy::default()
+    };
+    let mut request = b
+        .request(None::<&[u8]>)
+        .with_policy(policy)
+        .unwrap()
+        .with_hedging(hedging);
+    let a = request.attempt().unwrap().unwrap();
+    let h = request.hedge().unwrap().unwrap();
+    assert_eq!(request.finish(a, ERR), Decision::Retry(Duration::ZERO));
+    let c = request.attempt().unwrap().unwrap();
+    assert_eq!(request.attempts(), 3);
+    assert_eq!(
+        request.hedge().unwrap().map(|l| l.id().to_string()),
+        None,
+        "attempts used up"
+    );
+    assert_eq!(request.finish(c, ERR), Decision::Wait);
+    assert_eq!(request.finish(h, ERR), Decision::Stop(Stop::MaxAttempts));
+    assert_eq!(in_flight(&b), 0);
+}
+
+/// Finagle's percentile rule: hedges after the window's p99, and at most 1% more requests.
+#[test]
+fn percentile_hedging_costs_at_most_its_extra_load() {
+    let (b, clock) = balancer(Algorithm::RoundRobin, 10, &[]);
+    let hedging = Arc::new(Hedging::percentile(0.01, clock.now_ns()).unwrap());
+    // Warm up: 1,000 requests answered in 1..=100 ms.
+    for i in 0..1000u64 {
+        let mut request = b.request(None::<&[u8]>).with_hedging(hedging.clone());
+        let lease = request.attempt().unwrap().unwrap();
+        assert_eq!(
+            request.hedge_after(),
+            None,
+            "no percentile before the first refresh"
+        );
+        request.finish(lease, Outcome::Success(ms(i % 100 + 1)));
+    }
+    clock.advance(secs(10));
+    let mut hedges = 0;
+    for _ in 0..5000 {
+        let mut request = b.request(None::<&[u8]>).with_hedging(hedging.clone());
+        let lease = request.attempt().unwrap().unwrap();
+        assert_eq!(request.hedge_after(), Some(ms(99)));
+        if let Some(hedge) = request.hedge().unwrap() {
+            hedges += 1;
+            request.cancel(hedge);
+        }
+        request.finish(lease, OK);
+    }
+    // 6,000 deposits at 1% each: 60 hedges.
+    assert_eq!(hedges, 60);
+}
+
+/// A retry throttle at or below its threshold refuses hedges too (gRFC A6).
+#[test]
+fn a_throttled_client_sends_no_hedges() {
+    let (b, _) = balancer(Algorithm::RoundRobin, 5, &[]);
+    let throttle = Arc::new(RetryThrottle::new(4, 0.8).unwrap());
+    // Two failures: 3 tokens (above the threshold of 2), then 2 (at it).
+    assert!(throttle.failure());
+    assert!(!throttle.failure());
+    let mut request = b
+        .request(None::<&[u8]>)
+        .with_budget(Budget::Throttle(throttle))
+        .with_hedging(Arc::new(Hedging::after(Duration::ZERO)));
+    let lease = request.attempt().unwrap().unwrap();
+    assert_eq!(request.hedge().unwrap().map(|l| l.id().to_string()), None);
+    request.finish(lease, OK);
 }
