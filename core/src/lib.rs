@@ -75,7 +75,7 @@ pub use balancer::{
     Balancer, Clock, Lease, ManualClock, MonotonicClock, NodeInfo, NodeStats, Picked, Picks,
 };
 #[cfg(feature = "std")]
-pub use request::{Budget, Decision, MAX_ATTEMPTS, Request, RetryOn, RetryPolicy, Stop};
+pub use request::{Budget, CallError, Decision, MAX_ATTEMPTS, Request, RetryOn, RetryPolicy, Stop};
 
 /// Default number of virtual nodes per unit of weight on the `ring`.
 pub const DEFAULT_VNODES: u32 = 160;

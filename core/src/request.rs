@@ -51,7 +51,9 @@
 //!   (the SRE book's client-side throttling) and hears of every attempt the backend accepted
 //!   (a success or an error: it answered; a timeout or an overloaded answer is not an accept).
 
-use crate::{AdaptiveThrottle, Balancer, Error, FailureKind, Hedging, Lease, Outcome, Result};
+use crate::{
+    AdaptiveThrottle, Balancer, Error, Failure, FailureKind, Hedging, Lease, Outcome, Result,
+};
 use crate::{RetryBudget, RetryThrottle};
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -571,6 +573,195 @@ fn backoff_ms(base: u64, max: u64, n: u32, random: u64) -> u64 {
         };
     }
     random % interval
+}
+
+/// Why [`Request::call`] or [`Request::call_async`] returned no answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallError {
+    /// The balancer could not pick (no nodes, a key required, ...).
+    Balancer(Error),
+    /// The request gave up (`stop`); `last` is its last attempt's failure (none when the
+    /// adaptive throttle rejected it before any attempt).
+    GaveUp {
+        /// Why it gave up.
+        stop: Stop,
+        /// The last attempt's failure.
+        last: Option<Failure>,
+    },
+}
+
+impl core::fmt::Display for CallError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CallError::Balancer(error) => error.fmt(f),
+            CallError::GaveUp {
+                stop,
+                last: Some(last),
+            } => write!(
+                f,
+                "request gave up ({}) after a failure ({})",
+                stop.name(),
+                last.kind.name()
+            ),
+            CallError::GaveUp { stop, last: None } => {
+                write!(f, "request gave up ({}) before any attempt", stop.name())
+            }
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+impl From<Error> for CallError {
+    fn from(error: Error) -> CallError {
+        CallError::Balancer(error)
+    }
+}
+
+/// What one step of a call loop learnt.
+enum Event<T> {
+    Answer(usize, core::result::Result<T, Failure>),
+    Timer,
+}
+
+impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
+    /// Runs the whole request on this thread: `send(lease)` for each attempt (the node is
+    /// `lease.id()`), sleeping between attempts as decided. `Ok` is the first success's
+    /// value, its latency measured by the balancer's clock; `Err(failure)` from `send` ends
+    /// that attempt with it (its latency measured too, if `failure.latency` is `None`).
+    /// Hedging needs attempts in parallel: use [`Request::call_async`].
+    pub fn call<T>(
+        mut self,
+        mut send: impl FnMut(&Lease) -> core::result::Result<T, Failure>,
+    ) -> core::result::Result<T, CallError> {
+        let mut last = None;
+        loop {
+            let Some(lease) = self.attempt()? else {
+                let stop = self.stopped().unwrap_or(Stop::MaxAttempts);
+                return Err(CallError::GaveUp { stop, last });
+            };
+            let (value, outcome) = match send(&lease) {
+                Ok(value) => (Some(value), Outcome::Success(lease.elapsed())),
+                Err(failure) => (None, measured(failure, &lease)),
+            };
+            last = outcome.failure();
+            match self.finish(lease, outcome) {
+                Decision::Done => return Ok(value.expect("a success carries its value")),
+                Decision::Retry(delay) => std::thread::sleep(delay),
+                Decision::Stop(stop) => return Err(CallError::GaveUp { stop, last }),
+                Decision::Wait => {} // only with hedges out, which `call` never sends
+            }
+        }
+    }
+
+    /// Runs the whole request asynchronously, on any runtime: `send(id)` starts an attempt on
+    /// node `id` (a future of its answer), `sleep(d)` is the runtime's timer (tokio's
+    /// `tokio::time::sleep`, for one). Retries wait as decided; with hedging
+    /// ([`Request::with_hedging`]) a hedge is sent each [`Request::hedge_after`] without an
+    /// answer, the first success wins and the attempts still out are dropped (their futures
+    /// and leases: cancelled, nothing counted).
+    pub async fn call_async<T, F, Fut, S, SFut>(
+        mut self,
+        mut send: F,
+        mut sleep: S,
+    ) -> core::result::Result<T, CallError>
+    where
+        F: FnMut(String) -> Fut,
+        Fut: core::future::Future<Output = core::result::Result<T, Failure>>,
+        S: FnMut(Duration) -> SFut,
+        SFut: core::future::Future<Output = ()>,
+    {
+        use core::pin::Pin;
+        use core::task::Poll;
+        let mut out: Vec<(Lease, Pin<alloc::boxed::Box<Fut>>)> = Vec::new();
+        let mut timer: Option<Pin<alloc::boxed::Box<SFut>>> = None;
+        let mut last = None;
+        let mut hedges = true;
+        let gave_up = |request: &Self, last| CallError::GaveUp {
+            stop: request.stopped().unwrap_or(Stop::MaxAttempts),
+            last,
+        };
+        match self.attempt()? {
+            Some(lease) => {
+                let answer = alloc::boxed::Box::pin(send(String::from(lease.id())));
+                out.push((lease, answer));
+            }
+            None => return Err(gave_up(&self, None)),
+        }
+        loop {
+            if timer.is_none() && hedges {
+                timer = self.hedge_after().map(|d| alloc::boxed::Box::pin(sleep(d)));
+            }
+            let event = core::future::poll_fn(|cx| {
+                for (i, (_, answer)) in out.iter_mut().enumerate() {
+                    if let Poll::Ready(result) = answer.as_mut().poll(cx) {
+                        return Poll::Ready(Event::Answer(i, result));
+                    }
+                }
+                match timer.as_mut().map(|t| t.as_mut().poll(cx)) {
+                    Some(Poll::Ready(())) => Poll::Ready(Event::Timer),
+                    _ => Poll::Pending,
+                }
+            })
+            .await;
+            let (i, result) = match event {
+                Event::Timer => {
+                    timer = None;
+                    match self.hedge()? {
+                        Some(lease) => {
+                            let answer = alloc::boxed::Box::pin(send(String::from(lease.id())));
+                            out.push((lease, answer));
+                        }
+                        None => hedges = false, // refused: no more hedges for this request
+                    }
+                    continue;
+                }
+                Event::Answer(i, result) => (i, result),
+            };
+            let (lease, _) = out.swap_remove(i);
+            timer = None;
+            let (value, outcome) = match result {
+                Ok(value) => (Some(value), Outcome::Success(lease.elapsed())),
+                Err(failure) => (None, measured(failure, &lease)),
+            };
+            last = outcome.failure().or(last);
+            let decision = self.finish(lease, outcome);
+            let next = match decision {
+                Decision::Done | Decision::Stop(_) => {
+                    for (lease, _) in out.drain(..) {
+                        self.cancel(lease);
+                    }
+                    return match decision {
+                        Decision::Done => Ok(value.expect("a success carries its value")),
+                        _ => Err(gave_up(&self, last)),
+                    };
+                }
+                Decision::Wait => continue,
+                Decision::Retry(delay) => {
+                    if !delay.is_zero() {
+                        sleep(delay).await;
+                    }
+                    self.attempt()?
+                }
+            };
+            match next {
+                Some(lease) => {
+                    let answer = alloc::boxed::Box::pin(send(String::from(lease.id())));
+                    out.push((lease, answer));
+                }
+                None if out.is_empty() => return Err(gave_up(&self, last)),
+                None => {}
+            }
+        }
+    }
+}
+
+/// `failure` with its latency measured on `lease` when the caller gave none.
+fn measured(failure: Failure, lease: &Lease) -> Outcome {
+    match failure.latency {
+        Some(_) => failure.into(),
+        None => failure.after(lease.elapsed()).into(),
+    }
 }
 
 impl<B: Borrow<Balancer>, K: AsRef<[u8]>> core::fmt::Debug for Request<B, K> {

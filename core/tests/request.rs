@@ -425,3 +425,128 @@ fn a_throttled_client_sends_no_hedges() {
     assert_eq!(request.hedge().unwrap().map(|l| l.id().to_string()), None);
     request.finish(lease, OK);
 }
+
+/// `call` runs the loop on this thread: the first failure is retried on another node, the
+/// success's value comes back.
+#[test]
+fn call_runs_the_whole_loop() {
+    let (b, _) = balancer(Algorithm::RoundRobin, 5, &[]);
+    let mut seen = Vec::new();
+    let value = b.request(None::<&[u8]>).call(|lease| {
+        seen.push(lease.id().to_string());
+        if seen.len() < 2 {
+            Err(Failure::timeout())
+        } else {
+            Ok(lease.id().len())
+        }
+    });
+    assert_eq!(value, Ok(2));
+    assert_eq!(seen, ["n0", "n1"]);
+    let gave_up = b
+        .request(None::<&[u8]>)
+        .call(|_| Err::<(), _>(Failure::error()));
+    let Err(liblb_core::CallError::GaveUp { stop, last }) = gave_up else {
+        panic!("{gave_up:?}")
+    };
+    assert_eq!(
+        (stop, last.map(|f| f.kind)),
+        (Stop::MaxAttempts, Some(FailureKind::Error))
+    );
+    assert_eq!(in_flight(&b), 0);
+    let (ring, _) = balancer(Algorithm::Ring, 3, &[]);
+    let no_key = ring.request(None::<&[u8]>).call(|_| Ok(()));
+    assert_eq!(
+        no_key,
+        Err(liblb_core::CallError::Balancer(Error::KeyRequired("ring")))
+    );
+}
+
+/// A future ready after it was polled `polls` times (waking itself meanwhile).
+struct After<T> {
+    polls: u32,
+    value: Option<T>,
+}
+
+impl<T: Unpin> std::future::Future for After<T> {
+    type Output = T;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<T> {
+        if self.polls == 0 {
+            return std::task::Poll::Ready(self.value.take().unwrap());
+        }
+        self.polls -= 1;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(value) = future.as_mut().poll(&mut cx) {
+            return value;
+        }
+    }
+}
+
+/// `call_async` hedges: the first attempt is slow (ready after 50 polls), the hedge timer
+/// fires after 3, the hedge answers after 2 and wins; the slow attempt is dropped, counting
+/// nothing.
+#[test]
+fn call_async_hedges_and_the_first_answer_wins() {
+    let (b, _) = balancer(Algorithm::RoundRobin, 5, &[]);
+    let request = b
+        .request(None::<&[u8]>)
+        .with_hedging(Arc::new(Hedging::after(ms(10))));
+    let mut sent = Vec::new();
+    let value = block_on(request.call_async(
+        |id: String| {
+            sent.push(id.clone());
+            let polls = if sent.len() == 1 { 50 } else { 2 };
+            After {
+                polls,
+                value: Some(Ok::<String, Failure>(id)),
+            }
+        },
+        |_delay| After {
+            polls: 3,
+            value: Some(()),
+        },
+    ));
+    assert_eq!(value, Ok("n1".to_string()));
+    assert_eq!(sent, ["n0", "n1"]);
+    assert_eq!(in_flight(&b), 0);
+    let requests = |id: &str| b.stats().into_iter().find(|s| s.id == id).unwrap().requests;
+    assert_eq!((requests("n0"), requests("n1")), (0, 1));
+}
+
+/// `call_async` retries after the decided delay, through the caller's sleep.
+#[test]
+fn call_async_retries_through_the_callers_sleep() {
+    let (b, _) = balancer(Algorithm::RoundRobin, 5, &[]);
+    let busy = Failure::overloaded().retry_after(ms(40));
+    let mut slept = Vec::new();
+    let mut tries = 0;
+    let value = block_on(b.request(None::<&[u8]>).call_async(
+        |id: String| {
+            tries += 1;
+            let answer = if tries == 1 { Err(busy) } else { Ok(id) };
+            After {
+                polls: 1,
+                value: Some(answer),
+            }
+        },
+        |delay| {
+            slept.push(delay);
+            After {
+                polls: 0,
+                value: Some(()),
+            }
+        },
+    ));
+    assert_eq!(value, Ok("n1".to_string()));
+    assert_eq!(slept, [ms(40)]);
+}
