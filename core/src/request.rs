@@ -491,24 +491,27 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
             request.phase = Phase::Over(Some(stop));
             Decision::Stop(stop)
         };
+        let mut throttled = false;
         match &self.budget {
             Some(Budget::Adaptive(throttle)) if failure.kind == FailureKind::Error => {
                 throttle.accepted(now);
             }
             // gRFC A6: only retryable failures count, before the attempt limit is checked.
-            Some(Budget::Throttle(throttle)) if retryable && !throttle.failure() => {
-                return stop(self, Stop::Budget);
-            }
+            Some(Budget::Throttle(throttle)) if retryable => throttled = !throttle.failure(),
             _ => {}
         }
         if self.outstanding > 0 {
-            // A hedge is still out.
-            let more = retryable && self.attempts < self.policy.max_attempts;
+            // A hedge is still out: its answer may yet end the request (gRFC A6: a throttled
+            // client sends no more attempts, but waits for those out).
+            let more = retryable && !throttled && self.attempts < self.policy.max_attempts;
             return if more {
                 Decision::Retry(Duration::ZERO)
             } else {
                 Decision::Wait
             };
+        }
+        if throttled {
+            return stop(self, Stop::Budget);
         }
         if !retryable {
             return stop(self, Stop::NotRetryable);

@@ -550,3 +550,25 @@ fn call_async_retries_through_the_callers_sleep() {
     assert_eq!(value, Ok("n1".to_string()));
     assert_eq!(slept, [ms(40)]);
 }
+
+/// gRFC A6: a failure that throttles the client while a hedge is out waits for the hedge
+/// (which may still win) instead of giving up or sending more.
+#[test]
+fn a_throttled_failure_with_a_hedge_out_waits_for_it() {
+    let (b, _) = balancer(Algorithm::RoundRobin, 5, &[]);
+    let throttle = Arc::new(RetryThrottle::new(4, 0.8).unwrap());
+    assert!(throttle.failure()); // 3 tokens: above the threshold of 2
+    let mut request = b
+        .request(None::<&[u8]>)
+        .with_budget(Budget::Throttle(throttle.clone()))
+        .with_hedging(Arc::new(Hedging::after(Duration::ZERO)));
+    let first = request.attempt().unwrap().unwrap();
+    let hedge = request.hedge().unwrap().unwrap();
+    assert_eq!(
+        request.finish(first, ERR),
+        Decision::Wait,
+        "2 tokens: throttled"
+    );
+    assert_eq!(request.finish(hedge, OK), Decision::Done);
+    assert_eq!(request.winner(), Some(2));
+}
