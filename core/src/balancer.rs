@@ -13,7 +13,7 @@
 
 use crate::health::Counted;
 use crate::load::Outcome;
-use crate::request::Request;
+use crate::request::{Budget, Request};
 use crate::sync::publish::{Mutex, Published};
 use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, State, Status, Table};
 use alloc::boxed::Box;
@@ -236,6 +236,10 @@ pub struct Balancer {
     state: Arc<State>,
     /// Serialises writers only; picks never touch it.
     writer: Mutex<()>,
+    /// The budget every [`Balancer::request`] gets (see [`Balancer::set_budget`]).
+    budget: std::sync::RwLock<Option<Budget>>,
+    /// Whether `budget` is set: a request reads one flag when it is not.
+    budgeted: core::sync::atomic::AtomicBool,
 }
 
 /// A node as listed by [`Balancer::nodes`].
@@ -494,6 +498,8 @@ impl Balancer {
             version: Arc::default(),
             state,
             writer: Mutex::new(()),
+            budget: std::sync::RwLock::new(None),
+            budgeted: core::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -571,6 +577,27 @@ impl Balancer {
     /// [`Request`]).
     pub fn request<K: AsRef<[u8]>>(&self, key: Option<K>) -> Request<&Balancer, K> {
         Request::new(self, key)
+    }
+
+    /// Sets the budget every request made after this gets (a request may still be given its
+    /// own with [`Request::with_budget`]); `None` removes it. Share one budget between
+    /// balancers whose retries should share one limit.
+    pub fn set_budget(&self, budget: Option<Budget>) {
+        let mut slot = self.budget.write().unwrap_or_else(|e| e.into_inner());
+        self.budgeted
+            .store(budget.is_some(), core::sync::atomic::Ordering::Release);
+        *slot = budget;
+    }
+
+    /// The budget requests get by default (see [`Balancer::set_budget`]).
+    pub fn budget(&self) -> Option<Budget> {
+        if !self.budgeted.load(core::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        self.budget
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// A lease on the node at `position` of `picks` (the membership they were chosen from).

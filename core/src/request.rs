@@ -255,13 +255,15 @@ pub struct Request<B: Borrow<Balancer>, K: AsRef<[u8]>> {
 
 impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
     /// A request to route through `balancer` with `key` (keyed algorithms need one), under
-    /// the default [`RetryPolicy`] and no budget. Nothing is picked until [`Request::attempt`].
+    /// the default [`RetryPolicy`] and the balancer's budget, if it has one
+    /// ([`Balancer::set_budget`]). Nothing is picked until [`Request::attempt`].
     pub fn new(balancer: B, key: Option<K>) -> Request<B, K> {
+        let budget = balancer.borrow().budget();
         Request {
             balancer,
             key,
             policy: RetryPolicy::default(),
-            budget: None,
+            budget,
             phase: Phase::New,
             started_ns: 0,
             attempts: 0,
@@ -338,7 +340,7 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
         Ok(self)
     }
 
-    /// The same request limited by `budget`.
+    /// The same request limited by `budget` (instead of the balancer's).
     pub fn with_budget(mut self, budget: Budget) -> Request<B, K> {
         self.budget = Some(budget);
         self

@@ -572,3 +572,39 @@ fn a_throttled_failure_with_a_hedge_out_waits_for_it() {
     assert_eq!(request.finish(hedge, OK), Decision::Done);
     assert_eq!(request.winner(), Some(2));
 }
+
+/// A balancer's budget applies to every request made through it, shared with another
+/// balancer; a request's own budget replaces it.
+#[test]
+fn a_balancers_budget_is_every_requests_default() {
+    let (a, clock) = balancer(Algorithm::RoundRobin, 5, &[("consecutive_failures", "0")]);
+    let (b, _) = balancer(Algorithm::RoundRobin, 5, &[("consecutive_failures", "0")]);
+    // No reserve, one retry per two requests.
+    let shared = Arc::new(RetryBudget::new(secs(10), 0, 0.5, clock.now_ns()).unwrap());
+    a.set_budget(Some(Budget::Retry(shared.clone())));
+    b.set_budget(Some(Budget::Retry(shared.clone())));
+    assert!(matches!(a.budget(), Some(Budget::Retry(_))));
+    let mut retries = 0;
+    for i in 0..20 {
+        let lb = if i % 2 == 0 { &a } else { &b };
+        let (tried, _, _) = run(lb, None, RetryPolicy::default(), None, &[ERR]);
+        retries += tried.len() - 1;
+    }
+    assert_eq!(retries, 10, "20 deposits at one retry per two");
+    a.set_budget(None);
+    let (tried, _, _) = run(&a, None, RetryPolicy::default(), None, &[ERR]);
+    assert_eq!(tried.len(), 3, "no budget: every attempt");
+    let none = Arc::new(RetryBudget::new(secs(10), 0, 0.0, clock.now_ns()).unwrap());
+    let (tried, _, stop) = run(
+        &b,
+        None,
+        RetryPolicy::default(),
+        Some(Budget::Retry(none)),
+        &[ERR],
+    );
+    assert_eq!(
+        (tried.len(), stop),
+        (1, Some(Stop::Budget)),
+        "the request's own budget"
+    );
+}
