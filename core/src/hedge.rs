@@ -329,6 +329,7 @@ mod tests {
 
     /// Finagle's `WindowedPercentileHistogramTest`, with its numbers.
     #[test]
+    #[cfg_attr(miri, ignore)] // Safe code scanning 2001-counter histograms: minutes interpreted.
     fn finagle_windowed_percentiles() {
         // "Percentile is initially 0".
         let w = LatencyWindow::new(3, Duration::from_secs(10), 0).unwrap();
@@ -367,6 +368,7 @@ mod tests {
 
     /// Finagle's percentile budget: 1% extra load withdraws a hedge per 100 deposits.
     #[test]
+    #[cfg_attr(miri, ignore)] // Safe code scanning 2001-counter histograms: minutes interpreted.
     fn the_percentile_rule_hedges_after_p99_within_its_budget() {
         let h = Hedging::percentile(0.01, 0).unwrap();
         assert_eq!(h.delay(0), None, "no hedge before the first refresh");
