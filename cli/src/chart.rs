@@ -199,9 +199,9 @@ fn line_colour(i: usize) -> RGBColor {
 }
 
 /// One line of a time-series panel: its colour index and points.
-struct Line {
-    colour: usize,
-    points: Vec<(f64, f64)>,
+pub(crate) struct Line {
+    pub colour: usize,
+    pub points: Vec<(f64, f64)>,
 }
 
 /// A time-series panel: `lines` over `0..x_max` seconds, `shade` (a time span) in grey.
@@ -409,5 +409,38 @@ pub(crate) fn draw_hot(
     )
     .map_err(|e| fail(&e))?;
     legend(&key, &names).map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
+}
+
+/// A time-series panel: caption, y axis, lines and a shaded time span.
+pub(crate) struct Panel<'a> {
+    pub caption: &'a str,
+    pub y_desc: &'a str,
+    pub lines: Vec<Line>,
+    pub shade: Option<(f64, f64)>,
+}
+
+/// Two time-series panels over `0..x_max` seconds side by side, a legend of `names` (line
+/// colour i is `names[i]`), written to `path` (the request-loop scenarios' pictures).
+pub(crate) fn draw_panels(
+    path: &Path,
+    title: &str,
+    x_max: f64,
+    left: Panel<'_>,
+    right: Panel<'_>,
+    names: &[String],
+) -> Result<(), String> {
+    let root = SVGBackend::new(path, (1280, 560)).into_drawing_area();
+    let fail = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let root = root
+        .titled(title, ("sans-serif", 20))
+        .map_err(|e| fail(&e))?;
+    let (charts, key) = root.split_horizontally(1090);
+    let (l, r) = charts.split_horizontally(545);
+    for (area, p) in [(&l, &left), (&r, &right)] {
+        panel(area, p.caption, p.y_desc, x_max, &p.lines, p.shade).map_err(|e| fail(&e))?;
+    }
+    legend(&key, names).map_err(|e| fail(&e))?;
     root.present().map_err(|e| fail(&e))
 }

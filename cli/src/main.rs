@@ -20,6 +20,8 @@ mod chart;
 mod events;
 mod failing_node;
 mod hot_key;
+mod request_events;
+mod retry_storm;
 mod simulate;
 mod slow_node;
 mod watch;

@@ -20,6 +20,7 @@
 
 use crate::slow_node::{self, Params};
 use crate::{Failure, OptionArgs, chart, failing_node, hot_key, parse_node};
+use crate::{request_events, retry_storm};
 use clap::{Args, ValueEnum};
 use liblb_core::{Algorithm, Balancer, Error, Node};
 use std::hint::black_box;
@@ -59,10 +60,10 @@ pub(crate) struct SimulateArgs {
     /// slow-node: how many times slower backend-0's mean service time is.
     #[arg(long, default_value_t = 10.0)]
     slowdown: f64,
-    /// slow-node, failing-node, hot-key: arrival rate as a share of the backends' total
-    /// capacity (0 to 1).
-    #[arg(long, default_value_t = 0.7)]
-    utilisation: f64,
+    /// Arrival rate as a share of the backends' total capacity: above 0 and below 1 (default
+    /// 0.7); retry-storm: up to 3 (default 1.2, past capacity).
+    #[arg(long)]
+    utilisation: Option<f64>,
     /// slow-node, hot-key: requests per run (default: slow-node 200000, hot-key 50000).
     #[arg(long)]
     requests: Option<usize>,
@@ -75,9 +76,22 @@ pub(crate) struct SimulateArgs {
     /// failing-node: how long a failing request takes, ms.
     #[arg(long, default_value_t = 1.0)]
     fail_ms: f64,
-    /// failing-node: length of the run, seconds of virtual time.
-    #[arg(long, default_value_t = 110.0)]
-    duration_s: f64,
+    /// failing-node, retry-storm, overloaded-node, flaky-node: length of the run, seconds of
+    /// virtual time (default: failing-node 110, retry-storm 30, overloaded-node 100,
+    /// flaky-node 60).
+    #[arg(long)]
+    duration_s: Option<f64>,
+    /// retry-storm: how long a client waits for an attempt, ms; then it counts as a timeout
+    /// (the backend still serves it).
+    #[arg(long, default_value_t = 1000.0)]
+    timeout_ms: f64,
+    /// retry-storm, overloaded-node, flaky-node: attempts per request, the first included
+    /// (the request loop's max_attempts; 1 to 100).
+    #[arg(long, default_value_t = 3)]
+    attempts: u32,
+    /// retry-storm: the adaptive throttle's window, seconds (1 to 3600).
+    #[arg(long, default_value_t = 10.0)]
+    window_s: f64,
     /// hot-key: the hot key's share of the requests (0 to 1).
     #[arg(long, default_value_t = 0.3)]
     hot_share: f64,
@@ -103,6 +117,9 @@ enum ScenarioName {
     /// One key carries a large share of the requests: keyed algorithms with bounded loads
     /// (hash_balance_factor) off and on.
     HotKey,
+    /// A fleet past capacity, attempts timing out and retried: no budget, a retry budget, an
+    /// adaptive throttle.
+    RetryStorm,
     /// List the scenarios.
     Help,
 }
@@ -167,7 +184,7 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
         ScenarioName::Seeds => {
             if args.svg.is_some() {
                 return Err(Failure::Usage(
-                    "--svg draws the slow-node, failing-node and hot-key scenarios".into(),
+                    "--svg draws every scenario but seeds (slow-node, failing-node, hot-key, retry-storm, ...)".into(),
                 ));
             }
             seeds(args, out)
@@ -175,13 +192,14 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
         ScenarioName::SlowNode => slow(args, out),
         ScenarioName::FailingNode => failing(args, out),
         ScenarioName::HotKey => hot(args, out),
+        ScenarioName::RetryStorm => storm(args, out),
         ScenarioName::Help => {
             writeln!(out, "scenarios (--scenario NAME):")?;
             for value in ScenarioName::value_variants() {
                 if *value != ScenarioName::Help {
                     let v = value.to_possible_value().expect("no variant is skipped");
                     let help = v.get_help().map(ToString::to_string).unwrap_or_default();
-                    writeln!(out, "  {:<13} {help}", v.get_name())?;
+                    writeln!(out, "  {:<15} {help}", v.get_name())?;
                 }
             }
             Ok(())
@@ -201,7 +219,7 @@ fn slow(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         servers: args.servers,
         service_ms: args.service_ms,
         slowdown: args.slowdown,
-        utilisation: args.utilisation,
+        utilisation: args.utilisation.unwrap_or(0.7),
         requests: args.requests.unwrap_or(200_000),
         seed: args.options.seed.unwrap_or(1),
     };
@@ -342,12 +360,12 @@ fn failing(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         backends: args.backends,
         servers: args.servers,
         service_ms: args.service_ms,
-        utilisation: args.utilisation,
+        utilisation: args.utilisation.unwrap_or(0.7),
         keys: args.keys.unwrap_or(10_000),
         fail_ms: args.fail_ms,
         fail_from_s: args.fail_from_s,
         fail_until_s: args.fail_until_s,
-        duration_s: args.duration_s,
+        duration_s: args.duration_s.unwrap_or(110.0),
         seed: args.options.seed.unwrap_or(1),
     };
     params.validate().map_err(Failure::Usage)?;
@@ -457,7 +475,7 @@ fn hot(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         backends: args.backends,
         servers: args.servers,
         service_ms: args.service_ms,
-        utilisation: args.utilisation,
+        utilisation: args.utilisation.unwrap_or(0.7),
         requests: args.requests.unwrap_or(50_000),
         keys: args.keys.unwrap_or(10_000),
         hot_share: args.hot_share,
@@ -565,6 +583,60 @@ fn hot(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         writeln!(out, "\nwrote {}", path.display())?;
     }
     Ok(())
+}
+
+/// The fleet of a request-loop scenario, from the shared flags.
+fn fleet(args: &SimulateArgs, utilisation: f64, duration_s: f64) -> request_events::Fleet {
+    request_events::Fleet {
+        backends: args.backends,
+        servers: args.servers,
+        service_ms: args.service_ms,
+        utilisation: args.utilisation.unwrap_or(utilisation),
+        duration_s: args.duration_s.unwrap_or(duration_s),
+        keys: args.keys.unwrap_or(10_000),
+        seed: args.options.seed.unwrap_or(1),
+    }
+}
+
+/// Rejects `--nodes` and `--requests` in a request-loop scenario (they run for a time).
+fn timed(args: &SimulateArgs, scenario: &str) -> Result<(), Failure> {
+    no_nodes(args, scenario)?;
+    match args.requests {
+        Some(_) => Err(Failure::Usage(format!(
+            "{scenario} runs for --duration-s of virtual time; --requests belongs to slow-node and hot-key"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The algorithms chosen with `-a`, else `default`.
+fn chosen_or(args: &SimulateArgs, default: Algorithm) -> Vec<Algorithm> {
+    if args.algorithm.is_empty() {
+        vec![default]
+    } else {
+        args.algorithm.clone()
+    }
+}
+
+/// The retry-storm scenario: three runs per algorithm (no budget, retry budget, adaptive
+/// throttle), one table, an SVG.
+fn storm(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    timed(&args, "retry-storm")?;
+    let params = retry_storm::Params {
+        fleet: fleet(&args, 1.2, 30.0),
+        timeout_ms: args.timeout_ms,
+        attempts: args.attempts,
+        window_s: args.window_s,
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let options = args.options.options()?;
+    retry_storm::print(
+        &params,
+        &chosen_or(&args, Algorithm::LeastRequest),
+        options,
+        args.svg.as_deref(),
+        out,
+    )
 }
 
 /// The seeds scenario: one table per algorithm and node list.

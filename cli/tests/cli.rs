@@ -685,3 +685,46 @@ fn options_in_any_order() {
         "{err}"
     );
 }
+
+/// The bar on the default retry-storm scenario (10 backends at 120% of capacity, a 1 s
+/// timeout per attempt, 3 attempts, 30 s): without a budget the attempts come close to 3 per
+/// request once the queues pass the timeout; the default retry budget holds retries to 20% of
+/// the requests plus its reserve (10 per second, counted over the run and the 10 s window the
+/// last withdrawals stay in); the adaptive throttle sends fewer attempts than requests.
+#[test]
+fn retry_storm_budgets_bound_the_amplification_and_draw_an_svg() {
+    let (text, drawn) = simulate_with_svg("retry-storm.svg", &["--scenario", "retry-storm"]);
+    let rows = table_rows(&text, "amplif");
+    assert_eq!(rows.len(), 3, "{text}");
+    let budgets: Vec<&str> = rows.iter().map(|r| r[1].as_str()).collect();
+    assert_eq!(budgets, ["none", "retry", "adaptive"], "{text}");
+    let (none, retry, adaptive) = (&rows[0], &rows[1], &rows[2]);
+    let (duration_s, ttl_s, attempts) = (30.0, 10.0, 3.0);
+    for r in &rows {
+        assert_eq!(r[0], "least_request", "{text}");
+        // Amplification is attempts over requests, as printed.
+        let amplif = num(&r[3]) / num(&r[2]);
+        assert!((amplif - num(&r[4])).abs() < 0.005, "{text}");
+        assert!(amplif <= attempts, "{text}");
+    }
+    // The same requests in every run.
+    assert!(rows.iter().all(|r| r[2] == none[2]), "{text}");
+    // No budget: most requests make all three attempts.
+    assert!(num(&none[4]) > 2.5, "{text}");
+    // The retry budget: retries <= 20% of requests + 10/s over the run and one window.
+    let requests = num(&retry[2]);
+    let retries = num(&retry[3]) - requests;
+    assert!(
+        retries <= 0.2 * requests + 10.0 * (duration_s + ttl_s),
+        "{retries} retries: {text}"
+    );
+    assert!(num(&retry[4]) < 1.25, "{text}");
+    assert!(retry[9].contains("budget:"), "{text}");
+    // The throttle rejects locally: fewer attempts than requests.
+    assert!(num(&adaptive[4]) < 1.0, "{text}");
+    assert!(adaptive[9].contains("throttled:"), "{text}");
+    for name in ["none", "retry", "adaptive"] {
+        assert!(drawn.contains(&format!("least_request, {name}")), "{name}");
+    }
+    check_blessed("retry-storm.svg", &drawn, &text);
+}
