@@ -20,6 +20,7 @@ mod chart;
 mod events;
 mod failing_node;
 mod hot_key;
+mod overloaded_node;
 mod request_events;
 mod retry_storm;
 mod simulate;

@@ -40,7 +40,6 @@ pub(crate) struct Workload<'a> {
 }
 
 /// How a backend answers an attempt that reaches it.
-#[allow(dead_code)] // Refuse: overloaded-node's, the next commit
 pub(crate) enum Answer {
     /// Queued, then served for `service_ns`; an error instead of a success if `!success`.
     Serve { service_ns: u64, success: bool },

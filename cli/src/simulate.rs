@@ -20,7 +20,7 @@
 
 use crate::slow_node::{self, Params};
 use crate::{Failure, OptionArgs, chart, failing_node, hot_key, parse_node};
-use crate::{request_events, retry_storm};
+use crate::{overloaded_node, request_events, retry_storm};
 use clap::{Args, ValueEnum};
 use liblb_core::{Algorithm, Balancer, Error, Node};
 use std::hint::black_box;
@@ -73,7 +73,8 @@ pub(crate) struct SimulateArgs {
     /// failing-node: ...until this time, then recovers.
     #[arg(long, default_value_t = 60.0)]
     fail_until_s: f64,
-    /// failing-node: how long a failing request takes, ms.
+    /// failing-node: how long a failing request takes, ms; overloaded-node: how long a 429
+    /// takes.
     #[arg(long, default_value_t = 1.0)]
     fail_ms: f64,
     /// failing-node, retry-storm, overloaded-node, flaky-node: length of the run, seconds of
@@ -89,6 +90,15 @@ pub(crate) struct SimulateArgs {
     /// (the request loop's max_attempts; 1 to 100).
     #[arg(long, default_value_t = 3)]
     attempts: u32,
+    /// overloaded-node: backend-0 answers 429 from this time (seconds of virtual time)...
+    #[arg(long, default_value_t = 20.0)]
+    overload_from_s: f64,
+    /// overloaded-node: ...until this time.
+    #[arg(long, default_value_t = 80.0)]
+    overload_until_s: f64,
+    /// overloaded-node: the Retry-After of its 429s, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    retry_after_s: f64,
     /// retry-storm: the adaptive throttle's window, seconds (1 to 3600).
     #[arg(long, default_value_t = 10.0)]
     window_s: f64,
@@ -120,6 +130,8 @@ enum ScenarioName {
     /// A fleet past capacity, attempts timing out and retried: no budget, a retry budget, an
     /// adaptive throttle.
     RetryStorm,
+    /// One backend answers 429 with Retry-After for a minute: paused, skipped, back.
+    OverloadedNode,
     /// List the scenarios.
     Help,
 }
@@ -193,6 +205,7 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
         ScenarioName::FailingNode => failing(args, out),
         ScenarioName::HotKey => hot(args, out),
         ScenarioName::RetryStorm => storm(args, out),
+        ScenarioName::OverloadedNode => overloaded(args, out),
         ScenarioName::Help => {
             writeln!(out, "scenarios (--scenario NAME):")?;
             for value in ScenarioName::value_variants() {
@@ -637,6 +650,32 @@ fn storm(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         args.svg.as_deref(),
         out,
     )
+}
+
+/// The overloaded-node scenario: two runs per algorithm (without and with retries), one
+/// table, an SVG.
+fn overloaded(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    timed(&args, "overloaded-node")?;
+    let params = overloaded_node::Params {
+        fleet: fleet(&args, 0.7, 100.0),
+        from_s: args.overload_from_s,
+        until_s: args.overload_until_s,
+        retry_after_s: args.retry_after_s,
+        fail_ms: args.fail_ms,
+        attempts: args.attempts,
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let options = args.options.options()?;
+    let algorithms = if args.algorithm.is_empty() {
+        vec![
+            Algorithm::RoundRobin,
+            Algorithm::LeastRequest,
+            Algorithm::PeakEwma,
+        ]
+    } else {
+        args.algorithm.clone()
+    };
+    overloaded_node::print(&params, &algorithms, options, args.svg.as_deref(), out)
 }
 
 /// The seeds scenario: one table per algorithm and node list.

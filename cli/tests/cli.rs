@@ -500,7 +500,14 @@ fn failing_node_and_hot_key_name_bad_parameters() {
     );
     let o = lb(&["simulate", "--scenario", "help"]);
     let text = stdout(&o);
-    for name in ["seeds", "slow-node", "failing-node", "hot-key"] {
+    for name in [
+        "seeds",
+        "slow-node",
+        "failing-node",
+        "hot-key",
+        "retry-storm",
+        "overloaded-node",
+    ] {
         assert!(text.contains(name), "{name} missing from:\n{text}");
     }
 }
@@ -727,4 +734,44 @@ fn retry_storm_budgets_bound_the_amplification_and_draw_an_svg() {
         assert!(drawn.contains(&format!("least_request, {name}")), "{name}");
     }
     check_blessed("retry-storm.svg", &drawn, &text);
+}
+
+/// The bar on the default overloaded-node scenario (backend-0 answers 429 with
+/// Retry-After 5 s from 20 s to 80 s): no algorithm sends it an attempt while it is paused,
+/// the balancer's status says `Overloaded` until each retry-after's end, it is probed about
+/// once per retry-after, and it is back within one retry-after of the overload's end (two for
+/// peak_ewma); without
+/// retries each 429 is a failed request, with the default 3 attempts none fails.
+#[test]
+fn overloaded_node_is_left_alone_while_paused_and_draws_an_svg() {
+    let (text, drawn) =
+        simulate_with_svg("overloaded-node.svg", &["--scenario", "overloaded-node"]);
+    let rows = table_rows(&text, "leaked");
+    let names = ["round_robin", "least_request", "peak_ewma"];
+    assert_eq!(rows.len(), 2 * names.len(), "{text}");
+    let (overload_s, retry_after_s) = (60.0, 5.0);
+    for (row, name) in rows.chunks(2).zip(names) {
+        for (r, attempts) in row.iter().zip(["1", "3"]) {
+            assert_eq!((r[0].as_str(), r[1].as_str()), (name, attempts), "{text}");
+            let refused = num(&r[3]);
+            assert!(refused > 0.0, "{name}: {text}");
+            // A probe per pause, and attempts sent in the millisecond before a 429 arrived.
+            assert!(
+                refused <= 2.0 * (overload_s / retry_after_s + 1.0),
+                "{name}: {text}"
+            );
+            assert!(num(&r[5]) < 1.0, "{name} share {}", r[5]);
+            assert_eq!((num(&r[6]), num(&r[7])), (0.0, 0.0), "{name}: {text}");
+            // peak_ewma prices each 429 in as a latency sample of the retry-after (failure
+            // penalty): it is back once that decays, a few seconds after the pause ends.
+            let slack = if name == "peak_ewma" { 2.0 } else { 1.0 };
+            assert!(num(&r[8]) <= slack * retry_after_s + 1.0, "{name}: {text}");
+            let failed = if attempts == "1" { refused } else { 0.0 };
+            assert_eq!(num(&r[4]), failed, "{name}: {text}");
+        }
+    }
+    for name in names {
+        assert!(drawn.contains(name), "{name} missing from the SVG");
+    }
+    check_blessed("overloaded-node.svg", &drawn, &text);
 }
