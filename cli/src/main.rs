@@ -19,6 +19,7 @@
 mod chart;
 mod events;
 mod failing_node;
+mod flaky_node;
 mod hot_key;
 mod overloaded_node;
 mod request_events;

@@ -20,7 +20,7 @@
 
 use crate::slow_node::{self, Params};
 use crate::{Failure, OptionArgs, chart, failing_node, hot_key, parse_node};
-use crate::{overloaded_node, request_events, retry_storm};
+use crate::{flaky_node, overloaded_node, request_events, retry_storm};
 use clap::{Args, ValueEnum};
 use liblb_core::{Algorithm, Balancer, Error, Node};
 use std::hint::black_box;
@@ -67,7 +67,8 @@ pub(crate) struct SimulateArgs {
     /// slow-node, hot-key: requests per run (default: slow-node 200000, hot-key 50000).
     #[arg(long)]
     requests: Option<usize>,
-    /// failing-node: backend-0 fails every request from this time (seconds of virtual time)...
+    /// failing-node: backend-0 fails every request from this time (seconds of virtual time)...;
+    /// flaky-node: it fails --fail-rate of them from this time to the end.
     #[arg(long, default_value_t = 10.0)]
     fail_from_s: f64,
     /// failing-node: ...until this time, then recovers.
@@ -99,6 +100,9 @@ pub(crate) struct SimulateArgs {
     /// overloaded-node: the Retry-After of its 429s, seconds.
     #[arg(long, default_value_t = 5.0)]
     retry_after_s: f64,
+    /// flaky-node: the share of backend-0's requests that fail, each at random (0 to 1).
+    #[arg(long, default_value_t = 0.3)]
+    fail_rate: f64,
     /// retry-storm: the adaptive throttle's window, seconds (1 to 3600).
     #[arg(long, default_value_t = 10.0)]
     window_s: f64,
@@ -132,6 +136,9 @@ enum ScenarioName {
     RetryStorm,
     /// One backend answers 429 with Retry-After for a minute: paused, skipped, back.
     OverloadedNode,
+    /// One backend fails 30% of its requests at random: consecutive-failure ejection alone
+    /// and with success-rate ejection.
+    FlakyNode,
     /// List the scenarios.
     Help,
 }
@@ -206,6 +213,7 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
         ScenarioName::HotKey => hot(args, out),
         ScenarioName::RetryStorm => storm(args, out),
         ScenarioName::OverloadedNode => overloaded(args, out),
+        ScenarioName::FlakyNode => flaky(args, out),
         ScenarioName::Help => {
             writeln!(out, "scenarios (--scenario NAME):")?;
             for value in ScenarioName::value_variants() {
@@ -676,6 +684,26 @@ fn overloaded(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         args.algorithm.clone()
     };
     overloaded_node::print(&params, &algorithms, options, args.svg.as_deref(), out)
+}
+
+/// The flaky-node scenario: two runs per algorithm (consecutive-failure ejection alone, and
+/// with success-rate ejection), one table, an SVG.
+fn flaky(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    timed(&args, "flaky-node")?;
+    let params = flaky_node::Params {
+        fleet: fleet(&args, 0.7, 60.0),
+        from_s: args.fail_from_s,
+        fail_rate: args.fail_rate,
+        attempts: args.attempts,
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let options = args.options.options()?;
+    let algorithms = if args.algorithm.is_empty() {
+        vec![Algorithm::RoundRobin, Algorithm::LeastRequest]
+    } else {
+        args.algorithm.clone()
+    };
+    flaky_node::print(&params, &algorithms, options, args.svg.as_deref(), out)
 }
 
 /// The seeds scenario: one table per algorithm and node list.
