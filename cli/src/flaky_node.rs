@@ -59,7 +59,7 @@ impl Params {
 
     /// Checks the parameters, naming the first bad one.
     pub fn validate(&self) -> Result<(), String> {
-        self.fleet.validate(1.0)?;
+        self.fleet.validate(1.0, self.attempts)?;
         if !(0.0 <= self.from_s && self.from_s < self.fleet.duration_s) {
             return Err(format!(
                 "need 0 <= --fail-from-s < --duration-s, got {}, {}",
@@ -71,13 +71,6 @@ impl Params {
             return Err(format!(
                 "--fail-rate must be from 0 to 1 (a probability), got {}",
                 crate::num(self.fail_rate)
-            ));
-        }
-        if !(1..=liblb_core::MAX_ATTEMPTS).contains(&self.attempts) {
-            return Err(format!(
-                "--attempts must be from 1 to {}, got {}",
-                liblb_core::MAX_ATTEMPTS,
-                self.attempts
             ));
         }
         Ok(())

@@ -57,7 +57,7 @@ impl Params {
 
     /// Checks the parameters, naming the first bad one.
     pub fn validate(&self) -> Result<(), String> {
-        self.fleet.validate(1.0)?;
+        self.fleet.validate(1.0, self.attempts)?;
         if !(0.0 <= self.from_s
             && self.from_s < self.until_s
             && self.until_s <= self.fleet.duration_s)
@@ -82,13 +82,6 @@ impl Params {
             return Err(format!(
                 "--fail-ms must be a positive number of milliseconds up to an hour, got {}",
                 crate::num(self.fail_ms)
-            ));
-        }
-        if !(1..=liblb_core::MAX_ATTEMPTS).contains(&self.attempts) {
-            return Err(format!(
-                "--attempts must be from 1 to {}, got {}",
-                liblb_core::MAX_ATTEMPTS,
-                self.attempts
             ));
         }
         Ok(())

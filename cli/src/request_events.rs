@@ -73,9 +73,9 @@ pub(crate) trait Model {
 struct Client<'a> {
     request: Request<&'a Balancer, &'a [u8]>,
     arrived: u64,
-    /// The attempt out, its number, backend and when it was sent.
+    /// The attempt out, its ticket (unique in the run), backend and when it was sent.
     lease: Option<Lease>,
-    attempt: u32,
+    ticket: u64,
     backend: usize,
     sent: u64,
 }
@@ -83,7 +83,7 @@ struct Client<'a> {
 /// An attempt in a backend's queue or service.
 struct Job {
     client: usize,
-    attempt: u32,
+    ticket: u64,
     service_ns: u64,
     success: bool,
 }
@@ -98,13 +98,13 @@ enum Kind {
     /// A refusal reaches the client.
     Refused {
         client: usize,
-        attempt: u32,
+        ticket: u64,
         failure: Failure,
     },
-    /// The client stops waiting for attempt `attempt`.
+    /// The client stops waiting for the attempt with `ticket`.
     Timeout {
         client: usize,
-        attempt: u32,
+        ticket: u64,
     },
     /// The client's backoff is over: its next attempt.
     Retry {
@@ -149,8 +149,10 @@ struct Engine<'a, M: Model> {
     servers: usize,
     heap: BinaryHeap<Event>,
     seq: u64,
-    /// Every request, by arrival order; `None` once over (a late answer finds nobody).
+    /// The requests in progress by slot; a slot is free (`None`, listed in `free`) once its
+    /// request is over and may be reused: answers find their attempt by its ticket.
     clients: Vec<Option<Client<'a>>>,
+    free: Vec<usize>,
     busy: Vec<usize>,
     queues: Vec<VecDeque<Job>>,
     draws: SplitMix64,
@@ -182,13 +184,15 @@ impl<'a, M: Model> Engine<'a, M> {
                 client.request.stopped(),
             );
             self.clients[c] = None;
+            self.free.push(c);
             self.model.request_ended(now, arrived, attempts, stop);
             return Ok(());
         };
         let backend = lease.tag() as usize;
         let attempt = client.request.attempts();
+        let ticket = self.attempts;
         client.lease = Some(lease);
-        client.attempt = attempt;
+        client.ticket = ticket;
         client.backend = backend;
         client.sent = now;
         self.attempts += 1;
@@ -200,7 +204,7 @@ impl<'a, M: Model> Engine<'a, M> {
             } => {
                 let job = Job {
                     client: c,
-                    attempt,
+                    ticket,
                     service_ns,
                     success,
                 };
@@ -218,24 +222,25 @@ impl<'a, M: Model> Engine<'a, M> {
                 now + latency_ns,
                 Kind::Refused {
                     client: c,
-                    attempt,
+                    ticket,
                     failure,
                 },
             ),
         }
         if let Some(timeout) = self.workload.timeout_ns {
-            self.schedule(now + timeout, Kind::Timeout { client: c, attempt });
+            self.schedule(now + timeout, Kind::Timeout { client: c, ticket });
         }
         Ok(())
     }
 
-    /// Ends the client's attempt `attempt` at `now` with `outcome`, if it is still the one
-    /// out (a timed-out attempt's late answer is dropped), and acts on the decision.
-    fn end(&mut self, c: usize, attempt: u32, now: u64, outcome: Outcome) {
+    /// Ends the attempt with `ticket` of the request in slot `c` at `now` with `outcome`, if
+    /// it is still the one out (a timed-out attempt's late answer is dropped), and acts on the
+    /// decision.
+    fn end(&mut self, c: usize, ticket: u64, now: u64, outcome: Outcome) {
         let Some(client) = self.clients[c].as_mut() else {
             return;
         };
-        if client.attempt != attempt {
+        if client.ticket != ticket {
             return;
         }
         let Some(lease) = client.lease.take() else {
@@ -258,6 +263,7 @@ impl<'a, M: Model> Engine<'a, M> {
                     _ => None,
                 };
                 let client = self.clients[c].take().expect("checked above");
+                self.free.push(c);
                 let attempts = client.request.attempts();
                 self.model
                     .request_ended(now, client.arrived, attempts, stop);
@@ -285,6 +291,7 @@ pub(crate) fn run(
         heap: BinaryHeap::new(),
         seq: 0,
         clients: Vec::new(),
+        free: Vec::new(),
         busy: vec![0; backends],
         queues: (0..backends).map(|_| VecDeque::new()).collect(),
         draws: SplitMix64::new(workload.seed ^ 0x5265_7472_6965_7321),
@@ -307,15 +314,25 @@ pub(crate) fn run(
                 if let Some(budget) = &workload.budget {
                     request = request.with_budget(budget.clone());
                 }
-                engine.clients.push(Some(Client {
+                let client = Some(Client {
                     request,
                     arrived: now,
                     lease: None,
-                    attempt: 0,
+                    ticket: u64::MAX,
                     backend: 0,
                     sent: now,
-                }));
-                engine.attempt(engine.clients.len() - 1, now)?;
+                });
+                let c = match engine.free.pop() {
+                    Some(c) => {
+                        engine.clients[c] = client;
+                        c
+                    }
+                    None => {
+                        engine.clients.push(client);
+                        engine.clients.len() - 1
+                    }
+                };
+                engine.attempt(c, now)?;
                 let next = now + gap(&mut arrivals);
                 if next < workload.end_ns {
                     engine.schedule(next, Kind::Arrival);
@@ -330,7 +347,7 @@ pub(crate) fn run(
                 } else {
                     Outcome::Failure(latency)
                 };
-                engine.end(job.client, job.attempt, now, outcome);
+                engine.end(job.client, job.ticket, now, outcome);
                 match engine.queues[backend].pop_front() {
                     Some(next) => engine.begin(backend, next, now),
                     None => engine.busy[backend] -= 1,
@@ -338,18 +355,18 @@ pub(crate) fn run(
             }
             Kind::Refused {
                 client,
-                attempt,
+                ticket,
                 failure,
             } => {
                 let sent = engine.clients[client].as_ref().map_or(now, |c| c.sent);
                 let outcome = failure.after(Duration::from_nanos(now - sent)).into();
-                engine.end(client, attempt, now, outcome);
+                engine.end(client, ticket, now, outcome);
             }
-            Kind::Timeout { client, attempt } => {
+            Kind::Timeout { client, ticket } => {
                 let timeout = Duration::from_nanos(workload.timeout_ns.unwrap_or(0));
                 engine.end(
                     client,
-                    attempt,
+                    ticket,
                     now,
                     Failure::timeout().after(timeout).into(),
                 );
@@ -376,6 +393,9 @@ pub(crate) struct Fleet {
 
 /// Most requests per run.
 const MAX_REQUESTS: f64 = 10_000_000.0;
+
+/// Most attempts a run may send (requests x `--attempts`): each is a few events.
+const MAX_ATTEMPTS_PER_RUN: f64 = 30_000_000.0;
 
 impl Fleet {
     /// Total service rate, requests per second.
@@ -406,8 +426,8 @@ impl Fleet {
     }
 
     /// Checks the parameters, naming the first bad one; `max_utilisation` is the scenario's
-    /// (1 for the stable ones, more for an overload).
-    pub fn validate(&self, max_utilisation: f64) -> Result<(), String> {
+    /// (1 for the stable ones, more for an overload), `attempts` its requests' most attempts.
+    pub fn validate(&self, max_utilisation: f64, attempts: u32) -> Result<(), String> {
         if !(self.service_ms.is_finite() && self.service_ms > 0.0 && self.service_ms <= 3_600_000.0)
         {
             return Err(format!(
@@ -436,6 +456,18 @@ impl Fleet {
             return Err(format!(
                 "the run would have about {} requests, more than {MAX_REQUESTS}: lower --duration-s or --utilisation",
                 crate::num(requests.round())
+            ));
+        }
+        if !(1..=liblb_core::MAX_ATTEMPTS).contains(&attempts) {
+            return Err(format!(
+                "--attempts must be from 1 to {}, got {attempts}",
+                liblb_core::MAX_ATTEMPTS
+            ));
+        }
+        if requests * f64::from(attempts) > MAX_ATTEMPTS_PER_RUN {
+            return Err(format!(
+                "the run could send about {} attempts, more than {MAX_ATTEMPTS_PER_RUN}: lower --attempts, --duration-s or --utilisation",
+                crate::num((requests * f64::from(attempts)).round())
             ));
         }
         Ok(())

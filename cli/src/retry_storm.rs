@@ -62,7 +62,7 @@ const MAX_UTILISATION: f64 = 3.0;
 impl Params {
     /// Checks the parameters, naming the first bad one.
     pub fn validate(&self) -> Result<(), String> {
-        self.fleet.validate(MAX_UTILISATION)?;
+        self.fleet.validate(MAX_UTILISATION, self.attempts)?;
         if !(self.timeout_ms.is_finite()
             && self.timeout_ms >= 1.0
             && self.timeout_ms <= 3_600_000.0)
@@ -70,13 +70,6 @@ impl Params {
             return Err(format!(
                 "--timeout-ms must be from 1 ms to an hour, got {}",
                 crate::num(self.timeout_ms)
-            ));
-        }
-        if !(1..=liblb_core::MAX_ATTEMPTS).contains(&self.attempts) {
-            return Err(format!(
-                "--attempts must be from 1 to {}, got {}",
-                liblb_core::MAX_ATTEMPTS,
-                self.attempts
             ));
         }
         if !(self.window_s.is_finite() && (1.0..=3600.0).contains(&self.window_s)) {

@@ -818,3 +818,118 @@ fn flaky_node_success_rate_ejects_within_two_intervals_and_draws_an_svg() {
     }
     check_blessed("flaky-node.svg", &drawn, &text);
 }
+
+/// Short runs of the request-loop scenarios: same seed, same output; another seed, another.
+#[test]
+fn request_loop_scenarios_are_deterministic() {
+    let run = |args: &[&str], seed: &str| {
+        let mut all = vec!["simulate", "--seed", seed, "--duration-s", "6"];
+        all.extend_from_slice(args);
+        let o = lb(&all);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        stdout(&o)
+    };
+    for (args, header) in [
+        (&["--scenario", "retry-storm", "-a", "ring"][..], "amplif"),
+        (
+            &[
+                "--scenario",
+                "overloaded-node",
+                "--overload-from-s",
+                "1",
+                "--overload-until-s",
+                "4",
+                "-a",
+                "maglev",
+            ][..],
+            "leaked",
+        ),
+        (
+            &[
+                "--scenario",
+                "flaky-node",
+                "--fail-from-s",
+                "1",
+                "-a",
+                "peak_ewma",
+            ][..],
+            "detectors",
+        ),
+    ] {
+        let first = run(args, "42");
+        assert_eq!(first, run(args, "42"), "{args:?}");
+        assert_ne!(first, run(args, "43"), "{args:?}");
+        assert!(table_rows(&first, header).len() >= 2, "{first}");
+    }
+}
+
+#[test]
+fn request_loop_scenarios_name_bad_parameters() {
+    let fails = |args: &[&str], needle: &str| {
+        let mut all = vec!["simulate"];
+        all.extend_from_slice(args);
+        let o = lb_within(&all, 60);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    };
+    fails(
+        &["--scenario", "retry-storm", "--utilisation", "4"],
+        "--utilisation",
+    );
+    fails(
+        &["--scenario", "retry-storm", "--timeout-ms", "0"],
+        "--timeout-ms",
+    );
+    fails(
+        &["--scenario", "retry-storm", "--window-s", "0"],
+        "--window-s",
+    );
+    fails(
+        &["--scenario", "retry-storm", "--attempts", "0"],
+        "--attempts",
+    );
+    fails(
+        &["--scenario", "retry-storm", "--requests", "10"],
+        "--duration-s",
+    );
+    fails(
+        &[
+            "--scenario",
+            "retry-storm",
+            "--attempts",
+            "100",
+            "--duration-s",
+            "3600",
+        ],
+        "attempts, more than 30000000",
+    );
+    fails(
+        &["--scenario", "overloaded-node", "--overload-until-s", "200"],
+        "--overload-until-s",
+    );
+    fails(
+        &["--scenario", "overloaded-node", "--retry-after-s", "0"],
+        "--retry-after-s",
+    );
+    fails(
+        &["--scenario", "overloaded-node", "--utilisation", "1.2"],
+        "--utilisation",
+    );
+    fails(
+        &["--scenario", "flaky-node", "--fail-rate", "1.5"],
+        "--fail-rate",
+    );
+    fails(&["--scenario", "flaky-node", "--nodes", "3"], "--backends");
+    fails(
+        &[
+            "--scenario",
+            "flaky-node",
+            "--duration-s",
+            "86400",
+            "--service-ms",
+            "0.001",
+        ],
+        "requests, more than 10000000",
+    );
+}
