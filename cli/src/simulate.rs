@@ -9,6 +9,12 @@
 //!   `failing_node`): passive ejection on and off, for every algorithm.
 //! - `hot-key`: one key carries a large share of the requests (see `hot_key`): the keyed
 //!   algorithms with bounded loads off and on.
+//! - `retry-storm`, `overloaded-node`, `flaky-node`: whole requests through the request loop
+//!   (`Balancer::request`, `attempt`, `finish`), retries as events in virtual time (the engine
+//!   is `request_events`): a fleet past capacity without a budget, with a `RetryBudget` and
+//!   with an `AdaptiveThrottle` (see `retry_storm`); a backend answering 429 with
+//!   `Retry-After` (see `overloaded_node`); a backend failing 30% of its requests at random,
+//!   against consecutive-failure and success-rate ejection (see `flaky_node`).
 //!
 //! The `seeds` scenario is the seeds' own node lists: seed 000's three weighted servers
 //! (2, 7, 1) and seed 002's seven endpoints. For each algorithm the table shows every node's
@@ -37,24 +43,25 @@ pub(crate) struct SimulateArgs {
     /// list ID[=WEIGHT],... Default: the seeds' node lists.
     #[arg(long)]
     nodes: Option<String>,
-    /// seeds: number of keys (= picks) per algorithm (default 100000); failing-node, hot-key:
-    /// the key population (default 10000). 1 to 10000000 (hot-key: from 2).
+    /// seeds: number of keys (= picks) per algorithm (default 100000); the other scenarios
+    /// but slow-node: the key population (default 10000). 1 to 10000000 (hot-key: from 2).
     #[arg(long)]
     keys: Option<usize>,
     /// Only this algorithm (repeatable); default: all (slow-node: all unkeyed; hot-key: all
-    /// keyed).
+    /// keyed; retry-storm: least_request; overloaded-node: round_robin, least_request,
+    /// peak_ewma; flaky-node: round_robin, least_request).
     #[arg(long, short, value_parser = crate::algorithm_parser())]
     algorithm: Vec<Algorithm>,
-    /// slow-node, failing-node, hot-key: number of backends, 2 to 1000000 (backend-0 is the
-    /// slow or the failing one).
+    /// Every scenario but seeds: number of backends, 2 to 1000000 (backend-0 is the slow, the
+    /// failing, the overloaded or the flaky one).
     #[arg(long, default_value_t = 10)]
     backends: usize,
-    /// slow-node, failing-node, hot-key: servers per backend (each backend is a FIFO queue
-    /// before k servers).
+    /// Every scenario but seeds: servers per backend (each backend is a FIFO queue before k
+    /// servers).
     #[arg(long, default_value_t = 1)]
     servers: usize,
-    /// slow-node, failing-node, hot-key: mean service time of a normal backend, ms
-    /// (exponentially distributed).
+    /// Every scenario but seeds: mean service time of a normal backend, ms (exponentially
+    /// distributed).
     #[arg(long, default_value_t = 10.0)]
     service_ms: f64,
     /// slow-node: how many times slower backend-0's mean service time is.
@@ -109,11 +116,11 @@ pub(crate) struct SimulateArgs {
     /// hot-key: the hot key's share of the requests (0 to 1).
     #[arg(long, default_value_t = 0.3)]
     hot_share: f64,
-    /// slow-node, failing-node, hot-key: write an SVG of the run to FILE.
+    /// Every scenario but seeds: write an SVG of the run to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
-    /// Balancer options (slow-node, failing-node, hot-key: --seed also seeds the workload;
-    /// default 1).
+    /// Balancer options (every scenario but seeds: --seed also seeds the workload; default
+    /// 1).
     #[command(flatten)]
     options: OptionArgs,
 }
