@@ -314,7 +314,9 @@ pub(crate) fn print(
         "(b0 failed: backend-0's failed attempts; b0 share: its share of the attempts sent \
          while it was flaky (1/{} = {:.2}% without ejection); eject s: from the start of the \
          flakiness to its first ejection; failed: requests given up (their last attempt \
-         failed))",
+         failed); ejections: when the balancer's status was first seen ejected, after an \
+         outcome, and for how long (the interval detectors date an ejection from the \
+         interval's end, a few ms earlier))",
         fleet.backends,
         100.0 / fleet.backends as f64
     )?;
@@ -366,7 +368,12 @@ fn draw(path: &Path, params: &Params, runs: &[Run]) -> Result<(), String> {
         .enumerate()
         .map(|(colour, r)| Line {
             colour,
-            points: seconds(r.first_failed_bins.iter().map(|f| *f as f64).collect()),
+            // Zero in the seconds after its last failure (the series stops there).
+            points: seconds(
+                (0..r.tally.bins.len())
+                    .map(|i| r.first_failed_bins.get(i).copied().unwrap_or(0) as f64)
+                    .collect(),
+            ),
         })
         .collect();
     let shade = Some((params.from_s, fleet.duration_s));
