@@ -16,7 +16,8 @@
 //!   retried): amplification, goodput, p99 and failures without a budget, with a retry budget
 //!   and with an adaptive throttle; `overloaded-node` (429 with Retry-After for a minute): the
 //!   node paused and back; `flaky-node` (30% random failures): time to ejection with and
-//!   without success-rate ejection.
+//!   without success-rate ejection; `long-tail` (1% of attempts 20x slower): p99.9 without
+//!   hedging and with p95 and p99 hedges.
 //! - `lb watch --etcd http://127.0.0.1:2379 --prefix /services/web --key user-1` follows the
 //!   membership under an etcd prefix and prints each change and where each key lands
 //!   (`--json`: one JSON object per change; see `watch` and docs/membership.md).
@@ -26,6 +27,7 @@ mod events;
 mod failing_node;
 mod flaky_node;
 mod hot_key;
+mod long_tail;
 mod overloaded_node;
 mod request_events;
 mod retry_storm;

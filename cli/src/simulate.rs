@@ -26,7 +26,7 @@
 
 use crate::slow_node::{self, Params};
 use crate::{Failure, OptionArgs, chart, failing_node, hot_key, parse_node};
-use crate::{flaky_node, overloaded_node, request_events, retry_storm};
+use crate::{flaky_node, long_tail, overloaded_node, request_events, retry_storm};
 use clap::{Args, ValueEnum};
 use liblb_core::{Algorithm, Balancer, Error, Node};
 use std::hint::black_box;
@@ -57,16 +57,24 @@ pub(crate) struct SimulateArgs {
     #[arg(long, default_value_t = 10)]
     backends: usize,
     /// Every scenario but seeds: servers per backend (each backend is a FIFO queue before k
-    /// servers).
-    #[arg(long, default_value_t = 1)]
-    servers: usize,
+    /// servers); default 1, long-tail 4.
+    #[arg(long)]
+    servers: Option<usize>,
     /// Every scenario but seeds: mean service time of a normal backend, ms (exponentially
     /// distributed).
     #[arg(long, default_value_t = 10.0)]
     service_ms: f64,
-    /// slow-node: how many times slower backend-0's mean service time is.
-    #[arg(long, default_value_t = 10.0)]
-    slowdown: f64,
+    /// slow-node: how many times slower backend-0's mean service time is (default 10);
+    /// long-tail: how many times slower a slow attempt is (default 20).
+    #[arg(long)]
+    slowdown: Option<f64>,
+    /// long-tail: the share of attempts that are slow (0 to 1).
+    #[arg(long, default_value_t = 0.01)]
+    slow_share: f64,
+    /// long-tail: requests arriving before this time (seconds) are not measured (the
+    /// percentile rule needs a complete 10 s bucket first).
+    #[arg(long, default_value_t = 15.0)]
+    warmup_s: f64,
     /// Arrival rate as a share of the backends' total capacity: above 0 and below 1 (default
     /// 0.7); retry-storm: up to 3 (default 1.2, past capacity).
     #[arg(long)]
@@ -146,6 +154,9 @@ enum ScenarioName {
     /// One backend fails 30% of its requests at random: consecutive-failure ejection alone
     /// and with success-rate ejection.
     FlakyNode,
+    /// 1% of attempts 20x slower: latency percentiles without hedging and with p95 and p99
+    /// hedges.
+    LongTail,
     /// List the scenarios.
     Help,
 }
@@ -221,6 +232,7 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
         ScenarioName::RetryStorm => storm(args, out),
         ScenarioName::OverloadedNode => overloaded(args, out),
         ScenarioName::FlakyNode => flaky(args, out),
+        ScenarioName::LongTail => tail(args, out),
         ScenarioName::Help => {
             writeln!(out, "scenarios (--scenario NAME):")?;
             for value in ScenarioName::value_variants() {
@@ -244,9 +256,9 @@ fn slow(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     }
     let params = Params {
         backends: args.backends,
-        servers: args.servers,
+        servers: args.servers.unwrap_or(1),
         service_ms: args.service_ms,
-        slowdown: args.slowdown,
+        slowdown: args.slowdown.unwrap_or(10.0),
         utilisation: args.utilisation.unwrap_or(0.7),
         requests: args.requests.unwrap_or(200_000),
         seed: args.options.seed.unwrap_or(1),
@@ -386,7 +398,7 @@ fn failing(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     }
     let params = failing_node::Params {
         backends: args.backends,
-        servers: args.servers,
+        servers: args.servers.unwrap_or(1),
         service_ms: args.service_ms,
         utilisation: args.utilisation.unwrap_or(0.7),
         keys: args.keys.unwrap_or(10_000),
@@ -501,7 +513,7 @@ fn hot(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     let options = args.options.options()?;
     let params = hot_key::Params {
         backends: args.backends,
-        servers: args.servers,
+        servers: args.servers.unwrap_or(1),
         service_ms: args.service_ms,
         utilisation: args.utilisation.unwrap_or(0.7),
         requests: args.requests.unwrap_or(50_000),
@@ -617,7 +629,7 @@ fn hot(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
 fn fleet(args: &SimulateArgs, utilisation: f64, duration_s: f64) -> request_events::Fleet {
     request_events::Fleet {
         backends: args.backends,
-        servers: args.servers,
+        servers: args.servers.unwrap_or(1),
         service_ms: args.service_ms,
         utilisation: args.utilisation.unwrap_or(utilisation),
         duration_s: args.duration_s.unwrap_or(duration_s),
@@ -711,6 +723,30 @@ fn flaky(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         args.algorithm.clone()
     };
     flaky_node::print(&params, &algorithms, options, args.svg.as_deref(), out)
+}
+
+/// The long-tail scenario: one run per hedging rule, one table, an SVG.
+fn tail(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    timed(&args, "long-tail")?;
+    let params = long_tail::Params {
+        backends: args.backends,
+        servers: args.servers.unwrap_or(4),
+        service_ms: args.service_ms,
+        slow_share: args.slow_share,
+        slowdown: args.slowdown.unwrap_or(20.0),
+        utilisation: args.utilisation.unwrap_or(0.5),
+        duration_s: args.duration_s.unwrap_or(60.0),
+        warmup_s: args.warmup_s,
+        seed: args.options.seed.unwrap_or(1),
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let algorithm = match args.algorithm.as_slice() {
+        [] => Algorithm::RoundRobin,
+        [one] => *one,
+        _ => return Err(Failure::Usage("long-tail takes one --algorithm".into())),
+    };
+    let options = args.options.options()?;
+    long_tail::print(&params, algorithm, options, args.svg.as_deref(), out)
 }
 
 /// The seeds scenario: one table per algorithm and node list.

@@ -933,3 +933,45 @@ fn request_loop_scenarios_name_bad_parameters() {
         "requests, more than 10000000",
     );
 }
+
+/// The bar on the default long-tail scenario (1% of attempts 20x slower): a p99 hedge
+/// cuts p99.9 at least in half for at most ~5% extra requests (it is 1%: the percentile rule's
+/// budget), the p95 hedge stays within its 5%, and every run measures the same requests.
+#[test]
+fn long_tail_hedges_cut_the_tail_within_their_budget_and_draw_an_svg() {
+    let (text, drawn) = simulate_with_svg("long-tail.svg", &["--scenario", "long-tail"]);
+    let start = (text.lines())
+        .position(|l| l.starts_with("hedging ") && l.contains("p99.9 ms"))
+        .unwrap_or_else(|| panic!("no table in:\n{text}"));
+    let rows: Vec<Vec<&str>> = (text.lines().skip(start + 1))
+        .take_while(|l| !l.trim().is_empty() && !l.starts_with('('))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    assert_eq!(names, ["none", "p95", "p99"], "{text}");
+    let (none, p95, p99) = (&rows[0], &rows[1], &rows[2]);
+    assert!(
+        rows.iter().all(|r| r[1] == none[1]),
+        "the same requests: {text}"
+    );
+    // Columns: hedging requests p50 p99 p99.9 max hedges extra won.
+    assert_eq!((num(none[6]), num(none[8])), (0.0, 0.0), "{text}");
+    assert!(
+        num(p99[4]) * 2.0 <= num(none[4]),
+        "p99.9 not halved: {text}"
+    );
+    assert!(num(p99[7]) <= 5.0, "{text}");
+    assert!(num(p95[7]) <= 5.0 * 1.05, "{text}");
+    assert!(num(p95[4]) < num(none[4]), "{text}");
+    // The body is untouched: p50 within 5%.
+    assert!(
+        (num(p99[2]) - num(none[2])).abs() <= 0.05 * num(none[2]),
+        "{text}"
+    );
+    // Hedges that won are among those sent.
+    assert!(
+        num(p99[8]) <= num(p99[6]) && num(p95[8]) <= num(p95[6]),
+        "{text}"
+    );
+    check_blessed("long-tail.svg", &drawn, &text);
+}

@@ -278,7 +278,10 @@ fn the_adaptive_throttle_rejects_before_the_first_attempt() {
     }
     // Nothing rejected before the window holds 100 requests (min_requests); after that, no
     // accepts: p(reject) = requests / (requests + 1), nearly 1.
-    assert!(throttled > 380 && throttled <= 400, "{throttled} of 500 throttled");
+    assert!(
+        throttled > 380 && throttled <= 400,
+        "{throttled} of 500 throttled"
+    );
     assert_eq!(in_flight(&b), 0);
     let requests: u64 = b.stats().iter().map(|s| s.requests).sum();
     assert_eq!(requests, 500 - throttled);
