@@ -950,6 +950,7 @@ impl Counted {
     };
 
     /// Whether there is nothing left to do.
+    #[cfg_attr(not(feature = "std"), allow(dead_code))] // the balancer (std) uses it
     pub(crate) fn is_nothing(&self) -> bool {
         self.due == Due::Nothing && !self.tick
     }

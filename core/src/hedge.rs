@@ -23,7 +23,7 @@ use crate::sync::{AtomicCounter, Ordering};
 use crate::{Error, Result};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 use core::time::Duration;
 
 /// The highest latency a [`LatencyWindow`] tells apart, in milliseconds (Finagle's
@@ -207,13 +207,18 @@ struct Percentile {
     /// `1 − max_extra_load`.
     p: f64,
     window: LatencyWindow,
+    #[cfg_attr(not(feature = "std"), allow(dead_code))] // the request (std) uses it
     budget: RetryBudget,
-    /// The current delay in milliseconds; `u64::MAX` = do not hedge.
-    send_after_ms: AtomicU64,
+    /// The current delay in milliseconds; [`NEVER`] = do not hedge.
+    send_after_ms: AtomicCounter,
     /// When the delay is next refreshed (ticks).
     refresh_at: AtomicCounter,
     refreshing: AtomicBool,
 }
+
+/// `send_after_ms` when no hedge is to be sent (Finagle's `Int.MaxValue`; fits every
+/// `AtomicCounter`).
+const NEVER: u64 = u32::MAX as u64;
 
 /// How often Finagle refreshes the percentile (`RefreshPercentileInterval`).
 const REFRESH: Duration = Duration::from_secs(3);
@@ -250,7 +255,7 @@ impl Hedging {
                 p: 1.0 - max_extra_load,
                 window,
                 budget,
-                send_after_ms: AtomicU64::new(u64::MAX),
+                send_after_ms: AtomicCounter::new(NEVER as _),
                 refresh_at: AtomicCounter::new(ticks(now_ns).wrapping_add(refresh) as _),
                 refreshing: AtomicBool::new(false),
             })),
@@ -279,25 +284,22 @@ impl Hedging {
             let at = rule.refresh_at.load(Ordering::Relaxed) as u64;
             if elapsed(now, at) > 0 || now == at {
                 let ms = rule.window.percentile(rule.p, now_ns).max(1);
-                let ms = if ms >= HIGHEST_LATENCY_MS {
-                    u64::MAX
-                } else {
-                    ms
-                };
-                rule.send_after_ms.store(ms, Ordering::Relaxed);
+                let ms = if ms >= HIGHEST_LATENCY_MS { NEVER } else { ms };
+                rule.send_after_ms.store(ms as _, Ordering::Relaxed);
                 let refresh = ticks(REFRESH.as_nanos() as u64);
                 rule.refresh_at
                     .store(now.wrapping_add(refresh) as _, Ordering::Release);
             }
             rule.refreshing.store(false, Ordering::Release);
         }
-        match rule.send_after_ms.load(Ordering::Relaxed) {
-            u64::MAX => None,
+        match rule.send_after_ms.load(Ordering::Relaxed) as u64 {
+            NEVER => None,
             ms => Some(Duration::from_millis(ms)),
         }
     }
 
     /// A request starts (the percentile rule's budget gets its deposit).
+    #[cfg_attr(not(feature = "std"), allow(dead_code))] // the request (std) uses it
     pub(crate) fn deposit(&self, now_ns: u64) {
         if let Rule::Percentile(rule) = &self.rule {
             rule.budget.deposit(now_ns);
@@ -305,6 +307,7 @@ impl Hedging {
     }
 
     /// Whether a hedge may go out now (the percentile rule's budget pays for it).
+    #[cfg_attr(not(feature = "std"), allow(dead_code))] // the request (std) uses it
     pub(crate) fn withdraw(&self, now_ns: u64) -> bool {
         match &self.rule {
             Rule::Fixed(_) => true,
@@ -313,6 +316,7 @@ impl Hedging {
     }
 
     /// An attempt answered (or timed out) after `latency`: into the window.
+    #[cfg_attr(not(feature = "std"), allow(dead_code))] // the request (std) uses it
     pub(crate) fn record(&self, latency: Duration, now_ns: u64) {
         if let Rule::Percentile(rule) = &self.rule {
             rule.window.record(latency, now_ns);
