@@ -94,6 +94,16 @@ inline uint64_t latency_ns(std::chrono::nanoseconds latency) {
     return static_cast<uint64_t>(latency.count());
 }
 
+/// An optional time as the C API's nanoseconds: empty is LB_LATENCY_NONE; negative ones throw
+/// std::out_of_range naming `what`.
+inline uint64_t time_ns(const std::optional<std::chrono::nanoseconds> &time, const char *what) {
+    if (!time) return LB_LATENCY_NONE;
+    if (time->count() < 0)
+        throw std::out_of_range(std::string("lb: ") + what + " must be >= 0, got " +
+                                std::to_string(time->count()) + " ns");
+    return static_cast<uint64_t>(time->count());
+}
+
 /// Throws LB_RESULT_BATCH_TOO_LARGE for more than LB_MAX_BATCH answers, before the answer
 /// arrays are allocated (the C call would refuse them anyway).
 inline void check_batch(size_t n) {
@@ -110,6 +120,14 @@ inline std::vector<std::string_view> algorithms() {
     for (size_t i = 0; const char *name = lb_algorithm_name(i); i++) names.emplace_back(name);
     return names;
 }
+
+/// Why a request failed (docs/health.md): an error and a timeout extend the node's failure
+/// streak; an overloaded node's answer does not, and with a retry-after it pauses the node.
+enum class failure_kind : lb_outcome {
+    error = LB_OUTCOME_ERROR,
+    timeout = LB_OUTCOME_TIMEOUT,
+    overloaded = LB_OUTCOME_OVERLOADED,
+};
 
 /// A node: id, weight (0 = drained) and a tag of the caller's choosing.
 struct node {
@@ -140,9 +158,9 @@ struct node_stats {
     uint64_t requests = 0;
     uint64_t failures = 0;
     std::optional<std::chrono::nanoseconds> latency;
-    /// LB_NODE_HEALTHY, LB_NODE_WARMING, LB_NODE_EJECTED or LB_NODE_DOWN.
+    /// LB_NODE_HEALTHY, LB_NODE_WARMING, LB_NODE_EJECTED, LB_NODE_DOWN or LB_NODE_OVERLOADED.
     lb_node_status status = LB_NODE_HEALTHY;
-    /// When a warm-up or ejection ends, on the balancer's monotonic clock (0 at its creation;
+    /// When a warm-up, an ejection or an overload pause ends, on the balancer's monotonic clock (0 at its creation;
     /// balancer::now() reads it, so `*until - b.now()` is the time left); empty otherwise.
     std::optional<std::chrono::nanoseconds> until;
 };
@@ -177,6 +195,20 @@ public:
     void failure(std::chrono::nanoseconds latency) { finish(LB_OUTCOME_FAILURE, latency); }
     void success() { finish(LB_OUTCOME_SUCCESS, elapsed()); }
     void failure() { finish(LB_OUTCOME_FAILURE, elapsed()); }
+
+    /// Ends the request as a failure of `kind` after `latency` (empty: the time since acquire),
+    /// with an overloaded node's `retry_after` (empty: none), which keeps the node from picks
+    /// until then (capped by the option max_retry_after_ms):
+    /// `lease.failure(lb::failure_kind::overloaded, std::nullopt, std::chrono::seconds(5))`.
+    /// A negative time throws std::out_of_range and leaves the lease open.
+    void failure(failure_kind kind, std::optional<std::chrono::nanoseconds> latency = std::nullopt,
+                 std::optional<std::chrono::nanoseconds> retry_after = std::nullopt) {
+        if (!handle_) throw error(LB_RESULT_LEASE_FINISHED);
+        lb_outcome_info info{static_cast<lb_outcome>(kind), detail::time_ns(latency, "latency"),
+                             detail::time_ns(retry_after, "retry_after")};
+        detail::check(lb_lease_finish_info(handle_.get(), &info));
+        (void)handle_.release();  // lb_lease_finish_info freed it
+    }
 
     /// Ends the request without an outcome (also what the destructor does). Empty: no-op.
     void cancel() noexcept { handle_.reset(); }
@@ -370,6 +402,18 @@ public:
                                          ok ? LB_OUTCOME_SUCCESS : LB_OUTCOME_FAILURE, ns));
     }
 
+    /// Records a failure of `kind` for a request routed after pick(): `latency` may be unknown
+    /// (empty), and an overloaded node's `retry_after` keeps it from picks until then (capped
+    /// by the option max_retry_after_ms): `b.report("a", lb::failure_kind::timeout)`. A
+    /// negative time throws std::out_of_range (nothing recorded).
+    void report(std::string_view id, failure_kind kind,
+                std::optional<std::chrono::nanoseconds> latency = std::nullopt,
+                std::optional<std::chrono::nanoseconds> retry_after = std::nullopt) {
+        lb_outcome_info info{static_cast<lb_outcome>(kind), detail::time_ns(latency, "latency"),
+                             detail::time_ns(retry_after, "retry_after")};
+        detail::check(lb_balancer_report_info(get(), id.data(), id.size(), &info));
+    }
+
     /// Takes a node out of service until mark_up() (no rebuild, weight kept).
     void mark_down(std::string_view id) {
         detail::check(lb_balancer_mark_down(get(), id.data(), id.size()));
@@ -415,7 +459,8 @@ public:
             const lb_node_stats &s = out[i];
             node_stats n{std::string(s.id, s.id_len), s.weight, s.tag, s.in_flight, s.requests,
                          s.failures, std::nullopt, s.status, std::nullopt};
-            if (s.status == LB_NODE_WARMING || s.status == LB_NODE_EJECTED)
+            if (s.status == LB_NODE_WARMING || s.status == LB_NODE_EJECTED ||
+                s.status == LB_NODE_OVERLOADED)
                 n.until = std::chrono::nanoseconds(
                     static_cast<std::chrono::nanoseconds::rep>(s.until_ns));
             if (s.latency_ns != LB_LATENCY_NONE)

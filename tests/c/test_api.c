@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "check.h"
 
@@ -669,7 +670,7 @@ static void test_leases_report_stats(void) {
     CHECK_RESULT(lb_lease_elapsed(NULL, &elapsed), LB_RESULT_NULL_PARAMETER);
 
     /* finish: success, failure; a bad outcome leaves the lease with the caller. */
-    CHECK_RESULT(lb_lease_finish(l[0], 2, 1000), LB_RESULT_INVALID_OUTCOME);
+    CHECK_RESULT(lb_lease_finish(l[0], 4, 1000), LB_RESULT_INVALID_OUTCOME);
     CHECK_RESULT(lb_lease_finish(NULL, LB_OUTCOME_SUCCESS, 1000), LB_RESULT_NULL_PARAMETER);
     CHECK_OK(lb_lease_finish(l[0], LB_OUTCOME_SUCCESS, 4000000));
     CHECK_OK(lb_lease_finish(l[1], LB_OUTCOME_FAILURE, 8000000));
@@ -679,7 +680,8 @@ static void test_leases_report_stats(void) {
     CHECK(st[0].in_flight == 0 && st[0].requests == 1 && st[0].failures == 0);
     CHECK(st[0].latency_ns == 4000000);
     CHECK(st[1].in_flight == 0 && st[1].requests == 1 && st[1].failures == 1);
-    CHECK(st[1].latency_ns == 8000000);
+    /* A failure counts at least the failure penalty (failure_penalty_ms, 5 s by default). */
+    CHECK(st[1].latency_ns == UINT64_C(5000000000));
     CHECK(st[2].in_flight == 0 && st[2].requests == 0 && st[2].latency_ns == LB_LATENCY_NONE);
 
     /* report: counts without in-flight; errors record nothing. */
@@ -778,6 +780,99 @@ static void test_least_connections_reads_leases(void) {
 
 /* Health: failures reported eject a node (stats say until when), mark_down/mark_up for a
  * keyed algorithm move only that node's keys and bring them back, panic, bad input. */
+/* Failure kinds (LB_OUTCOME_TIMEOUT, LB_OUTCOME_OVERLOADED) through the plain and the _info
+ * calls: an overloaded node's retry-after pauses it until then, and the pause ends by itself;
+ * timeouts extend the failure streak, overloaded answers do not; bad outcomes record nothing
+ * and leave a lease with the caller. */
+static void test_outcome_kinds(void) {
+    lb_node abcd[] = {node("a", 1, 1), node("b", 1, 2), node("c", 1, 3), node("d", 1, 4)};
+    lb_balancer *b = make("round_robin", NULL, abcd, 4);
+    lb_node_stats st[8];
+    char ids[64];
+    uint64_t t0 = 0, t1 = 0;
+    CHECK_OK(lb_balancer_now_ns(b, &t0));
+    lb_outcome_info busy = {LB_OUTCOME_OVERLOADED, LB_LATENCY_NONE, UINT64_C(1000000000)};
+    CHECK_OK(lb_balancer_report_info(b, S("a"), &busy));
+    CHECK_OK(lb_balancer_now_ns(b, &t1));
+    CHECK(get_stats(b, st, ids, sizeof ids) == 4);
+    CHECK(st[0].status == LB_NODE_OVERLOADED);
+    CHECK(st[0].until_ns >= t0 + 1000000000 && st[0].until_ns <= t1 + 1000000000);
+    CHECK(st[0].requests == 1 && st[0].failures == 1);
+    CHECK(st[0].latency_ns == UINT64_C(5000000000)); /* no latency given: the penalty */
+    char id[8];
+    size_t size = 0;
+    for (int i = 0; i < 12; i++) {
+        CHECK_OK(lb_balancer_pick(b, NULL, 0, NULL, id, sizeof id, &size));
+        CHECK(strcmp(id, "a") != 0);
+    }
+
+    /* Refused, nothing recorded: a success with a retry-after or without a latency, unknown
+     * codes, NULL info. */
+    lb_outcome_info bad[] = {
+        {LB_OUTCOME_SUCCESS, 1000, 0},
+        {LB_OUTCOME_SUCCESS, LB_LATENCY_NONE, LB_LATENCY_NONE},
+        {4, 1000, LB_LATENCY_NONE},
+        {UINT32_MAX, LB_LATENCY_NONE, LB_LATENCY_NONE},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_RESULT(lb_balancer_report_info(b, S("b"), &bad[i]), LB_RESULT_INVALID_OUTCOME);
+    CHECK_RESULT(lb_balancer_report(b, S("b"), LB_OUTCOME_SUCCESS, LB_LATENCY_NONE),
+                 LB_RESULT_INVALID_OUTCOME);
+    CHECK_RESULT(lb_balancer_report_info(b, S("b"), NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_report_info(NULL, S("b"), &busy), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_report_info(b, S("x"), &busy), LB_RESULT_UNKNOWN_NODE);
+    CHECK(get_stats(b, st, ids, sizeof ids) == 4);
+    CHECK(st[1].requests == 0 && st[1].status == LB_NODE_HEALTHY);
+
+    /* The pause ends by itself: a is picked again, once per round. */
+    struct timespec nap = {1, 100000000}; /* past the 1 s pause, with a margin */
+    nanosleep(&nap, NULL);
+    CHECK(get_stats(b, st, ids, sizeof ids) == 4);
+    CHECK(st[0].status == LB_NODE_HEALTHY && st[0].until_ns == 0);
+    int back = 0;
+    for (int i = 0; i < 8; i++) {
+        CHECK_OK(lb_balancer_pick(b, NULL, 0, NULL, id, sizeof id, &size));
+        back += strcmp(id, "a") == 0;
+    }
+    CHECK(back == 2);
+
+    /* Leases: a bad outcome leaves the lease open; LB_LATENCY_NONE is measured. */
+    lb_lease *lease = NULL;
+    CHECK_OK(lb_balancer_acquire(b, NULL, 0, &lease, NULL, NULL, 0, NULL));
+    CHECK_RESULT(lb_lease_finish_info(lease, &bad[0]), LB_RESULT_INVALID_OUTCOME);
+    CHECK_RESULT(lb_lease_finish_info(lease, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_lease_finish_info(NULL, &busy), LB_RESULT_NULL_PARAMETER);
+    lb_outcome_info timeout = {LB_OUTCOME_TIMEOUT, LB_LATENCY_NONE, LB_LATENCY_NONE};
+    CHECK_OK(lb_lease_finish_info(lease, &timeout));
+    CHECK_OK(lb_balancer_acquire(b, NULL, 0, &lease, NULL, NULL, 0, NULL));
+    CHECK_OK(lb_lease_finish(lease, LB_OUTCOME_SUCCESS, LB_LATENCY_NONE));
+    CHECK(get_stats(b, st, ids, sizeof ids) == 4);
+    uint64_t in_flight = 0, failures = 0;
+    for (int i = 0; i < 4; i++) {
+        in_flight += st[i].in_flight;
+        failures += st[i].failures;
+        /* measured, so far below the 584 years LB_LATENCY_NONE would mean as a latency */
+        CHECK(st[i].latency_ns == LB_LATENCY_NONE || st[i].latency_ns <= UINT64_C(5000000000));
+    }
+    CHECK(in_flight == 0 && failures == 2);
+    lb_balancer_free(b);
+
+    /* 4 errors, overloaded answers (streak untouched), then a timeout: ejected. */
+    lb_node two[] = {node("a", 1, 1), node("b", 1, 2)};
+    b = make("round_robin", NULL, two, 2);
+    for (int i = 0; i < 4; i++) CHECK_OK(lb_balancer_report(b, S("a"), LB_OUTCOME_ERROR, 1000));
+    CHECK_OK(lb_balancer_report(b, S("a"), LB_OUTCOME_OVERLOADED, LB_LATENCY_NONE));
+    CHECK_OK(lb_balancer_report(b, S("a"), LB_OUTCOME_OVERLOADED, 1000));
+    CHECK(get_stats(b, st, ids, sizeof ids) == 2);
+    CHECK(st[0].status == LB_NODE_HEALTHY);
+    CHECK_OK(lb_balancer_report(b, S("a"), LB_OUTCOME_TIMEOUT, LB_LATENCY_NONE));
+    CHECK(get_stats(b, st, ids, sizeof ids) == 2);
+    CHECK(st[0].status == LB_NODE_EJECTED && st[0].failures == 7);
+    CHECK(LB_OUTCOME_FAILURE == LB_OUTCOME_ERROR && LB_OUTCOME_TIMEOUT == 2 &&
+          LB_OUTCOME_OVERLOADED == 3 && LB_NODE_OVERLOADED == 4);
+    lb_balancer_free(b);
+}
+
 static void test_health(void) {
     static const char *const ids_of[] = {"a", "b", "c", "d"};
     lb_options *o = NULL;
@@ -958,5 +1053,6 @@ int main(void) {
     test_least_connections_reads_leases();
     test_pick_hash();
     test_health();
+    test_outcome_kinds();
     return check_report("test_api");
 }
