@@ -17,6 +17,7 @@ stable ``code``. See docs/python.md for the whole guide.
 from ._liblb import (
     ALGORITHMS,
     DEFAULT_VNODES,
+    FAILURE_KINDS,
     HASH_ALGORITHMS,
     HASHES,
     KEYED_ALGORITHMS,
@@ -30,6 +31,7 @@ from ._liblb import (
     InvalidNodeIdError,
     InvalidOptionError,
     InvalidOptionValueError,
+    InvalidOutcomeError,
     InvalidUtf8Error,
     InvalidVnodesError,
     HashUnsupportedError,
@@ -49,6 +51,7 @@ from ._liblb import (
 __all__ = [
     "ALGORITHMS",
     "DEFAULT_VNODES",
+    "FAILURE_KINDS",
     "HASH_ALGORITHMS",
     "HASHES",
     "KEYED_ALGORITHMS",
@@ -62,6 +65,7 @@ __all__ = [
     "InvalidNodeIdError",
     "InvalidOptionError",
     "InvalidOptionValueError",
+    "InvalidOutcomeError",
     "InvalidUtf8Error",
     "InvalidVnodesError",
     "HashUnsupportedError",

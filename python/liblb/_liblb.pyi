@@ -11,6 +11,7 @@ _Key: TypeAlias = str | bytes | bytearray | memoryview
 _NodeSpec: TypeAlias = str | tuple[str, int] | tuple[str, int, int]
 _Nodes: TypeAlias = Iterable[_NodeSpec] | Mapping[str, int]
 _Latency: TypeAlias = float | datetime.timedelta
+_FailureKind: TypeAlias = Literal["error", "timeout", "overloaded"]
 
 class _NodeStats(TypedDict):
     id: str
@@ -19,7 +20,7 @@ class _NodeStats(TypedDict):
     requests: int
     failures: int
     latency: float | None
-    status: Literal["healthy", "warming", "ejected", "down"]
+    status: Literal["healthy", "warming", "ejected", "down", "overloaded"]
     until: float | None
     remaining: float | None
 
@@ -28,6 +29,7 @@ __all__ = [
     "Lease",
     "LeaseFinishedError",
     "HashUnsupportedError",
+    "InvalidOutcomeError",
     "KEYED_ALGORITHMS",
     "HASH_ALGORITHMS",
     "OPTIONS",
@@ -48,6 +50,7 @@ __all__ = [
     "InvalidOptionValueError",
     "ALGORITHMS",
     "HASHES",
+    "FAILURE_KINDS",
     "DEFAULT_VNODES",
     "MAX_VNODES",
     "MAX_BATCH",
@@ -61,6 +64,7 @@ __all__ = [
 
 ALGORITHMS: Final[tuple[str, ...]]
 HASHES: Final[tuple[str, ...]]
+FAILURE_KINDS: Final[tuple[str, ...]]
 KEYED_ALGORITHMS: Final[tuple[str, ...]]
 HASH_ALGORITHMS: Final[tuple[str, ...]]
 OPTIONS: Final[tuple[str, ...]]
@@ -81,7 +85,8 @@ class Balancer:
     ``max_ring_size``; health (every algorithm): ``consecutive_failures``,
     ``base_ejection_time_ms``, ``max_ejection_time_ms``, ``max_ejection_percent``,
     ``panic_threshold``, ``slow_start_window_ms``, ``slow_start_aggression`` (also a float),
-    ``min_weight_percent``, ``hash_balance_factor`` (keyed); ``thread_rounds`` (round robin). docs/algorithms.md and
+    ``min_weight_percent``, ``hash_balance_factor`` (keyed), ``failure_penalty_ms``,
+    ``max_retry_after_ms``; ``thread_rounds`` (round robin). docs/algorithms.md and
     docs/health.md say which algorithm reads which.
     """
 
@@ -109,6 +114,8 @@ class Balancer:
         min_weight_percent: int | str | None = None,
         hash_balance_factor: int | str | None = None,
         thread_rounds: int | str | None = None,
+        failure_penalty_ms: int | str | None = None,
+        max_retry_after_ms: int | str | None = None,
     ) -> Balancer: ...
     @property
     def algorithm(self) -> str:
@@ -136,8 +143,20 @@ class Balancer:
         """``attempts`` for a caller's 64-bit key hash (see ``pick_hash``)."""
     def acquire(self, key: _Key | None = None) -> Lease:
         """Picks a node and starts a request on it until the returned Lease ends."""
-    def report(self, id: str, *, ok: bool, latency: _Latency) -> None:
-        """Records the outcome of a request routed after ``pick`` (in-flight untouched)."""
+    def report(
+        self,
+        id: str,
+        *,
+        ok: bool,
+        latency: _Latency | None = None,
+        kind: _FailureKind | None = None,
+        retry_after: _Latency | None = None,
+    ) -> None:
+        """Records the outcome of a request routed after ``pick`` (in-flight untouched).
+
+        A success needs its ``latency``; a failure (``ok=False``) may leave it out, name its
+        ``kind`` (one of FAILURE_KINDS, default "error") and, when overloaded, a
+        ``retry_after`` that keeps the node from picks until then."""
     def now(self) -> float:
         """The balancer's clock in seconds: monotonic, 0.0 at its creation (``until``'s clock)."""
     def stats(self) -> list[_NodeStats]:
@@ -184,8 +203,16 @@ class Lease:
     @property
     def done(self) -> bool:
         """Whether the lease has ended (finished or cancelled)."""
-    def finish(self, *, ok: bool = True, latency: _Latency | None = None) -> None:
-        """Ends the request; ``latency`` None measures it since ``acquire``."""
+    def finish(
+        self,
+        *,
+        ok: bool = True,
+        latency: _Latency | None = None,
+        kind: _FailureKind | None = None,
+        retry_after: _Latency | None = None,
+    ) -> None:
+        """Ends the request; ``latency`` None measures it since ``acquire``. A failure
+        (``ok=False``) may name its ``kind`` and, when overloaded, a ``retry_after``."""
     def cancel(self) -> None:
         """Ends the request without an outcome (in-flight released, nothing counted)."""
     def __enter__(self) -> str: ...
@@ -232,6 +259,11 @@ class HashUnsupportedError(Error):
 
 class LeaseFinishedError(Error):
     """A lease was finished twice (LB_LEASE_FINISHED): a lease ends exactly once."""
+
+class InvalidOutcomeError(Error):
+    """An outcome given to finish or report cannot be understood: an unknown failure kind
+    (FAILURE_KINDS), a kind or retry_after with ok=True, or a negative, NaN or infinite latency
+    or retry_after (LB_INVALID_OUTCOME)."""
 
 class UnknownAlgorithmError(Error):
     """The algorithm name is not one of ALGORITHMS (LB_UNKNOWN_ALGORITHM)."""
