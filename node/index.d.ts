@@ -72,7 +72,33 @@ export interface BalancerOptions {
   hash_balance_factor?: number | bigint | string | null
   /** round_robin / weighted_round_robin: each thread takes this many whole rounds at once (no contention; default 0 = one exact global order). */
   thread_rounds?: number | bigint | string | null
+  /** The least a failure counts in the latency estimate, in ms (default 5000; 0 = off). */
+  failure_penalty_ms?: number | bigint | string | null
+  /** The longest an overloaded node's retry-after keeps it from picks, in ms (default 60000; 0 = no pauses). */
+  max_retry_after_ms?: number | bigint | string | null
 }
+
+/**
+ * Why a request failed (`failureKinds()`): 'error' and 'timeout' extend the node's failure
+ * streak; 'overloaded' does not, and with `retryAfterMs` it keeps the node from picks until
+ * then (capped by `max_retry_after_ms`).
+ */
+export type FailureKind = 'error' | 'timeout' | 'overloaded'
+
+/**
+ * How a request ended, for `Lease.finish`: a success (`ok` true or absent) after `latencyMs`
+ * (measured since `acquire` when absent), or a failure (`ok: false`) of `kind` (default
+ * 'error') with an overloaded node's `retryAfterMs`. A kind or a retry-after with a success,
+ * or an unknown kind, throws `LB_INVALID_OUTCOME`.
+ */
+export type Outcome =
+  | { ok?: true | null; latencyMs?: number | null; kind?: null; retryAfterMs?: null }
+  | { ok: false; latencyMs?: number | null; kind?: FailureKind | null; retryAfterMs?: number | null }
+
+/** How a request ended, for `Balancer.report`: as `Outcome`, but `ok` is required, and so is a success's `latencyMs`. */
+export type ReportOutcome =
+  | { ok: true; latencyMs: number; kind?: null; retryAfterMs?: null }
+  | { ok: false; latencyMs?: number | null; kind?: FailureKind | null; retryAfterMs?: number | null }
 
 /** Every error thrown by liblb itself has one of these codes. */
 export type ErrorCode =
@@ -92,6 +118,8 @@ export type ErrorCode =
   | 'LB_UNKNOWN_HASH'
   | 'LB_INVALID_OPTION_VALUE'
   | 'LB_HASH_UNSUPPORTED'
+  /** An unknown failure kind, or a kind or retry-after with `ok: true`. */
+  | 'LB_INVALID_OUTCOME'
   /** A lease finished (or cancelled) twice. */
   | 'LB_LEASE_FINISHED'
   /** A `RangeError`: a batch of more than `MAX_BATCH` keys or `MAX_BATCH_KEY_BYTES` key bytes. */
@@ -216,9 +244,12 @@ export declare class Balancer {
   acquire(key?: Key | null): Lease
   /**
    * Records the outcome of a request routed after `pick` (in-flight is not touched):
-   * `{ ok, latencyMs }`, both required. Throws `LB_UNKNOWN_NODE` for an unknown id.
+   * `{ ok, latencyMs }`, and for a failure (`ok: false`) its `kind` (one of
+   * `failureKinds()`, default 'error') and an overloaded node's `retryAfterMs`. A success
+   * needs `latencyMs`, a failure may leave it out. Throws `LB_UNKNOWN_NODE` for an unknown
+   * id, `LB_INVALID_OUTCOME` for an unknown kind or a kind or retry-after with `ok: true`.
    */
-  report(id: string, outcome: { ok: boolean; latencyMs: number }): void
+  report(id: string, outcome: ReportOutcome): void
   /**
    * The balancer's clock in milliseconds (fractions included): monotonic, 0 when the
    * balancer was created; the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the
@@ -261,9 +292,13 @@ export declare class Lease {
   /**
    * Ends the request: `ok` (default true) is its outcome, `latencyMs` its duration in
    * milliseconds; without `latencyMs` it is measured since `acquire` by the balancer's
-   * monotonic clock. Throws `LB_LEASE_FINISHED` if the lease already ended.
+   * monotonic clock. A failure (`ok: false`) may name its `kind` (one of `failureKinds()`,
+   * default 'error') and, for an overloaded node, a `retryAfterMs` that keeps it from picks
+   * until then: `lease.finish({ ok: false, kind: 'overloaded', retryAfterMs: 5000 })`.
+   * Throws `LB_LEASE_FINISHED` if the lease already ended, `LB_INVALID_OUTCOME` for an
+   * unknown kind or a kind or retry-after with `ok: true` (the lease then stays open).
    */
-  finish(outcome?: { ok?: boolean | null; latencyMs?: number | null } | null): void
+  finish(outcome?: Outcome | null): void
   /**
    * Ends the request without an outcome (in-flight released, nothing counted). Throws
    * `LB_LEASE_FINISHED` if the lease already ended.
@@ -273,6 +308,9 @@ export declare class Lease {
 
 /** The algorithm names `new Balancer` accepts. */
 export declare function algorithms(): Algorithm[]
+
+/** The failure kinds `finish` and `report` take as `kind` (the core's list). */
+export declare function failureKinds(): FailureKind[]
 
 /** The algorithms `pickHash` / `attemptsHash` work with, from the core's registration list. */
 export declare function hashAlgorithms(): Algorithm[]
@@ -315,16 +353,19 @@ export interface NodeStats {
   failures: number
   /** The peak-EWMA latency estimate in milliseconds, or null before any sample. */
   latency: number | null
-  /** Its health: 'healthy', 'warming' (slow start), 'ejected' or 'down'. */
-  status: 'healthy' | 'warming' | 'ejected' | 'down'
   /**
-   * When an ejection or a warm-up ends, in milliseconds of the balancer's monotonic clock
-   * (`nowMs()`, 0 when the balancer was created); null otherwise.
+   * Its health: 'healthy', 'warming' (slow start), 'ejected', 'down' or 'overloaded'
+   * (paused by a retry-after).
+   */
+  status: 'healthy' | 'warming' | 'ejected' | 'down' | 'overloaded'
+  /**
+   * When an ejection, an overload pause or a warm-up ends, in milliseconds of the
+   * balancer's monotonic clock (`nowMs()`, 0 when the balancer was created); null otherwise.
    */
   untilMs: number | null
   /**
    * `untilMs` minus the time of the call (at least 0): the milliseconds left of the
-   * ejection or warm-up; null otherwise.
+   * ejection, pause or warm-up; null otherwise.
    */
   remainingMs: number | null
 }

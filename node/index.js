@@ -838,6 +838,7 @@ module.exports = nativeBinding
 module.exports.Balancer = nativeBinding.Balancer
 module.exports.Lease = nativeBinding.Lease
 module.exports.algorithms = nativeBinding.algorithms
+module.exports.failureKinds = nativeBinding.failureKinds
 module.exports.hashAlgorithms = nativeBinding.hashAlgorithms
 module.exports.keyedAlgorithms = nativeBinding.keyedAlgorithms
 module.exports.MAX_BATCH = nativeBinding.MAX_BATCH

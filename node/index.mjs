@@ -11,6 +11,7 @@ export const {
   MAX_BATCH,
   MAX_BATCH_KEY_BYTES,
   algorithms,
+  failureKinds,
   hashAlgorithms,
   keyedAlgorithms,
   noop,
