@@ -12,6 +12,18 @@ const vectors = JSON.parse(fs.readFileSync(VECTORS, 'utf8'))
 
 const toNodes = (pairs) => pairs.map(([id, weight]) => ({ id, weight }))
 
+/** A finish or report step's outcome: only the fields the step has. */
+function outcomeOf(step) {
+  const outcome = { ok: step.ok }
+  if (step.kind !== undefined) outcome.kind = step.kind
+  if (step.latency_ms !== undefined) outcome.latencyMs = step.latency_ms
+  if (step.retry_after_ms !== undefined) outcome.retryAfterMs = step.retry_after_ms
+  return outcome
+}
+
+/** Blocks for `ms` milliseconds (the replay is synchronous). */
+const sleepSync = (ms) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
+
 /** Runs one step; returns what it produced (an id, a list of ids, or undefined). `leases` are
  * the case's leases so far (acquire appends, in order). */
 function run(balancer, leases, step) {
@@ -38,11 +50,16 @@ function run(balancer, leases, step) {
       return lease.id
     }
     case 'finish':
-      return leases[step.lease].finish({ ok: step.ok, latencyMs: step.latency_ms })
+      return leases[step.lease].finish(outcomeOf(step))
     case 'cancel':
       return leases[step.lease].cancel()
     case 'report':
-      return balancer.report(step.id, { ok: step.ok, latencyMs: step.latency_ms })
+      return balancer.report(step.id, outcomeOf(step))
+    case 'sleep':
+      sleepSync(step.ms)
+      return undefined
+    case 'latency':
+      return balancer.stats().map((s) => [s.id, s.latency === null ? null : Math.round(s.latency)])
     case 'mark_down':
       return balancer.markDown(step.id)
     case 'mark_up':

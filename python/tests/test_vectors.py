@@ -7,6 +7,7 @@ answer that differs from it is a binding bug.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,18 @@ def nodes_of(raw: list[list[Any]]) -> list[tuple[str, int]]:
     return [(node_id, weight) for node_id, weight in raw]
 
 
+def outcome_of(step: dict[str, Any]) -> dict[str, Any]:
+    """A finish or report step's outcome as keyword arguments: only the fields the step has."""
+    outcome: dict[str, Any] = {"ok": step["ok"]}
+    if "kind" in step:
+        outcome["kind"] = step["kind"]
+    if "latency_ms" in step:
+        outcome["latency"] = step["latency_ms"] / 1000
+    if "retry_after_ms" in step:
+        outcome["retry_after"] = step["retry_after_ms"] / 1000
+    return outcome
+
+
 def run_step(balancer: liblb.Balancer, leases: list[liblb.Lease], step: dict[str, Any]) -> Any:
     """Runs one step; `leases` are the case's leases so far (acquire appends, in order)."""
     op = step["op"]
@@ -57,11 +70,18 @@ def run_step(balancer: liblb.Balancer, leases: list[liblb.Lease], step: dict[str
         leases.append(lease)
         return lease.id
     if op == "finish":
-        return leases[step["lease"]].finish(ok=step["ok"], latency=step["latency_ms"] / 1000)
+        return leases[step["lease"]].finish(**outcome_of(step))
     if op == "cancel":
         return leases[step["lease"]].cancel()
     if op == "report":
-        return balancer.report(step["id"], ok=step["ok"], latency=step["latency_ms"] / 1000)
+        return balancer.report(step["id"], **outcome_of(step))
+    if op == "sleep":
+        return time.sleep(step["ms"] / 1000)
+    if op == "latency":
+        return [
+            [s["id"], None if s["latency"] is None else round(s["latency"] * 1000)]
+            for s in balancer.stats()
+        ]
     if op == "mark_down":
         return balancer.mark_down(step["id"])
     if op == "mark_up":

@@ -1,7 +1,7 @@
 //! The checked-in vectors are fresh, and replaying them through the Rust API gives exactly the
 //! recorded answers and errors, with every failed step leaving the balancer unchanged.
 
-use liblb_conformance::{Leases, VECTORS_PATH, build, render, run_step};
+use liblb_conformance::{Leases, Time, VECTORS_PATH, build, render, run_step};
 use serde_json::Value;
 use std::path::Path;
 
@@ -37,7 +37,10 @@ fn vectors_replay_through_the_rust_api() {
         let mut leases = Leases::new();
         for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
             let before = b.nodes();
-            match (run_step(&b, &mut leases, step), step.get("expect_error")) {
+            match (
+                run_step(&b, &mut leases, step, &Time::Real),
+                step.get("expect_error"),
+            ) {
                 (Ok(answer), None) => {
                     assert_eq!(
                         answer,
