@@ -208,6 +208,14 @@ typedef uint32_t lb_result;
 #endif // __cplusplus
 
 /**
+ * Client-side adaptive throttling (Google SRE book, chapter 21): over a sliding window the
+ * client counts the requests it attempted and those the backends accepted, and rejects a new
+ * request locally with probability `max(0, (requests - k * accepts) / (requests + 1))`.
+ * Create with `lb_adaptive_throttle_new`, free with `lb_adaptive_throttle_free`. Thread-safe.
+ */
+typedef struct lb_adaptive_throttle lb_adaptive_throttle;
+
+/**
  * A load balancer: an algorithm, its options and a set of nodes. Create with
  * `lb_balancer_new`, free with `lb_balancer_free`.
  *
@@ -260,6 +268,22 @@ typedef struct lb_lease lb_lease;
  * options (min/max ring size, base/max ejection time) are checked by `lb_balancer_new`.
  */
 typedef struct lb_options lb_options;
+
+/**
+ * A retry budget (tower's `TpsBudget`, Finagle's `RetryBudget`): every request deposits,
+ * every retry withdraws; deposits count for `ttl`, and `min_per_sec` retries per second are
+ * always allowed. Create with `lb_retry_budget_new`, free with `lb_retry_budget_free`.
+ * Thread-safe: any number of threads may use one budget at once.
+ */
+typedef struct lb_retry_budget lb_retry_budget;
+
+/**
+ * gRPC's retry throttling (gRFC A6): a token count starting at `max_tokens`, one less per
+ * failure, `token_ratio` more per success (capped); retries and hedges are refused while it is
+ * at or below `max_tokens / 2`. Create with `lb_retry_throttle_new`, free with
+ * `lb_retry_throttle_free`. Thread-safe.
+ */
+typedef struct lb_retry_throttle lb_retry_throttle;
 
 /**
  * A node given to `lb_balancer_new` / `lb_balancer_update`, or listed by `lb_balancer_nodes`.
@@ -933,6 +957,150 @@ lb_result lb_balancer_attempts_hash(const struct lb_balancer *balancer,
                                     size_t ids_buf_len,
                                     size_t *ids_size_out,
                                     size_t *count_out);
+
+/**
+ * Creates a retry budget in `*budget_out`, its clock starting at `now_ns`: deposits count for
+ * `ttl_ms` milliseconds (1000 to 60000; tower's default 10000), `min_per_sec` retries per
+ * second are always allowed (below 2147483647; default 10), and each deposit allows
+ * `retry_percent` retries (0 to 1000; default 0.2 = one retry per five requests; 0 = only the
+ * reserve).
+ *
+ * The caller owns the result and must free it with `lb_retry_budget_free`. Errors (nothing
+ * allocated, `*budget_out` unchanged): `LB_RESULT_NULL_PARAMETER`,
+ * `LB_RESULT_INVALID_OPTION_VALUE` (a value out of range; NaN is). Thread-safe.
+ */
+lb_result lb_retry_budget_new(uint64_t ttl_ms,
+                              uint32_t min_per_sec,
+                              double retry_percent,
+                              uint64_t now_ns,
+                              struct lb_retry_budget **budget_out);
+
+/**
+ * Frees a retry budget. Calling with NULL is fine. No other thread may be using it.
+ */
+void lb_retry_budget_free(struct lb_retry_budget *budget);
+
+/**
+ * Records a request (a first attempt) at `now_ns`. Errors: `LB_RESULT_NULL_PARAMETER`.
+ * Thread-safe; never blocks.
+ */
+lb_result lb_retry_budget_deposit(const struct lb_retry_budget *budget,
+                                  uint64_t now_ns);
+
+/**
+ * Takes one retry from the budget at `now_ns`: `*allowed_out` = whether it may be sent (if
+ * so, it was taken). Errors: `LB_RESULT_NULL_PARAMETER` (then nothing was taken).
+ * Thread-safe; never blocks (two threads racing for the last retry may both get it, as in
+ * tower).
+ */
+lb_result lb_retry_budget_withdraw(const struct lb_retry_budget *budget,
+                                   uint64_t now_ns,
+                                   bool *allowed_out);
+
+/**
+ * Whether a retry could be withdrawn at `now_ns`, without taking it, in `*allowed_out`.
+ * Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_retry_budget_can_withdraw(const struct lb_retry_budget *budget,
+                                       uint64_t now_ns,
+                                       bool *allowed_out);
+
+/**
+ * The retries available at `now_ns` in `*available_out`. Errors: `LB_RESULT_NULL_PARAMETER`.
+ * Thread-safe.
+ */
+lb_result lb_retry_budget_available(const struct lb_retry_budget *budget,
+                                    uint64_t now_ns,
+                                    uint64_t *available_out);
+
+/**
+ * Creates a retry throttle in `*throttle_out` with `max_tokens` tokens (1 to 1000) that
+ * regains `token_ratio` per success (at least 0.001; digits past the third decimal are
+ * dropped, as gRFC A6 says). It starts full.
+ *
+ * The caller owns the result and must free it with `lb_retry_throttle_free`. Errors (nothing
+ * allocated): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OPTION_VALUE`. Thread-safe.
+ */
+lb_result lb_retry_throttle_new(uint32_t max_tokens,
+                                double token_ratio,
+                                struct lb_retry_throttle **throttle_out);
+
+/**
+ * Frees a retry throttle. Calling with NULL is fine. No other thread may be using it.
+ */
+void lb_retry_throttle_free(struct lb_retry_throttle *throttle);
+
+/**
+ * Records a failed attempt (one token less, not below 0); `*allowed_out` (NULL: not wanted)
+ * = whether retries are still allowed after it. Errors: `LB_RESULT_NULL_PARAMETER` (NULL
+ * throttle; nothing recorded). Thread-safe.
+ */
+lb_result lb_retry_throttle_failure(const struct lb_retry_throttle *throttle,
+                                    bool *allowed_out);
+
+/**
+ * Records a successful attempt (`token_ratio` tokens more, capped at `max_tokens`). Errors:
+ * `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_retry_throttle_success(const struct lb_retry_throttle *throttle);
+
+/**
+ * Whether a retry or a hedge may be sent now (more than `max_tokens / 2` tokens), in
+ * `*allowed_out`. Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_retry_throttle_allows(const struct lb_retry_throttle *throttle,
+                                   bool *allowed_out);
+
+/**
+ * The token count (with its thousandths) in `*tokens_out`. Errors: `LB_RESULT_NULL_PARAMETER`.
+ * Thread-safe.
+ */
+lb_result lb_retry_throttle_tokens(const struct lb_retry_throttle *throttle,
+                                   double *tokens_out);
+
+/**
+ * Creates an adaptive throttle in `*throttle_out`, its clock starting at `now_ns`, with
+ * multiplier `k` (1 to 100, the SRE book's 2: lower throttles sooner) over a window of
+ * `window_ms` milliseconds (1000 to 3600000; the book's 120000).
+ *
+ * The caller owns the result and must free it with `lb_adaptive_throttle_free`. Errors
+ * (nothing allocated): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OPTION_VALUE`.
+ * Thread-safe.
+ */
+lb_result lb_adaptive_throttle_new(double k,
+                                   uint64_t window_ms,
+                                   uint64_t now_ns,
+                                   struct lb_adaptive_throttle **throttle_out);
+
+/**
+ * Frees an adaptive throttle. Calling with NULL is fine. No other thread may be using it.
+ */
+void lb_adaptive_throttle_free(struct lb_adaptive_throttle *throttle);
+
+/**
+ * The probability that `lb_adaptive_throttle_admit` rejects a request at `now_ns`, in
+ * `*rejection_out`. Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_adaptive_throttle_rejection(const struct lb_adaptive_throttle *throttle,
+                                         uint64_t now_ns,
+                                         double *rejection_out);
+
+/**
+ * A request is about to be sent at `now_ns`: decides with `random` (64 uniformly random bits
+ * of yours) whether to send it (`*admitted_out` true) or reject it locally (false), then
+ * counts it. Errors: `LB_RESULT_NULL_PARAMETER` (nothing counted). Thread-safe.
+ */
+lb_result lb_adaptive_throttle_admit(const struct lb_adaptive_throttle *throttle,
+                                     uint64_t now_ns,
+                                     uint64_t random,
+                                     bool *admitted_out);
+
+/**
+ * A backend accepted a request at `now_ns` (any answer but an overload refusal). Errors:
+ * `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_adaptive_throttle_accepted(const struct lb_adaptive_throttle *throttle,
+                                        uint64_t now_ns);
 
 /**
  * Creates default options (no seed: random algorithms seed from OS entropy; vnodes 160; each

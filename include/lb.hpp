@@ -67,6 +67,23 @@ struct lease_deleter {
 struct options_deleter {
     void operator()(lb_options *o) const noexcept { lb_options_free(o); }
 };
+struct retry_budget_deleter {
+    void operator()(lb_retry_budget *b) const noexcept { lb_retry_budget_free(b); }
+};
+struct retry_throttle_deleter {
+    void operator()(lb_retry_throttle *t) const noexcept { lb_retry_throttle_free(t); }
+};
+struct adaptive_throttle_deleter {
+    void operator()(lb_adaptive_throttle *t) const noexcept { lb_adaptive_throttle_free(t); }
+};
+
+/// A time on the caller's monotonic clock as the C API's nanoseconds (negative throws
+/// std::out_of_range: the clock never reads before its start).
+inline uint64_t now_ns(std::chrono::nanoseconds now) {
+    if (now.count() < 0)
+        throw std::out_of_range("lb: now must be >= 0, got " + std::to_string(now.count()) + " ns");
+    return static_cast<uint64_t>(now.count());
+}
 
 /// The C view of an optional key: no key is NULL/0.
 inline const void *key_ptr(const std::optional<std::string_view> &key) {
@@ -584,6 +601,108 @@ private:
     }
 
     std::unique_ptr<lb_balancer, detail::balancer_deleter> handle_;
+};
+
+/// A retry budget (lb_retry_budget: tower's TpsBudget): every request deposit()s, every retry
+/// withdraw()s. Times are the caller's monotonic clock (`now`, e.g. balancer::now() or
+/// std::chrono::steady_clock since some start), one clock per budget, never going back.
+/// Owns its handle (move-only); every member function is thread-safe.
+class retry_budget {
+public:
+    explicit retry_budget(std::chrono::milliseconds ttl = std::chrono::seconds(10),
+                          uint32_t min_per_sec = 10, double retry_percent = 0.2,
+                          std::chrono::nanoseconds now = std::chrono::nanoseconds(0)) {
+        if (ttl.count() < 0) throw error(LB_RESULT_INVALID_OPTION_VALUE);
+        lb_retry_budget *raw = nullptr;
+        detail::check(lb_retry_budget_new(static_cast<uint64_t>(ttl.count()), min_per_sec,
+                                          retry_percent, detail::now_ns(now), &raw));
+        handle_.reset(raw);
+    }
+    void deposit(std::chrono::nanoseconds now) const {
+        detail::check(lb_retry_budget_deposit(get(), detail::now_ns(now)));
+    }
+    bool withdraw(std::chrono::nanoseconds now) const {
+        bool out = false;
+        detail::check(lb_retry_budget_withdraw(get(), detail::now_ns(now), &out));
+        return out;
+    }
+    bool can_withdraw(std::chrono::nanoseconds now) const {
+        bool out = false;
+        detail::check(lb_retry_budget_can_withdraw(get(), detail::now_ns(now), &out));
+        return out;
+    }
+    uint64_t available(std::chrono::nanoseconds now) const {
+        uint64_t out = 0;
+        detail::check(lb_retry_budget_available(get(), detail::now_ns(now), &out));
+        return out;
+    }
+    lb_retry_budget *get() const noexcept { return handle_.get(); }
+
+private:
+    std::unique_ptr<lb_retry_budget, detail::retry_budget_deleter> handle_;
+};
+
+/// gRPC's retry throttling (lb_retry_throttle, gRFC A6). Move-only; thread-safe.
+class retry_throttle {
+public:
+    retry_throttle(uint32_t max_tokens, double token_ratio) {
+        lb_retry_throttle *raw = nullptr;
+        detail::check(lb_retry_throttle_new(max_tokens, token_ratio, &raw));
+        handle_.reset(raw);
+    }
+    /// Records a failed attempt; whether retries are still allowed after it.
+    bool failure() const {
+        bool out = false;
+        detail::check(lb_retry_throttle_failure(get(), &out));
+        return out;
+    }
+    void success() const { detail::check(lb_retry_throttle_success(get())); }
+    bool allows() const {
+        bool out = false;
+        detail::check(lb_retry_throttle_allows(get(), &out));
+        return out;
+    }
+    double tokens() const {
+        double out = 0;
+        detail::check(lb_retry_throttle_tokens(get(), &out));
+        return out;
+    }
+    lb_retry_throttle *get() const noexcept { return handle_.get(); }
+
+private:
+    std::unique_ptr<lb_retry_throttle, detail::retry_throttle_deleter> handle_;
+};
+
+/// Client-side adaptive throttling (lb_adaptive_throttle, the SRE book's). Times as for
+/// retry_budget; `random` is 64 uniformly random bits of yours. Move-only; thread-safe.
+class adaptive_throttle {
+public:
+    explicit adaptive_throttle(double k = 2.0,
+                               std::chrono::milliseconds window = std::chrono::seconds(120),
+                               std::chrono::nanoseconds now = std::chrono::nanoseconds(0)) {
+        if (window.count() < 0) throw error(LB_RESULT_INVALID_OPTION_VALUE);
+        lb_adaptive_throttle *raw = nullptr;
+        detail::check(lb_adaptive_throttle_new(k, static_cast<uint64_t>(window.count()),
+                                               detail::now_ns(now), &raw));
+        handle_.reset(raw);
+    }
+    double rejection(std::chrono::nanoseconds now) const {
+        double out = 0;
+        detail::check(lb_adaptive_throttle_rejection(get(), detail::now_ns(now), &out));
+        return out;
+    }
+    bool admit(std::chrono::nanoseconds now, uint64_t random) const {
+        bool out = false;
+        detail::check(lb_adaptive_throttle_admit(get(), detail::now_ns(now), random, &out));
+        return out;
+    }
+    void accepted(std::chrono::nanoseconds now) const {
+        detail::check(lb_adaptive_throttle_accepted(get(), detail::now_ns(now)));
+    }
+    lb_adaptive_throttle *get() const noexcept { return handle_.get(); }
+
+private:
+    std::unique_ptr<lb_adaptive_throttle, detail::adaptive_throttle_deleter> handle_;
 };
 
 }  // namespace lb

@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 mod balancer;
+mod budget;
 mod options;
 mod outcome;
 mod panic;
@@ -39,6 +40,14 @@ pub use balancer::{
     lb_balancer_report, lb_balancer_set_weight, lb_balancer_stats, lb_balancer_update, lb_key,
     lb_lease, lb_lease_cancel, lb_lease_elapsed, lb_lease_finish, lb_lease_node, lb_node,
     lb_node_stats, lb_node_status, lb_pick,
+};
+pub use budget::{
+    lb_adaptive_throttle, lb_adaptive_throttle_accepted, lb_adaptive_throttle_admit,
+    lb_adaptive_throttle_free, lb_adaptive_throttle_new, lb_adaptive_throttle_rejection,
+    lb_retry_budget, lb_retry_budget_available, lb_retry_budget_can_withdraw,
+    lb_retry_budget_deposit, lb_retry_budget_free, lb_retry_budget_new, lb_retry_budget_withdraw,
+    lb_retry_throttle, lb_retry_throttle_allows, lb_retry_throttle_failure, lb_retry_throttle_free,
+    lb_retry_throttle_new, lb_retry_throttle_success, lb_retry_throttle_tokens,
 };
 pub use options::{
     lb_options, lb_options_free, lb_options_new, lb_options_set_int, lb_options_set_str,

@@ -873,6 +873,109 @@ static void test_outcome_kinds(void) {
     lb_balancer_free(b);
 }
 
+/* Budgets and throttles: the core's objects behind handles, clocked by the caller. The
+ * numbers are tower's and gRFC A6's (the core's tests port them); here every call, output and
+ * error reaches C. */
+static void test_budgets(void) {
+    const uint64_t S = UINT64_C(1000000000);
+    lb_retry_budget *budget = NULL;
+    /* Bad arguments: the core's errors, nothing allocated. */
+    CHECK_RESULT(lb_retry_budget_new(999, 10, 0.2, 0, &budget), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_retry_budget_new(10000, 10, -0.5, 0, &budget),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_retry_budget_new(10000, 10, 0.0 / 0.0, 0, &budget),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_retry_budget_new(10000, 10, 0.2, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK(budget == NULL);
+    /* tower's tps_reserve: no deposits, a reserve of min_per_sec x ttl = 1 x 1 retries. */
+    CHECK_OK(lb_retry_budget_new(1000, 1, 1.0, 0, &budget));
+    bool allowed = false;
+    uint64_t available = 99;
+    CHECK_OK(lb_retry_budget_available(budget, 0, &available));
+    CHECK(available == 1);
+    CHECK_OK(lb_retry_budget_can_withdraw(budget, 0, &allowed));
+    CHECK(allowed);
+    CHECK_OK(lb_retry_budget_withdraw(budget, 0, &allowed));
+    CHECK(allowed);
+    CHECK_OK(lb_retry_budget_withdraw(budget, 0, &allowed));
+    CHECK(!allowed);
+    /* A deposit allows one more retry (retry_percent 1.0), for the ttl. */
+    CHECK_OK(lb_retry_budget_deposit(budget, 0));
+    CHECK_OK(lb_retry_budget_withdraw(budget, S / 2, &allowed));
+    CHECK(allowed);
+    CHECK_RESULT(lb_retry_budget_deposit(NULL, 0), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_budget_withdraw(budget, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_budget_withdraw(NULL, 0, &allowed), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_budget_can_withdraw(budget, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_budget_available(budget, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    /* Two seconds on, the deposit has expired and the reserve is back. */
+    CHECK_OK(lb_retry_budget_available(budget, 2 * S, &available));
+    CHECK(available == 1);
+    lb_retry_budget_free(budget);
+    lb_retry_budget_free(NULL);
+
+    /* gRFC A6: 10 tokens, +0.5 per success; retries stop at 5 or fewer. */
+    lb_retry_throttle *throttle = NULL;
+    CHECK_RESULT(lb_retry_throttle_new(0, 0.5, &throttle), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_retry_throttle_new(10, 0.0001, &throttle), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_retry_throttle_new(10, 0.5, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK(throttle == NULL);
+    CHECK_OK(lb_retry_throttle_new(10, 0.5, &throttle));
+    double tokens = 0;
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(lb_retry_throttle_failure(throttle, &allowed));
+        CHECK(allowed);
+    }
+    CHECK_OK(lb_retry_throttle_failure(throttle, &allowed)); /* 5 left: at half, refused */
+    CHECK(!allowed);
+    CHECK_OK(lb_retry_throttle_allows(throttle, &allowed));
+    CHECK(!allowed);
+    CHECK_OK(lb_retry_throttle_success(throttle));
+    CHECK_OK(lb_retry_throttle_tokens(throttle, &tokens));
+    CHECK(tokens == 5.5);
+    CHECK_OK(lb_retry_throttle_allows(throttle, &allowed));
+    CHECK(allowed);
+    CHECK_OK(lb_retry_throttle_failure(throttle, NULL)); /* the answer is optional */
+    CHECK_RESULT(lb_retry_throttle_failure(NULL, &allowed), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_throttle_success(NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_throttle_allows(throttle, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_throttle_tokens(throttle, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_OK(lb_retry_throttle_tokens(throttle, &tokens));
+    CHECK(tokens == 4.5);
+    lb_retry_throttle_free(throttle);
+    lb_retry_throttle_free(NULL);
+
+    /* The SRE book: K = 2 over 120 s; 10 requests, none accepted: p = 10 / 11. */
+    lb_adaptive_throttle *adaptive = NULL;
+    CHECK_RESULT(lb_adaptive_throttle_new(0.5, 120000, 0, &adaptive),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_adaptive_throttle_new(2.0, 999, 0, &adaptive), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_adaptive_throttle_new(2.0, 120000, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK(adaptive == NULL);
+    CHECK_OK(lb_adaptive_throttle_new(2.0, 120000, 0, &adaptive));
+    double p = 1;
+    CHECK_OK(lb_adaptive_throttle_rejection(adaptive, 0, &p));
+    CHECK(p == 0);
+    bool admitted = false;
+    for (int i = 0; i < 10; i++) {
+        CHECK_OK(lb_adaptive_throttle_admit(adaptive, S, UINT64_MAX, &admitted));
+        CHECK(admitted); /* the largest draw is always admitted */
+    }
+    CHECK_OK(lb_adaptive_throttle_rejection(adaptive, S, &p));
+    CHECK(p > 0.909 && p < 0.91);
+    CHECK_OK(lb_adaptive_throttle_admit(adaptive, S, 0, &admitted));
+    CHECK(!admitted); /* the smallest draw is rejected whenever p > 0 */
+    for (int i = 0; i < 6; i++) CHECK_OK(lb_adaptive_throttle_accepted(adaptive, S));
+    CHECK_OK(lb_adaptive_throttle_rejection(adaptive, S, &p));
+    CHECK(p == 0); /* 11 requests < 2 x 6 accepts */
+    CHECK_RESULT(lb_adaptive_throttle_admit(adaptive, S, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_adaptive_throttle_admit(NULL, S, 0, &admitted), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_adaptive_throttle_accepted(NULL, S), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_adaptive_throttle_rejection(adaptive, S, NULL), LB_RESULT_NULL_PARAMETER);
+    lb_adaptive_throttle_free(adaptive);
+    lb_adaptive_throttle_free(NULL);
+}
+
 static void test_health(void) {
     static const char *const ids_of[] = {"a", "b", "c", "d"};
     lb_options *o = NULL;
@@ -1054,5 +1157,6 @@ int main(void) {
     test_pick_hash();
     test_health();
     test_outcome_kinds();
+    test_budgets();
     return check_report("test_api");
 }

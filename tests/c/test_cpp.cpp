@@ -216,11 +216,51 @@ static void test_outcome_kinds() {
     CHECK(e.stats()[0].status == LB_NODE_EJECTED && e.stats()[0].failures == 7);
 }
 
+// Budgets and throttles: RAII handles over the C API, errors as lb::error.
+static void test_budgets() {
+    using std::chrono::seconds;
+    static_assert(!std::is_copy_constructible_v<lb::retry_budget>);
+    static_assert(std::is_nothrow_move_constructible_v<lb::retry_budget>);
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::retry_budget(std::chrono::milliseconds(10)));
+    lb::retry_budget budget(seconds(1), 1, 1.0);
+    CHECK(budget.available(seconds(0)) == 1 && budget.can_withdraw(seconds(0)));
+    CHECK(budget.withdraw(seconds(0)) && !budget.withdraw(seconds(0)));
+    budget.deposit(seconds(0));
+    CHECK(budget.withdraw(std::chrono::milliseconds(500)));
+    CHECK(budget.available(seconds(2)) == 1);
+    bool threw = false;
+    try {
+        budget.deposit(std::chrono::nanoseconds(-1));
+    } catch (const std::out_of_range &) {
+        threw = true;
+    }
+    CHECK(threw);
+    lb::retry_budget moved = std::move(budget);
+    CHECK(moved.get() && !budget.get());
+
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::retry_throttle(0, 0.5));
+    lb::retry_throttle throttle(10, 0.5);
+    for (int i = 0; i < 4; i++) CHECK(throttle.failure());
+    CHECK(!throttle.failure() && !throttle.allows());
+    throttle.success();
+    CHECK(throttle.tokens() == 5.5 && throttle.allows());
+
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::adaptive_throttle(200.0));
+    lb::adaptive_throttle adaptive;
+    for (int i = 0; i < 10; i++) CHECK(adaptive.admit(seconds(1), UINT64_MAX));
+    double p = adaptive.rejection(seconds(1));
+    CHECK(p > 0.909 && p < 0.91);
+    CHECK(!adaptive.admit(seconds(1), 0));
+    for (int i = 0; i < 6; i++) adaptive.accepted(seconds(1));
+    CHECK(adaptive.rejection(seconds(1)) == 0);
+}
+
 int main() {
     CHECK(lb::version() == std::to_string(LB_VERSION_MAJOR) + "." +
                                std::to_string(LB_VERSION_MINOR) + "." +
                                std::to_string(LB_VERSION_PATCH));
     test_outcome_kinds();
+    test_budgets();
     auto names = lb::algorithms();
     CHECK(names.size() == 15 && names.front() == "random" && names.back() == "jump");
 
