@@ -165,6 +165,28 @@ export interface Balancer {
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
 /**
+ * Client-side adaptive throttling (Google SRE book, chapter 21): over a sliding window of
+ * `windowMs` (1000 to 3600000, default 120000) requests are rejected locally with probability
+ * `max(0, (requests - k * accepts) / (requests + 1))` (`k` 1 to 100, default 2).
+ */
+export declare class AdaptiveThrottle {
+  /** `new AdaptiveThrottle({ k?, windowMs?, nowMs? })`. */
+  constructor(options?: { k?: number | null; windowMs?: number | null; nowMs?: number | null } | null)
+  /** The throttle's clock in milliseconds: monotonic, 0 at its creation. */
+  nowMs(): number
+  /** The probability that `admit` rejects a request now. */
+  rejection(nowMs?: number | null): number
+  /**
+   * A request is about to be sent: true to send it, false to reject it locally; counted
+   * either way. `random` (64 bits: a bigint, a safe-integer number or decimal text)
+   * replaces the throttle's own draw.
+   */
+  admit(nowMs?: number | null, random?: bigint | number | string | null): boolean
+  /** A backend accepted a request (any answer but an overload refusal). */
+  accepted(nowMs?: number | null): void
+}
+
+/**
  * A load balancer: an algorithm, its options and a membership.
  *
  * Algorithms: `algorithms()` (docs/algorithms.md); `keyedAlgorithms()` need a key, the others
@@ -304,6 +326,46 @@ export declare class Lease {
    * `LB_LEASE_FINISHED` if the lease already ended.
    */
   cancel(): void
+}
+
+/**
+ * A retry budget (tower's `TpsBudget`, Finagle's `RetryBudget`): every request `deposit`s,
+ * every retry `withdraw`s; deposits count for `ttlMs` (1000 to 60000, default 10000),
+ * `minPerSec` retries per second are always allowed (default 10), and each deposit allows
+ * `retryPercent` retries (0 to 1000, default 0.2). Bad values throw the core's
+ * `LB_INVALID_OPTION_VALUE`.
+ */
+export declare class RetryBudget {
+  /** `new RetryBudget({ ttlMs?, minPerSec?, retryPercent?, nowMs? })`. */
+  constructor(options?: { ttlMs?: number | null; minPerSec?: number | null; retryPercent?: number | null; nowMs?: number | null } | null)
+  /** The budget's clock in milliseconds: monotonic, 0 at its creation. */
+  nowMs(): number
+  /** Records a request (a first attempt). */
+  deposit(nowMs?: number | null): void
+  /** Takes one retry from the budget: true if it may be sent (and was taken). */
+  withdraw(nowMs?: number | null): boolean
+  /** Whether a retry could be withdrawn, without taking it. */
+  canWithdraw(nowMs?: number | null): boolean
+  /** The retries available now. */
+  available(nowMs?: number | null): number
+}
+
+/**
+ * gRPC's retry throttling (gRFC A6): `maxTokens` tokens (1 to 1000), one less per failure,
+ * `tokenRatio` more per success (at least 0.001, capped); retries and hedges are refused while
+ * at most half are left.
+ */
+export declare class RetryThrottle {
+  /** `new RetryThrottle(maxTokens, tokenRatio)`. */
+  constructor(maxTokens: number, tokenRatio: number)
+  /** Records a failed attempt; returns whether retries are still allowed after it. */
+  failure(): boolean
+  /** Records a successful attempt. */
+  success(): void
+  /** Whether a retry or a hedge may be sent now. */
+  get allows(): boolean
+  /** The token count (with its thousandths). */
+  get tokens(): number
 }
 
 /** The algorithm names `new Balancer` accepts. */

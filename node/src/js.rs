@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 /// `typeof`-style name of a value, for error messages.
-fn describe(value: &Unknown<'_>) -> &'static str {
+pub fn describe(value: &Unknown<'_>) -> &'static str {
     match value.get_type() {
         Ok(ValueType::Undefined) => "undefined",
         Ok(ValueType::Null) => "null",
@@ -42,7 +42,7 @@ fn is_nullish(value: &Unknown<'_>) -> Result<bool> {
 }
 
 /// `Some(value)` unless it is missing, `undefined` or `null`.
-fn present<'e>(value: Option<Unknown<'e>>) -> Result<Option<Unknown<'e>>> {
+pub fn present<'e>(value: Option<Unknown<'e>>) -> Result<Option<Unknown<'e>>> {
     match value {
         Some(v) if !is_nullish(&v)? => Ok(Some(v)),
         _ => Ok(None),
@@ -134,7 +134,7 @@ pub fn too_many_key_bytes(env: &Env) -> crate::error::Error {
 }
 
 /// A number as JavaScript prints it (`NaN`, `Infinity`, `-Infinity`, `1.5`, `-1`).
-fn js_number(n: f64) -> String {
+pub fn js_number(n: f64) -> String {
     match n {
         n if n.is_nan() => "NaN".to_string(),
         f64::INFINITY => "Infinity".to_string(),
@@ -155,7 +155,7 @@ fn js_number(n: f64) -> String {
 /// A non-negative integer number no larger than `max`: a `TypeError` naming `what` for a value
 /// that is not a number, a `RangeError` for one out of range (negative, fractional, NaN,
 /// infinite; `-0` is 0).
-fn integer(env: &Env, value: &Unknown<'_>, what: &str, max: f64) -> Result<f64> {
+pub fn integer(env: &Env, value: &Unknown<'_>, what: &str, max: f64) -> Result<f64> {
     let number = if value.get_type().or_throw()? == ValueType::Number {
         // SAFETY: the value was just checked to be a number.
         Some(unsafe { value.cast::<f64>() }.or_throw()?)
@@ -397,7 +397,7 @@ pub fn tag(env: &Env, value: Option<Unknown<'_>>, what: &str) -> Result<u64> {
 }
 
 /// An integer from 0 to 2^64 - 1 given as a bigint, a safe-integer number or decimal text.
-fn u64_value(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u64> {
+pub fn u64_value(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u64> {
     match value.get_type().or_throw()? {
         ValueType::BigInt => big_u64(env, value, what),
         ValueType::Number => Ok(integer(env, value, what, 9_007_199_254_740_991.0)? as u64),

@@ -15,6 +15,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod batch;
+mod budget;
 mod error;
 mod fast;
 mod ids;
