@@ -321,3 +321,113 @@ pub extern "C" fn lb_adaptive_throttle_accepted(
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::ptr::{null, null_mut};
+
+    /// Every export through raw pointers as C calls them (also under Miri): outputs written
+    /// only on success, NULLs refused, handles freed once.
+    #[test]
+    fn budgets_and_throttles_through_their_handles() {
+        let mut budget = null_mut();
+        let r = lb_retry_budget_new(999, 10, 0.2, 0, &mut budget);
+        assert_eq!((r, budget.is_null()), (lb_result::InvalidOptionValue, true));
+        assert_eq!(
+            lb_retry_budget_new(1000, 1, 1.0, 0, null_mut()),
+            lb_result::NullParameter
+        );
+        assert_eq!(
+            lb_retry_budget_new(1000, 1, 1.0, 0, &mut budget),
+            lb_result::Ok
+        );
+        let (mut allowed, mut available) = (false, u64::MAX);
+        assert_eq!(
+            lb_retry_budget_available(budget, 0, &mut available),
+            lb_result::Ok
+        );
+        assert_eq!(available, 1);
+        assert_eq!(
+            lb_retry_budget_withdraw(budget, 0, &mut allowed),
+            lb_result::Ok
+        );
+        assert!(allowed);
+        assert_eq!(
+            lb_retry_budget_can_withdraw(budget, 0, &mut allowed),
+            lb_result::Ok
+        );
+        assert!(!allowed);
+        assert_eq!(lb_retry_budget_deposit(budget, 1), lb_result::Ok);
+        assert_eq!(
+            lb_retry_budget_withdraw(budget, 2, &mut allowed),
+            lb_result::Ok
+        );
+        assert!(allowed);
+        assert_eq!(lb_retry_budget_deposit(null(), 0), lb_result::NullParameter);
+        let r = lb_retry_budget_withdraw(budget, 0, null_mut());
+        assert_eq!(r, lb_result::NullParameter);
+        lb_retry_budget_free(budget);
+        lb_retry_budget_free(null_mut());
+
+        let mut throttle = null_mut();
+        let r = lb_retry_throttle_new(0, 0.5, &mut throttle);
+        assert_eq!(
+            (r, throttle.is_null()),
+            (lb_result::InvalidOptionValue, true)
+        );
+        assert_eq!(lb_retry_throttle_new(2, 0.5, &mut throttle), lb_result::Ok);
+        assert_eq!(
+            lb_retry_throttle_failure(throttle, &mut allowed),
+            lb_result::Ok
+        );
+        assert!(!allowed, "1 of 2 tokens left: at half, refused");
+        assert_eq!(lb_retry_throttle_success(throttle), lb_result::Ok);
+        let mut tokens = 0.0;
+        assert_eq!(
+            lb_retry_throttle_tokens(throttle, &mut tokens),
+            lb_result::Ok
+        );
+        assert_eq!(tokens, 1.5);
+        assert_eq!(
+            lb_retry_throttle_allows(throttle, &mut allowed),
+            lb_result::Ok
+        );
+        assert!(allowed);
+        assert_eq!(
+            lb_retry_throttle_failure(throttle, null_mut()),
+            lb_result::Ok
+        );
+        assert_eq!(lb_retry_throttle_success(null()), lb_result::NullParameter);
+        lb_retry_throttle_free(throttle);
+
+        let mut adaptive = null_mut();
+        let r = lb_adaptive_throttle_new(2.0, 999, 0, &mut adaptive);
+        assert_eq!(
+            (r, adaptive.is_null()),
+            (lb_result::InvalidOptionValue, true)
+        );
+        assert_eq!(
+            lb_adaptive_throttle_new(2.0, 1000, 0, &mut adaptive),
+            lb_result::Ok
+        );
+        let mut admitted = false;
+        let r = lb_adaptive_throttle_admit(adaptive, 0, u64::MAX, &mut admitted);
+        assert_eq!((r, admitted), (lb_result::Ok, true));
+        let mut p = -1.0;
+        assert_eq!(
+            lb_adaptive_throttle_rejection(adaptive, 0, &mut p),
+            lb_result::Ok
+        );
+        assert_eq!(p, 0.5);
+        assert_eq!(lb_adaptive_throttle_accepted(adaptive, 0), lb_result::Ok);
+        assert_eq!(
+            lb_adaptive_throttle_rejection(adaptive, 0, &mut p),
+            lb_result::Ok
+        );
+        assert_eq!(p, 0.0);
+        let r = lb_adaptive_throttle_admit(null(), 0, 0, &mut admitted);
+        assert_eq!(r, lb_result::NullParameter);
+        lb_adaptive_throttle_free(adaptive);
+    }
+}
