@@ -60,7 +60,11 @@
 #define LB_VERSION_PATCH 0
 
 /**
- * `lb_node_stats.latency_ns` of a node without any latency sample yet.
+ * "No time given", for latencies and retry-afters, and `lb_node_stats.latency_ns` of a node
+ * without any latency sample yet. As a latency: `lb_lease_finish` measures it (the time since
+ * acquire, as `lb_lease_elapsed` reads it); `lb_balancer_report` records a failure without
+ * a latency, and refuses a success without one (`LB_RESULT_INVALID_OUTCOME`). As a
+ * retry-after: none.
  */
 #define LB_LATENCY_NONE UINT64_MAX
 
@@ -129,7 +133,8 @@ enum lb_result
      * `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`,
      * `consecutive_failures`, `base_ejection_time_ms`, `max_ejection_time_ms`,
      * `max_ejection_percent`, `panic_threshold`, `slow_start_window_ms`,
-     * `slow_start_aggression`, `min_weight_percent`, `hash_balance_factor`, `thread_rounds`).
+     * `slow_start_aggression`, `min_weight_percent`, `hash_balance_factor`, `thread_rounds`,
+     * `failure_penalty_ms`, `max_retry_after_ms`).
      */
     LB_RESULT_UNKNOWN_OPTION = 11,
     /**
@@ -176,8 +181,10 @@ enum lb_result
      */
     LB_RESULT_HASH_UNSUPPORTED = 106,
     /**
-     * An `lb_outcome` was neither `LB_OUTCOME_SUCCESS` nor `LB_OUTCOME_FAILURE`: nothing was
-     * recorded (and a lease given to `lb_lease_finish` is still the caller's).
+     * An outcome could not be understood: an `lb_outcome` that is not one of the
+     * `LB_OUTCOME_*` codes, or a success without a latency (`lb_balancer_report` with
+     * `LB_LATENCY_NONE`) or with a retry-after. Nothing was recorded (and a lease given to
+     * `lb_lease_finish` is still the caller's).
      */
     LB_RESULT_INVALID_OUTCOME = 107,
     /**
@@ -199,6 +206,14 @@ typedef enum lb_result lb_result;
 typedef uint32_t lb_result;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
+
+/**
+ * Client-side adaptive throttling (Google SRE book, chapter 21): over a sliding window the
+ * client counts the requests it attempted and those the backends accepted, and rejects a new
+ * request locally with probability `max(0, (requests - k * accepts) / (requests + 1))`.
+ * Create with `lb_adaptive_throttle_new`, free with `lb_adaptive_throttle_free`. Thread-safe.
+ */
+typedef struct lb_adaptive_throttle lb_adaptive_throttle;
 
 /**
  * A load balancer: an algorithm, its options and a set of nodes. Create with
@@ -244,12 +259,31 @@ typedef struct lb_lease lb_lease;
  * - `slow_start_window_ms`: 0 = no slow start [0];
  * - `slow_start_aggression`: a number > 0, as text for fractions (`"1.5"`) [1.0];
  * - `hash_balance_factor`: bounded loads, 0 = off or >= 100 [0];
- * - `thread_rounds`: 0..=1048576 [0].
+ * - `thread_rounds`: 0..=1048576 [0];
+ * - `failure_penalty_ms`: the least a failure counts in the latency estimate, 0 = off [5000];
+ * - `max_retry_after_ms`: the longest an overloaded node's retry-after pauses it, 0 = no
+ *   pauses [60000].
  *
  * A setter checks only its own option, so options may be set in any order; the rules between
  * options (min/max ring size, base/max ejection time) are checked by `lb_balancer_new`.
  */
 typedef struct lb_options lb_options;
+
+/**
+ * A retry budget (tower's `TpsBudget`, Finagle's `RetryBudget`): every request deposits,
+ * every retry withdraws; deposits count for `ttl`, and `min_per_sec` retries per second are
+ * always allowed. Create with `lb_retry_budget_new`, free with `lb_retry_budget_free`.
+ * Thread-safe: any number of threads may use one budget at once.
+ */
+typedef struct lb_retry_budget lb_retry_budget;
+
+/**
+ * gRPC's retry throttling (gRFC A6): a token count starting at `max_tokens`, one less per
+ * failure, `token_ratio` more per success (capped); retries and hedges are refused while it is
+ * at or below `max_tokens / 2`. Create with `lb_retry_throttle_new`, free with
+ * `lb_retry_throttle_free`. Thread-safe.
+ */
+typedef struct lb_retry_throttle lb_retry_throttle;
 
 /**
  * A node given to `lb_balancer_new` / `lb_balancer_update`, or listed by `lb_balancer_nodes`.
@@ -311,9 +345,11 @@ typedef struct lb_pick {
 } lb_pick;
 
 /**
- * How a request ended, for `lb_lease_finish` and `lb_balancer_report`: `LB_OUTCOME_SUCCESS`
- * or `LB_OUTCOME_FAILURE`. (A plain `uint32_t`, so any number C passes is well defined: other
- * values are `LB_RESULT_INVALID_OUTCOME`.)
+ * How a request ended, for `lb_lease_finish` and `lb_balancer_report` (and the `outcome` of
+ * an `lb_outcome_info`): `LB_OUTCOME_SUCCESS`, or a failure: `LB_OUTCOME_FAILURE` (an error,
+ * also spelled `LB_OUTCOME_ERROR`), `LB_OUTCOME_TIMEOUT` or `LB_OUTCOME_OVERLOADED`. (A plain
+ * `uint32_t`, so any number C passes is well defined: other values are
+ * `LB_RESULT_INVALID_OUTCOME`.)
  */
 typedef uint32_t lb_outcome;
 
@@ -365,22 +401,34 @@ typedef struct lb_node_stats {
      */
     lb_node_status status;
     /**
-     * When a warm-up or an ejection ends, in nanoseconds of the balancer's monotonic clock
-     * (which starts at 0 when the balancer is created; read it with `lb_balancer_now_ns`, so
-     * `until_ns - now` is the time left); 0 for the other states.
+     * When a warm-up, an ejection or an overload pause ends, in nanoseconds of the balancer's
+     * monotonic clock (which starts at 0 when the balancer is created; read it with
+     * `lb_balancer_now_ns`, so `until_ns - now` is the time left); 0 for the other states.
      */
     uint64_t until_ns;
 } lb_node_stats;
 
 /**
- * The request succeeded.
+ * A request's outcome in full, for `lb_lease_finish_info` and `lb_balancer_report_info`.
  */
-#define LB_OUTCOME_SUCCESS 0
-
-/**
- * The request failed.
- */
-#define LB_OUTCOME_FAILURE 1
+typedef struct lb_outcome_info {
+    /**
+     * `LB_OUTCOME_SUCCESS`, `LB_OUTCOME_FAILURE` (`LB_OUTCOME_ERROR`), `LB_OUTCOME_TIMEOUT`
+     * or `LB_OUTCOME_OVERLOADED`.
+     */
+    lb_outcome outcome;
+    /**
+     * How long the request took, in nanoseconds, or `LB_LATENCY_NONE` (see there).
+     */
+    uint64_t latency_ns;
+    /**
+     * How long the node asked clients to stay away (HTTP `Retry-After`, gRPC
+     * `grpc-retry-pushback-ms`), in nanoseconds, or `LB_LATENCY_NONE` for none. Only an
+     * `LB_OUTCOME_OVERLOADED` failure pauses the node (other failures ignore it); a success
+     * with one is `LB_RESULT_INVALID_OUTCOME`.
+     */
+    uint64_t retry_after_ns;
+} lb_outcome_info;
 
 /**
  * In service at its full weight.
@@ -406,6 +454,35 @@ typedef struct lb_node_stats {
  * Reported overloaded with a retry-after: no picks until `until_ns`.
  */
 #define LB_NODE_OVERLOADED 4
+
+/**
+ * The request succeeded.
+ */
+#define LB_OUTCOME_SUCCESS 0
+
+/**
+ * The request failed with an error (the node answered with one, or the connection failed):
+ * counts towards the node's failure streak (`consecutive_failures`).
+ */
+#define LB_OUTCOME_FAILURE 1
+
+/**
+ * `LB_OUTCOME_FAILURE` under the name the other languages use for this kind (`"error"`).
+ */
+#define LB_OUTCOME_ERROR 1
+
+/**
+ * The request got no answer in time: counts towards the failure streak, like an error.
+ */
+#define LB_OUTCOME_TIMEOUT 2
+
+/**
+ * The node is alive but shedding load (HTTP 429, a 503 with `Retry-After`, gRPC
+ * `RESOURCE_EXHAUSTED`): neither extends nor breaks the failure streak. With a retry-after
+ * (`lb_outcome_info.retry_after_ns`) the node takes no picks until then
+ * (`LB_NODE_OVERLOADED`), capped by the option `max_retry_after_ms`.
+ */
+#define LB_OUTCOME_OVERLOADED 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -716,14 +793,17 @@ lb_result lb_balancer_acquire(const struct lb_balancer *balancer,
                               size_t *id_size_out);
 
 /**
- * Ends the request with an outcome — `LB_OUTCOME_SUCCESS` or `LB_OUTCOME_FAILURE` after
- * `latency_ns` nanoseconds as you measured them (see `lb_lease_elapsed`) — and frees the
- * lease: in-flight - 1, requests + 1, failures + 1 on failure, the latency into the node's
- * estimate.
+ * Ends the request with an outcome and frees the lease: `outcome` is `LB_OUTCOME_SUCCESS`
+ * or a failure kind (`LB_OUTCOME_FAILURE` = `LB_OUTCOME_ERROR`, `LB_OUTCOME_TIMEOUT`,
+ * `LB_OUTCOME_OVERLOADED`), after `latency_ns` nanoseconds as you measured them, or
+ * `LB_LATENCY_NONE` to have liblb measure the time since acquire (see `lb_lease_elapsed`).
+ * In-flight - 1, requests + 1, failures + 1 on failure, the latency into the node's estimate
+ * (a failure counts at least the option `failure_penalty_ms` there). For an overloaded node's
+ * retry-after use `lb_lease_finish_info`.
  *
  * Errors (the lease is then untouched and still yours): `LB_RESULT_NULL_PARAMETER` (NULL
- * lease), `LB_RESULT_INVALID_OUTCOME`. On `LB_RESULT_OK` the lease is gone: do not use it
- * again.
+ * lease), `LB_RESULT_INVALID_OUTCOME` (an unknown `outcome`). On `LB_RESULT_OK` the lease is
+ * gone: do not use it again.
  */
 lb_result lb_lease_finish(struct lb_lease *lease,
                           lb_outcome outcome,
@@ -762,11 +842,15 @@ lb_result lb_lease_elapsed(const struct lb_lease *lease,
 /**
  * Records the outcome of a request you routed yourself after a pick (`id_len` bytes of
  * UTF-8 naming the node): requests + 1, failures + 1 on failure, `latency_ns` into the
- * latency estimate. In-flight is not touched (use leases for that).
+ * latency estimate (a failure counts at least the option `failure_penalty_ms` there).
+ * `outcome` is `LB_OUTCOME_SUCCESS` or a failure kind (`LB_OUTCOME_FAILURE` =
+ * `LB_OUTCOME_ERROR`, `LB_OUTCOME_TIMEOUT`, `LB_OUTCOME_OVERLOADED`); a failure's latency may
+ * be `LB_LATENCY_NONE` (unknown), a success's may not. In-flight is not touched (use leases
+ * for that). For an overloaded node's retry-after use `lb_balancer_report_info`.
  *
  * Errors (nothing is recorded): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`,
- * `LB_RESULT_INVALID_UTF8`, `LB_RESULT_INVALID_OUTCOME`, `LB_RESULT_UNKNOWN_NODE`.
- * Thread-safe; never locks.
+ * `LB_RESULT_INVALID_UTF8`, `LB_RESULT_INVALID_OUTCOME` (an unknown `outcome`, or a success
+ * with `LB_LATENCY_NONE`), `LB_RESULT_UNKNOWN_NODE`. Thread-safe; never locks.
  */
 lb_result lb_balancer_report(const struct lb_balancer *balancer,
                              const char *id,
@@ -875,6 +959,150 @@ lb_result lb_balancer_attempts_hash(const struct lb_balancer *balancer,
                                     size_t *count_out);
 
 /**
+ * Creates a retry budget in `*budget_out`, its clock starting at `now_ns`: deposits count for
+ * `ttl_ms` milliseconds (1000 to 60000; tower's default 10000), `min_per_sec` retries per
+ * second are always allowed (below 2147483647; default 10), and each deposit allows
+ * `retry_percent` retries (0 to 1000; default 0.2 = one retry per five requests; 0 = only the
+ * reserve).
+ *
+ * The caller owns the result and must free it with `lb_retry_budget_free`. Errors (nothing
+ * allocated, `*budget_out` unchanged): `LB_RESULT_NULL_PARAMETER`,
+ * `LB_RESULT_INVALID_OPTION_VALUE` (a value out of range; NaN is). Thread-safe.
+ */
+lb_result lb_retry_budget_new(uint64_t ttl_ms,
+                              uint32_t min_per_sec,
+                              double retry_percent,
+                              uint64_t now_ns,
+                              struct lb_retry_budget **budget_out);
+
+/**
+ * Frees a retry budget. Calling with NULL is fine. No other thread may be using it.
+ */
+void lb_retry_budget_free(struct lb_retry_budget *budget);
+
+/**
+ * Records a request (a first attempt) at `now_ns`. Errors: `LB_RESULT_NULL_PARAMETER`.
+ * Thread-safe; never blocks.
+ */
+lb_result lb_retry_budget_deposit(const struct lb_retry_budget *budget,
+                                  uint64_t now_ns);
+
+/**
+ * Takes one retry from the budget at `now_ns`: `*allowed_out` = whether it may be sent (if
+ * so, it was taken). Errors: `LB_RESULT_NULL_PARAMETER` (then nothing was taken).
+ * Thread-safe; never blocks (two threads racing for the last retry may both get it, as in
+ * tower).
+ */
+lb_result lb_retry_budget_withdraw(const struct lb_retry_budget *budget,
+                                   uint64_t now_ns,
+                                   bool *allowed_out);
+
+/**
+ * Whether a retry could be withdrawn at `now_ns`, without taking it, in `*allowed_out`.
+ * Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_retry_budget_can_withdraw(const struct lb_retry_budget *budget,
+                                       uint64_t now_ns,
+                                       bool *allowed_out);
+
+/**
+ * The retries available at `now_ns` in `*available_out`. Errors: `LB_RESULT_NULL_PARAMETER`.
+ * Thread-safe.
+ */
+lb_result lb_retry_budget_available(const struct lb_retry_budget *budget,
+                                    uint64_t now_ns,
+                                    uint64_t *available_out);
+
+/**
+ * Creates a retry throttle in `*throttle_out` with `max_tokens` tokens (1 to 1000) that
+ * regains `token_ratio` per success (at least 0.001; digits past the third decimal are
+ * dropped, as gRFC A6 says). It starts full.
+ *
+ * The caller owns the result and must free it with `lb_retry_throttle_free`. Errors (nothing
+ * allocated): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OPTION_VALUE`. Thread-safe.
+ */
+lb_result lb_retry_throttle_new(uint32_t max_tokens,
+                                double token_ratio,
+                                struct lb_retry_throttle **throttle_out);
+
+/**
+ * Frees a retry throttle. Calling with NULL is fine. No other thread may be using it.
+ */
+void lb_retry_throttle_free(struct lb_retry_throttle *throttle);
+
+/**
+ * Records a failed attempt (one token less, not below 0); `*allowed_out` (NULL: not wanted)
+ * = whether retries are still allowed after it. Errors: `LB_RESULT_NULL_PARAMETER` (NULL
+ * throttle; nothing recorded). Thread-safe.
+ */
+lb_result lb_retry_throttle_failure(const struct lb_retry_throttle *throttle,
+                                    bool *allowed_out);
+
+/**
+ * Records a successful attempt (`token_ratio` tokens more, capped at `max_tokens`). Errors:
+ * `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_retry_throttle_success(const struct lb_retry_throttle *throttle);
+
+/**
+ * Whether a retry or a hedge may be sent now (more than `max_tokens / 2` tokens), in
+ * `*allowed_out`. Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_retry_throttle_allows(const struct lb_retry_throttle *throttle,
+                                   bool *allowed_out);
+
+/**
+ * The token count (with its thousandths) in `*tokens_out`. Errors: `LB_RESULT_NULL_PARAMETER`.
+ * Thread-safe.
+ */
+lb_result lb_retry_throttle_tokens(const struct lb_retry_throttle *throttle,
+                                   double *tokens_out);
+
+/**
+ * Creates an adaptive throttle in `*throttle_out`, its clock starting at `now_ns`, with
+ * multiplier `k` (1 to 100, the SRE book's 2: lower throttles sooner) over a window of
+ * `window_ms` milliseconds (1000 to 3600000; the book's 120000).
+ *
+ * The caller owns the result and must free it with `lb_adaptive_throttle_free`. Errors
+ * (nothing allocated): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OPTION_VALUE`.
+ * Thread-safe.
+ */
+lb_result lb_adaptive_throttle_new(double k,
+                                   uint64_t window_ms,
+                                   uint64_t now_ns,
+                                   struct lb_adaptive_throttle **throttle_out);
+
+/**
+ * Frees an adaptive throttle. Calling with NULL is fine. No other thread may be using it.
+ */
+void lb_adaptive_throttle_free(struct lb_adaptive_throttle *throttle);
+
+/**
+ * The probability that `lb_adaptive_throttle_admit` rejects a request at `now_ns`, in
+ * `*rejection_out`. Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_adaptive_throttle_rejection(const struct lb_adaptive_throttle *throttle,
+                                         uint64_t now_ns,
+                                         double *rejection_out);
+
+/**
+ * A request is about to be sent at `now_ns`: decides with `random` (64 uniformly random bits
+ * of yours) whether to send it (`*admitted_out` true) or reject it locally (false), then
+ * counts it. Errors: `LB_RESULT_NULL_PARAMETER` (nothing counted). Thread-safe.
+ */
+lb_result lb_adaptive_throttle_admit(const struct lb_adaptive_throttle *throttle,
+                                     uint64_t now_ns,
+                                     uint64_t random,
+                                     bool *admitted_out);
+
+/**
+ * A backend accepted a request at `now_ns` (any answer but an overload refusal). Errors:
+ * `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_adaptive_throttle_accepted(const struct lb_adaptive_throttle *throttle,
+                                        uint64_t now_ns);
+
+/**
  * Creates default options (no seed: random algorithms seed from OS entropy; vnodes 160; each
  * algorithm's default hash) in `*options_out`. The caller owns the result and must free it
  * with `lb_options_free`. Errors: `LB_RESULT_NULL_PARAMETER` if `options_out` is NULL (then
@@ -922,6 +1150,37 @@ lb_result lb_options_set_str(struct lb_options *options,
                              size_t name_len,
                              const char *value,
                              size_t value_len);
+
+/**
+ * `lb_lease_finish` with the outcome in full: `info->outcome` (success or a failure kind),
+ * `info->latency_ns` (`LB_LATENCY_NONE`: measured since acquire) and, for an overloaded node,
+ * `info->retry_after_ns` (`LB_LATENCY_NONE`: none), which keeps the node from picks until
+ * then (capped by the option `max_retry_after_ms`; it counts with ejections under
+ * `max_ejection_percent`). Frees the lease on success.
+ *
+ * Errors (the lease is then untouched and still yours; `*info` is only read):
+ * `LB_RESULT_NULL_PARAMETER` (NULL lease or `info`), `LB_RESULT_INVALID_OUTCOME` (an unknown
+ * `outcome`, or a success with a retry-after). On `LB_RESULT_OK` the lease is gone: do not
+ * use it again.
+ */
+lb_result lb_lease_finish_info(struct lb_lease *lease,
+                               const struct lb_outcome_info *info);
+
+/**
+ * `lb_balancer_report` with the outcome in full (see `lb_outcome_info`): a failure may come
+ * without a latency (`LB_LATENCY_NONE`), an overloaded one with a retry-after that keeps the
+ * node from picks until then (capped by `max_retry_after_ms`; counted with ejections under
+ * `max_ejection_percent`).
+ *
+ * Errors (nothing is recorded): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`,
+ * `LB_RESULT_INVALID_UTF8`, `LB_RESULT_INVALID_OUTCOME` (an unknown `outcome`; a success
+ * without a latency or with a retry-after), `LB_RESULT_UNKNOWN_NODE`. Thread-safe; never
+ * locks.
+ */
+lb_result lb_balancer_report_info(const struct lb_balancer *balancer,
+                                  const char *id,
+                                  size_t id_len,
+                                  const struct lb_outcome_info *info);
 
 /**
  * A static, NUL-terminated description of `result`, e.g. "unknown node id". Never NULL; an

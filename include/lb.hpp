@@ -67,6 +67,23 @@ struct lease_deleter {
 struct options_deleter {
     void operator()(lb_options *o) const noexcept { lb_options_free(o); }
 };
+struct retry_budget_deleter {
+    void operator()(lb_retry_budget *b) const noexcept { lb_retry_budget_free(b); }
+};
+struct retry_throttle_deleter {
+    void operator()(lb_retry_throttle *t) const noexcept { lb_retry_throttle_free(t); }
+};
+struct adaptive_throttle_deleter {
+    void operator()(lb_adaptive_throttle *t) const noexcept { lb_adaptive_throttle_free(t); }
+};
+
+/// A time on the caller's monotonic clock as the C API's nanoseconds (negative throws
+/// std::out_of_range: the clock never reads before its start).
+inline uint64_t now_ns(std::chrono::nanoseconds now) {
+    if (now.count() < 0)
+        throw std::out_of_range("lb: now must be >= 0, got " + std::to_string(now.count()) + " ns");
+    return static_cast<uint64_t>(now.count());
+}
 
 /// The C view of an optional key: no key is NULL/0.
 inline const void *key_ptr(const std::optional<std::string_view> &key) {
@@ -94,6 +111,16 @@ inline uint64_t latency_ns(std::chrono::nanoseconds latency) {
     return static_cast<uint64_t>(latency.count());
 }
 
+/// An optional time as the C API's nanoseconds: empty is LB_LATENCY_NONE; negative ones throw
+/// std::out_of_range naming `what`.
+inline uint64_t time_ns(const std::optional<std::chrono::nanoseconds> &time, const char *what) {
+    if (!time) return LB_LATENCY_NONE;
+    if (time->count() < 0)
+        throw std::out_of_range(std::string("lb: ") + what + " must be >= 0, got " +
+                                std::to_string(time->count()) + " ns");
+    return static_cast<uint64_t>(time->count());
+}
+
 /// Throws LB_RESULT_BATCH_TOO_LARGE for more than LB_MAX_BATCH answers, before the answer
 /// arrays are allocated (the C call would refuse them anyway).
 inline void check_batch(size_t n) {
@@ -110,6 +137,14 @@ inline std::vector<std::string_view> algorithms() {
     for (size_t i = 0; const char *name = lb_algorithm_name(i); i++) names.emplace_back(name);
     return names;
 }
+
+/// Why a request failed (docs/health.md): an error and a timeout extend the node's failure
+/// streak; an overloaded node's answer does not, and with a retry-after it pauses the node.
+enum class failure_kind : lb_outcome {
+    error = LB_OUTCOME_ERROR,
+    timeout = LB_OUTCOME_TIMEOUT,
+    overloaded = LB_OUTCOME_OVERLOADED,
+};
 
 /// A node: id, weight (0 = drained) and a tag of the caller's choosing.
 struct node {
@@ -140,9 +175,9 @@ struct node_stats {
     uint64_t requests = 0;
     uint64_t failures = 0;
     std::optional<std::chrono::nanoseconds> latency;
-    /// LB_NODE_HEALTHY, LB_NODE_WARMING, LB_NODE_EJECTED or LB_NODE_DOWN.
+    /// LB_NODE_HEALTHY, LB_NODE_WARMING, LB_NODE_EJECTED, LB_NODE_DOWN or LB_NODE_OVERLOADED.
     lb_node_status status = LB_NODE_HEALTHY;
-    /// When a warm-up or ejection ends, on the balancer's monotonic clock (0 at its creation;
+    /// When a warm-up, an ejection or an overload pause ends, on the balancer's monotonic clock (0 at its creation;
     /// balancer::now() reads it, so `*until - b.now()` is the time left); empty otherwise.
     std::optional<std::chrono::nanoseconds> until;
 };
@@ -177,6 +212,20 @@ public:
     void failure(std::chrono::nanoseconds latency) { finish(LB_OUTCOME_FAILURE, latency); }
     void success() { finish(LB_OUTCOME_SUCCESS, elapsed()); }
     void failure() { finish(LB_OUTCOME_FAILURE, elapsed()); }
+
+    /// Ends the request as a failure of `kind` after `latency` (empty: the time since acquire),
+    /// with an overloaded node's `retry_after` (empty: none), which keeps the node from picks
+    /// until then (capped by the option max_retry_after_ms):
+    /// `lease.failure(lb::failure_kind::overloaded, std::nullopt, std::chrono::seconds(5))`.
+    /// A negative time throws std::out_of_range and leaves the lease open.
+    void failure(failure_kind kind, std::optional<std::chrono::nanoseconds> latency = std::nullopt,
+                 std::optional<std::chrono::nanoseconds> retry_after = std::nullopt) {
+        if (!handle_) throw error(LB_RESULT_LEASE_FINISHED);
+        lb_outcome_info info{static_cast<lb_outcome>(kind), detail::time_ns(latency, "latency"),
+                             detail::time_ns(retry_after, "retry_after")};
+        detail::check(lb_lease_finish_info(handle_.get(), &info));
+        (void)handle_.release();  // lb_lease_finish_info freed it
+    }
 
     /// Ends the request without an outcome (also what the destructor does). Empty: no-op.
     void cancel() noexcept { handle_.reset(); }
@@ -370,6 +419,18 @@ public:
                                          ok ? LB_OUTCOME_SUCCESS : LB_OUTCOME_FAILURE, ns));
     }
 
+    /// Records a failure of `kind` for a request routed after pick(): `latency` may be unknown
+    /// (empty), and an overloaded node's `retry_after` keeps it from picks until then (capped
+    /// by the option max_retry_after_ms): `b.report("a", lb::failure_kind::timeout)`. A
+    /// negative time throws std::out_of_range (nothing recorded).
+    void report(std::string_view id, failure_kind kind,
+                std::optional<std::chrono::nanoseconds> latency = std::nullopt,
+                std::optional<std::chrono::nanoseconds> retry_after = std::nullopt) {
+        lb_outcome_info info{static_cast<lb_outcome>(kind), detail::time_ns(latency, "latency"),
+                             detail::time_ns(retry_after, "retry_after")};
+        detail::check(lb_balancer_report_info(get(), id.data(), id.size(), &info));
+    }
+
     /// Takes a node out of service until mark_up() (no rebuild, weight kept).
     void mark_down(std::string_view id) {
         detail::check(lb_balancer_mark_down(get(), id.data(), id.size()));
@@ -415,7 +476,8 @@ public:
             const lb_node_stats &s = out[i];
             node_stats n{std::string(s.id, s.id_len), s.weight, s.tag, s.in_flight, s.requests,
                          s.failures, std::nullopt, s.status, std::nullopt};
-            if (s.status == LB_NODE_WARMING || s.status == LB_NODE_EJECTED)
+            if (s.status == LB_NODE_WARMING || s.status == LB_NODE_EJECTED ||
+                s.status == LB_NODE_OVERLOADED)
                 n.until = std::chrono::nanoseconds(
                     static_cast<std::chrono::nanoseconds::rep>(s.until_ns));
             if (s.latency_ns != LB_LATENCY_NONE)
@@ -539,6 +601,108 @@ private:
     }
 
     std::unique_ptr<lb_balancer, detail::balancer_deleter> handle_;
+};
+
+/// A retry budget (lb_retry_budget: tower's TpsBudget): every request deposit()s, every retry
+/// withdraw()s. Times are the caller's monotonic clock (`now`, e.g. balancer::now() or
+/// std::chrono::steady_clock since some start), one clock per budget, never going back.
+/// Owns its handle (move-only); every member function is thread-safe.
+class retry_budget {
+public:
+    explicit retry_budget(std::chrono::milliseconds ttl = std::chrono::seconds(10),
+                          uint32_t min_per_sec = 10, double retry_percent = 0.2,
+                          std::chrono::nanoseconds now = std::chrono::nanoseconds(0)) {
+        if (ttl.count() < 0) throw error(LB_RESULT_INVALID_OPTION_VALUE);
+        lb_retry_budget *raw = nullptr;
+        detail::check(lb_retry_budget_new(static_cast<uint64_t>(ttl.count()), min_per_sec,
+                                          retry_percent, detail::now_ns(now), &raw));
+        handle_.reset(raw);
+    }
+    void deposit(std::chrono::nanoseconds now) const {
+        detail::check(lb_retry_budget_deposit(get(), detail::now_ns(now)));
+    }
+    bool withdraw(std::chrono::nanoseconds now) const {
+        bool out = false;
+        detail::check(lb_retry_budget_withdraw(get(), detail::now_ns(now), &out));
+        return out;
+    }
+    bool can_withdraw(std::chrono::nanoseconds now) const {
+        bool out = false;
+        detail::check(lb_retry_budget_can_withdraw(get(), detail::now_ns(now), &out));
+        return out;
+    }
+    uint64_t available(std::chrono::nanoseconds now) const {
+        uint64_t out = 0;
+        detail::check(lb_retry_budget_available(get(), detail::now_ns(now), &out));
+        return out;
+    }
+    lb_retry_budget *get() const noexcept { return handle_.get(); }
+
+private:
+    std::unique_ptr<lb_retry_budget, detail::retry_budget_deleter> handle_;
+};
+
+/// gRPC's retry throttling (lb_retry_throttle, gRFC A6). Move-only; thread-safe.
+class retry_throttle {
+public:
+    retry_throttle(uint32_t max_tokens, double token_ratio) {
+        lb_retry_throttle *raw = nullptr;
+        detail::check(lb_retry_throttle_new(max_tokens, token_ratio, &raw));
+        handle_.reset(raw);
+    }
+    /// Records a failed attempt; whether retries are still allowed after it.
+    bool failure() const {
+        bool out = false;
+        detail::check(lb_retry_throttle_failure(get(), &out));
+        return out;
+    }
+    void success() const { detail::check(lb_retry_throttle_success(get())); }
+    bool allows() const {
+        bool out = false;
+        detail::check(lb_retry_throttle_allows(get(), &out));
+        return out;
+    }
+    double tokens() const {
+        double out = 0;
+        detail::check(lb_retry_throttle_tokens(get(), &out));
+        return out;
+    }
+    lb_retry_throttle *get() const noexcept { return handle_.get(); }
+
+private:
+    std::unique_ptr<lb_retry_throttle, detail::retry_throttle_deleter> handle_;
+};
+
+/// Client-side adaptive throttling (lb_adaptive_throttle, the SRE book's). Times as for
+/// retry_budget; `random` is 64 uniformly random bits of yours. Move-only; thread-safe.
+class adaptive_throttle {
+public:
+    explicit adaptive_throttle(double k = 2.0,
+                               std::chrono::milliseconds window = std::chrono::seconds(120),
+                               std::chrono::nanoseconds now = std::chrono::nanoseconds(0)) {
+        if (window.count() < 0) throw error(LB_RESULT_INVALID_OPTION_VALUE);
+        lb_adaptive_throttle *raw = nullptr;
+        detail::check(lb_adaptive_throttle_new(k, static_cast<uint64_t>(window.count()),
+                                               detail::now_ns(now), &raw));
+        handle_.reset(raw);
+    }
+    double rejection(std::chrono::nanoseconds now) const {
+        double out = 0;
+        detail::check(lb_adaptive_throttle_rejection(get(), detail::now_ns(now), &out));
+        return out;
+    }
+    bool admit(std::chrono::nanoseconds now, uint64_t random) const {
+        bool out = false;
+        detail::check(lb_adaptive_throttle_admit(get(), detail::now_ns(now), random, &out));
+        return out;
+    }
+    void accepted(std::chrono::nanoseconds now) const {
+        detail::check(lb_adaptive_throttle_accepted(get(), detail::now_ns(now)));
+    }
+    lb_adaptive_throttle *get() const noexcept { return handle_.get(); }
+
+private:
+    std::unique_ptr<lb_adaptive_throttle, detail::adaptive_throttle_deleter> handle_;
 };
 
 }  // namespace lb

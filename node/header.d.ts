@@ -72,7 +72,33 @@ export interface BalancerOptions {
   hash_balance_factor?: number | bigint | string | null
   /** round_robin / weighted_round_robin: each thread takes this many whole rounds at once (no contention; default 0 = one exact global order). */
   thread_rounds?: number | bigint | string | null
+  /** The least a failure counts in the latency estimate, in ms (default 5000; 0 = off). */
+  failure_penalty_ms?: number | bigint | string | null
+  /** The longest an overloaded node's retry-after keeps it from picks, in ms (default 60000; 0 = no pauses). */
+  max_retry_after_ms?: number | bigint | string | null
 }
+
+/**
+ * Why a request failed (`failureKinds()`): 'error' and 'timeout' extend the node's failure
+ * streak; 'overloaded' does not, and with `retryAfterMs` it keeps the node from picks until
+ * then (capped by `max_retry_after_ms`).
+ */
+export type FailureKind = 'error' | 'timeout' | 'overloaded'
+
+/**
+ * How a request ended, for `Lease.finish`: a success (`ok` true or absent) after `latencyMs`
+ * (measured since `acquire` when absent), or a failure (`ok: false`) of `kind` (default
+ * 'error') with an overloaded node's `retryAfterMs`. A kind or a retry-after with a success,
+ * or an unknown kind, throws `LB_INVALID_OUTCOME`.
+ */
+export type Outcome =
+  | { ok?: true | null; latencyMs?: number | null; kind?: null; retryAfterMs?: null }
+  | { ok: false; latencyMs?: number | null; kind?: FailureKind | null; retryAfterMs?: number | null }
+
+/** How a request ended, for `Balancer.report`: as `Outcome`, but `ok` is required, and so is a success's `latencyMs`. */
+export type ReportOutcome =
+  | { ok: true; latencyMs: number; kind?: null; retryAfterMs?: null }
+  | { ok: false; latencyMs?: number | null; kind?: FailureKind | null; retryAfterMs?: number | null }
 
 /** Every error thrown by liblb itself has one of these codes. */
 export type ErrorCode =
@@ -92,6 +118,8 @@ export type ErrorCode =
   | 'LB_UNKNOWN_HASH'
   | 'LB_INVALID_OPTION_VALUE'
   | 'LB_HASH_UNSUPPORTED'
+  /** An unknown failure kind, or a kind or retry-after with `ok: true`. */
+  | 'LB_INVALID_OUTCOME'
   /** A lease finished (or cancelled) twice. */
   | 'LB_LEASE_FINISHED'
   /** A `RangeError`: a batch of more than `MAX_BATCH` keys or `MAX_BATCH_KEY_BYTES` key bytes. */

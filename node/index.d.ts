@@ -72,7 +72,33 @@ export interface BalancerOptions {
   hash_balance_factor?: number | bigint | string | null
   /** round_robin / weighted_round_robin: each thread takes this many whole rounds at once (no contention; default 0 = one exact global order). */
   thread_rounds?: number | bigint | string | null
+  /** The least a failure counts in the latency estimate, in ms (default 5000; 0 = off). */
+  failure_penalty_ms?: number | bigint | string | null
+  /** The longest an overloaded node's retry-after keeps it from picks, in ms (default 60000; 0 = no pauses). */
+  max_retry_after_ms?: number | bigint | string | null
 }
+
+/**
+ * Why a request failed (`failureKinds()`): 'error' and 'timeout' extend the node's failure
+ * streak; 'overloaded' does not, and with `retryAfterMs` it keeps the node from picks until
+ * then (capped by `max_retry_after_ms`).
+ */
+export type FailureKind = 'error' | 'timeout' | 'overloaded'
+
+/**
+ * How a request ended, for `Lease.finish`: a success (`ok` true or absent) after `latencyMs`
+ * (measured since `acquire` when absent), or a failure (`ok: false`) of `kind` (default
+ * 'error') with an overloaded node's `retryAfterMs`. A kind or a retry-after with a success,
+ * or an unknown kind, throws `LB_INVALID_OUTCOME`.
+ */
+export type Outcome =
+  | { ok?: true | null; latencyMs?: number | null; kind?: null; retryAfterMs?: null }
+  | { ok: false; latencyMs?: number | null; kind?: FailureKind | null; retryAfterMs?: number | null }
+
+/** How a request ended, for `Balancer.report`: as `Outcome`, but `ok` is required, and so is a success's `latencyMs`. */
+export type ReportOutcome =
+  | { ok: true; latencyMs: number; kind?: null; retryAfterMs?: null }
+  | { ok: false; latencyMs?: number | null; kind?: FailureKind | null; retryAfterMs?: number | null }
 
 /** Every error thrown by liblb itself has one of these codes. */
 export type ErrorCode =
@@ -92,6 +118,8 @@ export type ErrorCode =
   | 'LB_UNKNOWN_HASH'
   | 'LB_INVALID_OPTION_VALUE'
   | 'LB_HASH_UNSUPPORTED'
+  /** An unknown failure kind, or a kind or retry-after with `ok: true`. */
+  | 'LB_INVALID_OUTCOME'
   /** A lease finished (or cancelled) twice. */
   | 'LB_LEASE_FINISHED'
   /** A `RangeError`: a batch of more than `MAX_BATCH` keys or `MAX_BATCH_KEY_BYTES` key bytes. */
@@ -135,6 +163,28 @@ export interface Balancer {
  * can point the loader at a WASI artifact this package does not build itself.
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
+
+/**
+ * Client-side adaptive throttling (Google SRE book, chapter 21): over a sliding window of
+ * `windowMs` (1000 to 3600000, default 120000) requests are rejected locally with probability
+ * `max(0, (requests - k * accepts) / (requests + 1))` (`k` 1 to 100, default 2).
+ */
+export declare class AdaptiveThrottle {
+  /** `new AdaptiveThrottle({ k?, windowMs?, nowMs? })`. */
+  constructor(options?: { k?: number | null; windowMs?: number | null; nowMs?: number | null } | null)
+  /** The throttle's clock in milliseconds: monotonic, 0 at its creation. */
+  nowMs(): number
+  /** The probability that `admit` rejects a request now. */
+  rejection(nowMs?: number | null): number
+  /**
+   * A request is about to be sent: true to send it, false to reject it locally; counted
+   * either way. `random` (64 bits: a bigint, a safe-integer number or decimal text)
+   * replaces the throttle's own draw.
+   */
+  admit(nowMs?: number | null, random?: bigint | number | string | null): boolean
+  /** A backend accepted a request (any answer but an overload refusal). */
+  accepted(nowMs?: number | null): void
+}
 
 /**
  * A load balancer: an algorithm, its options and a membership.
@@ -216,9 +266,12 @@ export declare class Balancer {
   acquire(key?: Key | null): Lease
   /**
    * Records the outcome of a request routed after `pick` (in-flight is not touched):
-   * `{ ok, latencyMs }`, both required. Throws `LB_UNKNOWN_NODE` for an unknown id.
+   * `{ ok, latencyMs }`, and for a failure (`ok: false`) its `kind` (one of
+   * `failureKinds()`, default 'error') and an overloaded node's `retryAfterMs`. A success
+   * needs `latencyMs`, a failure may leave it out. Throws `LB_UNKNOWN_NODE` for an unknown
+   * id, `LB_INVALID_OUTCOME` for an unknown kind or a kind or retry-after with `ok: true`.
    */
-  report(id: string, outcome: { ok: boolean; latencyMs: number }): void
+  report(id: string, outcome: ReportOutcome): void
   /**
    * The balancer's clock in milliseconds (fractions included): monotonic, 0 when the
    * balancer was created; the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the
@@ -261,9 +314,13 @@ export declare class Lease {
   /**
    * Ends the request: `ok` (default true) is its outcome, `latencyMs` its duration in
    * milliseconds; without `latencyMs` it is measured since `acquire` by the balancer's
-   * monotonic clock. Throws `LB_LEASE_FINISHED` if the lease already ended.
+   * monotonic clock. A failure (`ok: false`) may name its `kind` (one of `failureKinds()`,
+   * default 'error') and, for an overloaded node, a `retryAfterMs` that keeps it from picks
+   * until then: `lease.finish({ ok: false, kind: 'overloaded', retryAfterMs: 5000 })`.
+   * Throws `LB_LEASE_FINISHED` if the lease already ended, `LB_INVALID_OUTCOME` for an
+   * unknown kind or a kind or retry-after with `ok: true` (the lease then stays open).
    */
-  finish(outcome?: { ok?: boolean | null; latencyMs?: number | null } | null): void
+  finish(outcome?: Outcome | null): void
   /**
    * Ends the request without an outcome (in-flight released, nothing counted). Throws
    * `LB_LEASE_FINISHED` if the lease already ended.
@@ -271,8 +328,51 @@ export declare class Lease {
   cancel(): void
 }
 
+/**
+ * A retry budget (tower's `TpsBudget`, Finagle's `RetryBudget`): every request `deposit`s,
+ * every retry `withdraw`s; deposits count for `ttlMs` (1000 to 60000, default 10000),
+ * `minPerSec` retries per second are always allowed (default 10), and each deposit allows
+ * `retryPercent` retries (0 to 1000, default 0.2). Bad values throw the core's
+ * `LB_INVALID_OPTION_VALUE`.
+ */
+export declare class RetryBudget {
+  /** `new RetryBudget({ ttlMs?, minPerSec?, retryPercent?, nowMs? })`. */
+  constructor(options?: { ttlMs?: number | null; minPerSec?: number | null; retryPercent?: number | null; nowMs?: number | null } | null)
+  /** The budget's clock in milliseconds: monotonic, 0 at its creation. */
+  nowMs(): number
+  /** Records a request (a first attempt). */
+  deposit(nowMs?: number | null): void
+  /** Takes one retry from the budget: true if it may be sent (and was taken). */
+  withdraw(nowMs?: number | null): boolean
+  /** Whether a retry could be withdrawn, without taking it. */
+  canWithdraw(nowMs?: number | null): boolean
+  /** The retries available now. */
+  available(nowMs?: number | null): number
+}
+
+/**
+ * gRPC's retry throttling (gRFC A6): `maxTokens` tokens (1 to 1000), one less per failure,
+ * `tokenRatio` more per success (at least 0.001, capped); retries and hedges are refused while
+ * at most half are left.
+ */
+export declare class RetryThrottle {
+  /** `new RetryThrottle(maxTokens, tokenRatio)`. */
+  constructor(maxTokens: number, tokenRatio: number)
+  /** Records a failed attempt; returns whether retries are still allowed after it. */
+  failure(): boolean
+  /** Records a successful attempt. */
+  success(): void
+  /** Whether a retry or a hedge may be sent now. */
+  get allows(): boolean
+  /** The token count (with its thousandths). */
+  get tokens(): number
+}
+
 /** The algorithm names `new Balancer` accepts. */
 export declare function algorithms(): Algorithm[]
+
+/** The failure kinds `finish` and `report` take as `kind` (the core's list). */
+export declare function failureKinds(): FailureKind[]
 
 /** The algorithms `pickHash` / `attemptsHash` work with, from the core's registration list. */
 export declare function hashAlgorithms(): Algorithm[]
@@ -315,16 +415,19 @@ export interface NodeStats {
   failures: number
   /** The peak-EWMA latency estimate in milliseconds, or null before any sample. */
   latency: number | null
-  /** Its health: 'healthy', 'warming' (slow start), 'ejected' or 'down'. */
-  status: 'healthy' | 'warming' | 'ejected' | 'down'
   /**
-   * When an ejection or a warm-up ends, in milliseconds of the balancer's monotonic clock
-   * (`nowMs()`, 0 when the balancer was created); null otherwise.
+   * Its health: 'healthy', 'warming' (slow start), 'ejected', 'down' or 'overloaded'
+   * (paused by a retry-after).
+   */
+  status: 'healthy' | 'warming' | 'ejected' | 'down' | 'overloaded'
+  /**
+   * When an ejection, an overload pause or a warm-up ends, in milliseconds of the
+   * balancer's monotonic clock (`nowMs()`, 0 when the balancer was created); null otherwise.
    */
   untilMs: number | null
   /**
    * `untilMs` minus the time of the call (at least 0): the milliseconds left of the
-   * ejection or warm-up; null otherwise.
+   * ejection, pause or warm-up; null otherwise.
    */
   remainingMs: number | null
 }

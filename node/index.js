@@ -835,9 +835,13 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.AdaptiveThrottle = nativeBinding.AdaptiveThrottle
 module.exports.Balancer = nativeBinding.Balancer
 module.exports.Lease = nativeBinding.Lease
+module.exports.RetryBudget = nativeBinding.RetryBudget
+module.exports.RetryThrottle = nativeBinding.RetryThrottle
 module.exports.algorithms = nativeBinding.algorithms
+module.exports.failureKinds = nativeBinding.failureKinds
 module.exports.hashAlgorithms = nativeBinding.hashAlgorithms
 module.exports.keyedAlgorithms = nativeBinding.keyedAlgorithms
 module.exports.MAX_BATCH = nativeBinding.MAX_BATCH

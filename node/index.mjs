@@ -6,11 +6,15 @@ const require = createRequire(import.meta.url)
 const binding = require('./index.js')
 
 export const {
+  AdaptiveThrottle,
   Balancer,
   Lease,
+  RetryBudget,
+  RetryThrottle,
   MAX_BATCH,
   MAX_BATCH_KEY_BYTES,
   algorithms,
+  failureKinds,
   hashAlgorithms,
   keyedAlgorithms,
   noop,

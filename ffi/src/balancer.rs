@@ -7,15 +7,15 @@
 //! caller's buffer, so a concurrent `remove` can never leave C holding a dangling pointer.
 
 use crate::lb_result;
+use crate::outcome::{LB_LATENCY_NONE, lb_outcome, plain};
 use crate::panic::ffi_panic_boundary;
 use crate::ptr::{
-    Castable, OutSlice, free_handle, opt_out, opt_ref, take_handle, to_handle, try_bytes, try_key,
-    try_out, try_out_slice, try_ref, try_slice, try_str,
+    Castable, OutSlice, free_handle, opt_out, opt_ref, to_handle, try_bytes, try_key, try_out,
+    try_out_slice, try_ref, try_slice, try_str,
 };
 use core::ffi::{c_char, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
-use core::time::Duration;
-use liblb_core::{Algorithm, Balancer, Lease, MAX_NODES, Node, Outcome, Status};
+use liblb_core::{Algorithm, Balancer, Lease, MAX_NODES, Node, Status};
 use std::ffi::CString;
 use std::sync::Mutex;
 
@@ -827,28 +827,6 @@ fn algorithm_name(index: usize) -> *const c_char {
 // Feedback: leases, reports, stats
 // ---------------------------------------------------------------------------------------------
 
-/// How a request ended, for `lb_lease_finish` and `lb_balancer_report`: `LB_OUTCOME_SUCCESS`
-/// or `LB_OUTCOME_FAILURE`. (A plain `uint32_t`, so any number C passes is well defined: other
-/// values are `LB_RESULT_INVALID_OUTCOME`.)
-pub type lb_outcome = u32;
-/// The request succeeded.
-pub const LB_OUTCOME_SUCCESS: lb_outcome = 0;
-/// The request failed.
-pub const LB_OUTCOME_FAILURE: lb_outcome = 1;
-
-/// `lb_node_stats.latency_ns` of a node without any latency sample yet.
-pub const LB_LATENCY_NONE: u64 = u64::MAX;
-
-/// The core outcome for a C outcome and latency.
-fn outcome_of(outcome: lb_outcome, latency_ns: u64) -> Result<Outcome, lb_result> {
-    let latency = Duration::from_nanos(latency_ns);
-    match outcome {
-        LB_OUTCOME_SUCCESS => Ok(Outcome::Success(latency)),
-        LB_OUTCOME_FAILURE => Ok(Outcome::Failure(latency)),
-        _ => Err(lb_result::InvalidOutcome),
-    }
-}
-
 /// A request in progress on one node, from `lb_balancer_acquire`: the node's in-flight count
 /// is one higher until the lease ends. End it exactly once, with `lb_lease_finish` (success or
 /// failure and the latency you measured) or `lb_lease_cancel` (nothing counted); either frees
@@ -932,29 +910,27 @@ pub extern "C" fn lb_balancer_acquire(
     }
 }
 
-/// Ends the request with an outcome — `LB_OUTCOME_SUCCESS` or `LB_OUTCOME_FAILURE` after
-/// `latency_ns` nanoseconds as you measured them (see `lb_lease_elapsed`) — and frees the
-/// lease: in-flight - 1, requests + 1, failures + 1 on failure, the latency into the node's
-/// estimate.
+/// Ends the request with an outcome and frees the lease: `outcome` is `LB_OUTCOME_SUCCESS`
+/// or a failure kind (`LB_OUTCOME_FAILURE` = `LB_OUTCOME_ERROR`, `LB_OUTCOME_TIMEOUT`,
+/// `LB_OUTCOME_OVERLOADED`), after `latency_ns` nanoseconds as you measured them, or
+/// `LB_LATENCY_NONE` to have liblb measure the time since acquire (see `lb_lease_elapsed`).
+/// In-flight - 1, requests + 1, failures + 1 on failure, the latency into the node's estimate
+/// (a failure counts at least the option `failure_penalty_ms` there). For an overloaded node's
+/// retry-after use `lb_lease_finish_info`.
 ///
 /// Errors (the lease is then untouched and still yours): `LB_RESULT_NULL_PARAMETER` (NULL
-/// lease), `LB_RESULT_INVALID_OUTCOME`. On `LB_RESULT_OK` the lease is gone: do not use it
-/// again.
+/// lease), `LB_RESULT_INVALID_OUTCOME` (an unknown `outcome`). On `LB_RESULT_OK` the lease is
+/// gone: do not use it again.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_lease_finish(
     lease: *mut lb_lease,
     outcome: lb_outcome,
     latency_ns: u64,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        let outcome = outcome_of(outcome, latency_ns)?;
-        // SAFETY: lb.h requires a NULL or live lease, used by one thread at a time.
-        unsafe { try_ref(lease.cast_const()) }?;
-        // SAFETY: as above; non-NULL and live, and lb.h forbids using it after this call.
-        let lease = unsafe { take_handle(lease) };
-        lease.finish(outcome);
-        Ok(())
-    }
+    ffi_panic_boundary!(crate::outcome::finish_lease(
+        lease,
+        plain(outcome, latency_ns)
+    ))
 }
 
 /// Ends the request as cancelled — in-flight - 1, nothing else counted (neither a request nor
@@ -1014,11 +990,15 @@ pub extern "C" fn lb_lease_elapsed(lease: *const lb_lease, elapsed_ns_out: *mut 
 
 /// Records the outcome of a request you routed yourself after a pick (`id_len` bytes of
 /// UTF-8 naming the node): requests + 1, failures + 1 on failure, `latency_ns` into the
-/// latency estimate. In-flight is not touched (use leases for that).
+/// latency estimate (a failure counts at least the option `failure_penalty_ms` there).
+/// `outcome` is `LB_OUTCOME_SUCCESS` or a failure kind (`LB_OUTCOME_FAILURE` =
+/// `LB_OUTCOME_ERROR`, `LB_OUTCOME_TIMEOUT`, `LB_OUTCOME_OVERLOADED`); a failure's latency may
+/// be `LB_LATENCY_NONE` (unknown), a success's may not. In-flight is not touched (use leases
+/// for that). For an overloaded node's retry-after use `lb_balancer_report_info`.
 ///
 /// Errors (nothing is recorded): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`,
-/// `LB_RESULT_INVALID_UTF8`, `LB_RESULT_INVALID_OUTCOME`, `LB_RESULT_UNKNOWN_NODE`.
-/// Thread-safe; never locks.
+/// `LB_RESULT_INVALID_UTF8`, `LB_RESULT_INVALID_OUTCOME` (an unknown `outcome`, or a success
+/// with `LB_LATENCY_NONE`), `LB_RESULT_UNKNOWN_NODE`. Thread-safe; never locks.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_balancer_report(
     balancer: *const lb_balancer,
@@ -1027,13 +1007,12 @@ pub extern "C" fn lb_balancer_report(
     outcome: lb_outcome,
     latency_ns: u64,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires a NULL or live handle, and `id` valid for `id_len` bytes.
-        let (balancer, id) = unsafe { (try_ref(balancer)?, try_str(id, id_len)?) };
-        let outcome = outcome_of(outcome, latency_ns)?;
-        balancer.report(id, outcome)?;
-        Ok(())
-    }
+    ffi_panic_boundary!(crate::outcome::report(
+        balancer,
+        id,
+        id_len,
+        plain(outcome, latency_ns)
+    ))
 }
 
 /// Takes the node with this id out of service until `lb_balancer_mark_up` (for callers with
@@ -1135,9 +1114,9 @@ pub struct lb_node_stats {
     /// Its health: `LB_NODE_HEALTHY`, `LB_NODE_WARMING`, `LB_NODE_EJECTED`, `LB_NODE_DOWN` or
     /// `LB_NODE_OVERLOADED`.
     pub status: lb_node_status,
-    /// When a warm-up or an ejection ends, in nanoseconds of the balancer's monotonic clock
-    /// (which starts at 0 when the balancer is created; read it with `lb_balancer_now_ns`, so
-    /// `until_ns - now` is the time left); 0 for the other states.
+    /// When a warm-up, an ejection or an overload pause ends, in nanoseconds of the balancer's
+    /// monotonic clock (which starts at 0 when the balancer is created; read it with
+    /// `lb_balancer_now_ns`, so `until_ns - now` is the time left); 0 for the other states.
     pub until_ns: u64,
 }
 

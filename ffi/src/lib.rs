@@ -21,7 +21,9 @@
 #![warn(missing_docs)]
 
 mod balancer;
+mod budget;
 mod options;
+mod outcome;
 mod panic;
 mod ptr;
 mod result;
@@ -29,19 +31,31 @@ mod result;
 mod tests;
 
 pub use balancer::{
-    LB_LATENCY_NONE, LB_NODE_DOWN, LB_NODE_EJECTED, LB_NODE_HEALTHY, LB_NODE_OVERLOADED,
-    LB_NODE_WARMING, LB_OUTCOME_FAILURE, LB_OUTCOME_SUCCESS, lb_algorithm_name, lb_balancer,
-    lb_balancer_acquire, lb_balancer_add, lb_balancer_algorithm, lb_balancer_attempts,
-    lb_balancer_attempts_hash, lb_balancer_contains, lb_balancer_free, lb_balancer_id_size_bound,
-    lb_balancer_len, lb_balancer_mark_down, lb_balancer_mark_up, lb_balancer_new,
-    lb_balancer_nodes, lb_balancer_now_ns, lb_balancer_panic, lb_balancer_pick,
+    LB_NODE_DOWN, LB_NODE_EJECTED, LB_NODE_HEALTHY, LB_NODE_OVERLOADED, LB_NODE_WARMING,
+    lb_algorithm_name, lb_balancer, lb_balancer_acquire, lb_balancer_add, lb_balancer_algorithm,
+    lb_balancer_attempts, lb_balancer_attempts_hash, lb_balancer_contains, lb_balancer_free,
+    lb_balancer_id_size_bound, lb_balancer_len, lb_balancer_mark_down, lb_balancer_mark_up,
+    lb_balancer_new, lb_balancer_nodes, lb_balancer_now_ns, lb_balancer_panic, lb_balancer_pick,
     lb_balancer_pick_hash, lb_balancer_pick_many, lb_balancer_pick_n, lb_balancer_remove,
     lb_balancer_report, lb_balancer_set_weight, lb_balancer_stats, lb_balancer_update, lb_key,
     lb_lease, lb_lease_cancel, lb_lease_elapsed, lb_lease_finish, lb_lease_node, lb_node,
-    lb_node_stats, lb_node_status, lb_outcome, lb_pick,
+    lb_node_stats, lb_node_status, lb_pick,
+};
+pub use budget::{
+    lb_adaptive_throttle, lb_adaptive_throttle_accepted, lb_adaptive_throttle_admit,
+    lb_adaptive_throttle_free, lb_adaptive_throttle_new, lb_adaptive_throttle_rejection,
+    lb_retry_budget, lb_retry_budget_available, lb_retry_budget_can_withdraw,
+    lb_retry_budget_deposit, lb_retry_budget_free, lb_retry_budget_new, lb_retry_budget_withdraw,
+    lb_retry_throttle, lb_retry_throttle_allows, lb_retry_throttle_failure, lb_retry_throttle_free,
+    lb_retry_throttle_new, lb_retry_throttle_success, lb_retry_throttle_tokens,
 };
 pub use options::{
     lb_options, lb_options_free, lb_options_new, lb_options_set_int, lb_options_set_str,
+};
+pub use outcome::{
+    LB_LATENCY_NONE, LB_OUTCOME_ERROR, LB_OUTCOME_FAILURE, LB_OUTCOME_OVERLOADED,
+    LB_OUTCOME_SUCCESS, LB_OUTCOME_TIMEOUT, lb_balancer_report_info, lb_lease_finish_info,
+    lb_outcome, lb_outcome_info,
 };
 pub use result::{lb_result, lb_result_name, lb_result_str};
 

@@ -29,7 +29,10 @@ use liblb_core::{OptionValue, Options};
 /// - `slow_start_window_ms`: 0 = no slow start [0];
 /// - `slow_start_aggression`: a number > 0, as text for fractions (`"1.5"`) [1.0];
 /// - `hash_balance_factor`: bounded loads, 0 = off or >= 100 [0];
-/// - `thread_rounds`: 0..=1048576 [0].
+/// - `thread_rounds`: 0..=1048576 [0];
+/// - `failure_penalty_ms`: the least a failure counts in the latency estimate, 0 = off [5000];
+/// - `max_retry_after_ms`: the longest an overloaded node's retry-after pauses it, 0 = no
+///   pauses [60000].
 ///
 /// A setter checks only its own option, so options may be set in any order; the rules between
 /// options (min/max ring size, base/max ejection time) are checked by `lb_balancer_new`.

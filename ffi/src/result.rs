@@ -51,7 +51,8 @@ pub enum lb_result {
     /// `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`,
     /// `consecutive_failures`, `base_ejection_time_ms`, `max_ejection_time_ms`,
     /// `max_ejection_percent`, `panic_threshold`, `slow_start_window_ms`,
-    /// `slow_start_aggression`, `min_weight_percent`, `hash_balance_factor`, `thread_rounds`).
+    /// `slow_start_aggression`, `min_weight_percent`, `hash_balance_factor`, `thread_rounds`,
+    /// `failure_penalty_ms`, `max_retry_after_ms`).
     UnknownOption = 11,
     /// The `hash` option is not one of `sha256`, `xxh3`.
     UnknownHash = 12,
@@ -78,8 +79,10 @@ pub enum lb_result {
     /// `lb_balancer_pick_hash` / `lb_balancer_attempts_hash` on an algorithm that does not
     /// place 64-bit key hashes (only `ring_hash`, `maglev`, `rendezvous` and `jump` do).
     HashUnsupported = 106,
-    /// An `lb_outcome` was neither `LB_OUTCOME_SUCCESS` nor `LB_OUTCOME_FAILURE`: nothing was
-    /// recorded (and a lease given to `lb_lease_finish` is still the caller's).
+    /// An outcome could not be understood: an `lb_outcome` that is not one of the
+    /// `LB_OUTCOME_*` codes, or a success without a latency (`lb_balancer_report` with
+    /// `LB_LATENCY_NONE`) or with a retry-after. Nothing was recorded (and a lease given to
+    /// `lb_lease_finish` is still the caller's).
     InvalidOutcome = 107,
     /// The lease has already ended (finished or cancelled). No C function returns it (an ended
     /// `lb_lease *` is freed, so C passes NULL and gets `LB_RESULT_NULL_PARAMETER`); the C++

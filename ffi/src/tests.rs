@@ -1352,7 +1352,7 @@ fn leases_count_in_flight_requests_and_failures() {
     let r = lb_balancer_report(b.0, nope, nope_len, LB_OUTCOME_SUCCESS, 2);
     assert_eq!(r, lb_result::UnknownNode);
     assert_eq!(
-        lb_balancer_report(b.0, id, id_len, 2, 2),
+        lb_balancer_report(b.0, id, id_len, 4, 2),
         lb_result::InvalidOutcome
     );
     assert_eq!(
@@ -1437,6 +1437,146 @@ fn lease_errors_write_nothing() {
         lb_result::Ok
     );
     assert_eq!(lb_lease_finish(l, LB_OUTCOME_FAILURE, 1), lb_result::Ok);
+}
+
+/// Each node's (status, until_ns), in order.
+fn statuses(b: &Handle) -> Vec<(lb_node_status, u64)> {
+    let (mut count, mut size) = (0usize, 0usize);
+    lb_balancer_stats(b.0, null_mut(), 0, null_mut(), 0, &mut count, &mut size);
+    let blank = lb_node_stats {
+        id: null(),
+        id_len: 0,
+        weight: 0,
+        tag: 0,
+        in_flight: 0,
+        requests: 0,
+        failures: 0,
+        latency_ns: 0,
+        status: u32::MAX,
+        until_ns: u64::MAX,
+    };
+    let mut out = vec![blank; count];
+    let mut buf = vec![0 as c_char; size];
+    let r = lb_balancer_stats(
+        b.0,
+        out.as_mut_ptr(),
+        count,
+        buf.as_mut_ptr(),
+        size,
+        &mut count,
+        &mut size,
+    );
+    assert_eq!(r, lb_result::Ok);
+    out.iter().map(|n| (n.status, n.until_ns)).collect()
+}
+
+fn info(outcome: lb_outcome, latency_ns: u64, retry_after_ns: u64) -> lb_outcome_info {
+    lb_outcome_info {
+        outcome,
+        latency_ns,
+        retry_after_ns,
+    }
+}
+
+fn now(b: &Handle) -> u64 {
+    let mut now = 0;
+    assert_eq!(lb_balancer_now_ns(b.0, &mut now), lb_result::Ok);
+    now
+}
+
+#[test]
+fn an_overloaded_report_pauses_its_node_and_bad_outcomes_record_nothing() {
+    let b = abc("round_robin");
+    let (a, a_len) = s("a");
+    let before = now(&b);
+    let busy = info(LB_OUTCOME_OVERLOADED, NONE, 5_000_000_000);
+    assert_eq!(lb_balancer_report_info(b.0, a, a_len, &busy), lb_result::Ok);
+    let (status, until) = statuses(&b)[0];
+    assert_eq!(status, LB_NODE_OVERLOADED);
+    assert!(until >= before + 5_000_000_000 && until <= now(&b) + 5_000_000_000);
+    for _ in 0..6 {
+        assert_ne!(
+            pick_id(&b, None).unwrap().0,
+            "a",
+            "a paused node was picked"
+        );
+    }
+    // A failure without a latency counts the penalty (5 s), the retry-after when longer.
+    assert_eq!(stats(&b)[0], ("a".into(), 1, 10, 0, 1, 1, 5_000_000_000));
+    // Refused, recording nothing: a success with a retry-after or without a latency, an
+    // unknown code, a NULL info.
+    let before = stats(&b);
+    for bad in [
+        info(LB_OUTCOME_SUCCESS, 1, 0),
+        info(LB_OUTCOME_SUCCESS, NONE, NONE),
+        info(4, 1, NONE),
+    ] {
+        let r = lb_balancer_report_info(b.0, a, a_len, &bad);
+        assert_eq!(r, lb_result::InvalidOutcome);
+    }
+    let r = lb_balancer_report(b.0, a, a_len, LB_OUTCOME_SUCCESS, NONE);
+    assert_eq!(r, lb_result::InvalidOutcome);
+    let r = lb_balancer_report_info(b.0, a, a_len, null());
+    assert_eq!(r, lb_result::NullParameter);
+    let r = lb_balancer_report_info(null(), a, a_len, &busy);
+    assert_eq!(r, lb_result::NullParameter);
+    let (nope, nope_len) = s("nope");
+    let r = lb_balancer_report_info(b.0, nope, nope_len, &busy);
+    assert_eq!(r, lb_result::UnknownNode);
+    assert_eq!(stats(&b), before);
+    assert_eq!(statuses(&b)[0], (status, until));
+}
+
+/// Errors and timeouts extend the failure streak (5 by default); overloaded answers leave it
+/// alone.
+#[test]
+fn timeouts_count_towards_ejection_and_overloaded_answers_do_not() {
+    let b = abc("round_robin");
+    let (a, a_len) = s("a");
+    for _ in 0..4 {
+        let r = lb_balancer_report(b.0, a, a_len, LB_OUTCOME_ERROR, 1_000);
+        assert_eq!(r, lb_result::Ok);
+    }
+    for _ in 0..3 {
+        let r = lb_balancer_report(b.0, a, a_len, LB_OUTCOME_OVERLOADED, NONE);
+        assert_eq!(r, lb_result::Ok);
+    }
+    assert_eq!(statuses(&b)[0], (LB_NODE_HEALTHY, 0));
+    let r = lb_balancer_report(b.0, a, a_len, LB_OUTCOME_TIMEOUT, NONE);
+    assert_eq!(r, lb_result::Ok);
+    assert_eq!(statuses(&b)[0].0, LB_NODE_EJECTED);
+    assert_eq!(stats(&b)[0].5, 8);
+}
+
+#[test]
+fn leases_finish_with_a_kind_a_retry_after_or_a_measured_latency() {
+    let b = abc("round_robin");
+    let (l0, id0, _) = acquire(&b, None).unwrap();
+    let (l1, _, _) = acquire(&b, None).unwrap();
+    let (l2, _, _) = acquire(&b, None).unwrap();
+    assert_eq!(id0, "a");
+    // Bad outcomes leave the lease open and the caller's.
+    let bad = info(LB_OUTCOME_SUCCESS, 1, 1);
+    assert_eq!(lb_lease_finish_info(l0, &bad), lb_result::InvalidOutcome);
+    assert_eq!(lb_lease_finish_info(l0, null()), lb_result::NullParameter);
+    let busy = info(LB_OUTCOME_OVERLOADED, 2_000_000, 10_000_000_000);
+    assert_eq!(
+        lb_lease_finish_info(null_mut(), &busy),
+        lb_result::NullParameter
+    );
+    assert_eq!(lb_lease_finish(l0, 9, 1), lb_result::InvalidOutcome);
+    assert_eq!(stats(&b)[0].3, 1, "still in flight");
+    assert_eq!(lb_lease_finish_info(l0, &busy), lb_result::Ok);
+    assert_eq!(statuses(&b)[0].0, LB_NODE_OVERLOADED);
+    // The retry-after (10 s) is longer than the penalty: it is the sample.
+    assert_eq!(stats(&b)[0], ("a".into(), 1, 10, 0, 1, 1, 10_000_000_000));
+    // LB_LATENCY_NONE on a lease: measured since acquire, success or failure.
+    assert_eq!(lb_lease_finish(l1, LB_OUTCOME_SUCCESS, NONE), lb_result::Ok);
+    let measured = stats(&b)[1].6;
+    assert!(measured < 60_000_000_000, "measured {measured} ns");
+    let timeout = info(LB_OUTCOME_TIMEOUT, NONE, NONE);
+    assert_eq!(lb_lease_finish_info(l2, &timeout), lb_result::Ok);
+    assert_eq!(stats(&b)[2], ("c".into(), 1, 12, 0, 1, 1, 5_000_000_000));
 }
 
 #[test]

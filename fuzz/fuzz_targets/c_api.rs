@@ -818,10 +818,17 @@ impl Harness {
         };
         let latency = core::time::Duration::from_millis(ms);
         if ok {
-            (LB_OUTCOME_SUCCESS, liblb_core::Outcome::Success(latency))
-        } else {
-            (LB_OUTCOME_FAILURE, liblb_core::Outcome::Failure(latency))
+            return (LB_OUTCOME_SUCCESS, liblb_core::Outcome::Success(latency));
         }
+        // Every failure kind, chosen by the latency byte. No retry-after: a pause would end at
+        // a time each balancer's own clock reads differently, and the mirror could diverge.
+        let (code, kind) = match latency_ms % 3 {
+            0 => (LB_OUTCOME_FAILURE, liblb_core::FailureKind::Error),
+            1 => (LB_OUTCOME_TIMEOUT, liblb_core::FailureKind::Timeout),
+            _ => (LB_OUTCOME_OVERLOADED, liblb_core::FailureKind::Overloaded),
+        };
+        let failure = liblb_core::Failure::of(kind).after(latency);
+        (code, liblb_core::Outcome::Failed(failure))
     }
 
     fn check_stats(&self) {
@@ -893,7 +900,8 @@ impl Harness {
                 }
                 let i = usize::from(*lease) % self.leases.len();
                 if *bad {
-                    let r = lb_lease_finish(self.leases[i].0, 2 + u32::from(*latency_ms), 1);
+                    // Codes past LB_OUTCOME_OVERLOADED (3) are not outcomes.
+                    let r = lb_lease_finish(self.leases[i].0, 4 + u32::from(*latency_ms), 1);
                     assert_eq!(r, lb_result::InvalidOutcome);
                     return;
                 }
@@ -930,7 +938,7 @@ impl Harness {
                 } else {
                     0
                 };
-                let c = if *bad { 2 + u32::from(*latency_ms) } else { c };
+                let c = if *bad { 4 + u32::from(*latency_ms) } else { c };
                 let r = lb_balancer_report(self.handle, bytes.as_ptr().cast(), bytes.len(), c, ns);
                 let expected = match core::str::from_utf8(&bytes) {
                     Err(_) => lb_result::InvalidUtf8,
@@ -1234,6 +1242,13 @@ fuzz_target!(|input: Input| {
             lb_result::Ok
         );
     }
+    // peak_ewma's choices must not depend on each balancer's own clock (see `latencies`): a
+    // failure penalty would be a non-zero sample that decays differently in each, so it is off.
+    let peak_ewma = algorithm == Algorithm::PeakEwma;
+    if peak_ewma {
+        let r = lb_options_set_int(options, c"failure_penalty_ms".as_ptr(), 18, 0);
+        assert_eq!(r, lb_result::Ok);
+    }
     // Initial nodes: keep the valid, distinct ones (creation errors are covered by Update).
     let mut model: Vec<ModelNode> = Vec::new();
     for (id, weight) in &input.initial {
@@ -1277,6 +1292,9 @@ fuzz_target!(|input: Input| {
     };
     if input.xxh3 {
         core_options.hash = Some(liblb_core::HashKind::Xxh3);
+    }
+    if peak_ewma {
+        core_options.failure_penalty = core::time::Duration::ZERO;
     }
     let mirror = Balancer::new(
         algorithm,

@@ -8,7 +8,7 @@
 use crate::error::{
     BATCH_TOO_LARGE_CODE, OrThrow, RANGE_ERROR_CODE, Result, range_error, type_error,
 };
-use liblb_core::{MAX_NODES, Node, OptionValue, Options};
+use liblb_core::{Failure, FailureKind, MAX_NODES, Node, OptionValue, Options, Outcome};
 use napi::bindgen_prelude::{Array, BigInt, FromNapiValue, Object, ToNapiValue};
 use napi::{Env, JsValue, Unknown, ValueType, sys};
 use std::mem::MaybeUninit;
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 /// `typeof`-style name of a value, for error messages.
-fn describe(value: &Unknown<'_>) -> &'static str {
+pub fn describe(value: &Unknown<'_>) -> &'static str {
     match value.get_type() {
         Ok(ValueType::Undefined) => "undefined",
         Ok(ValueType::Null) => "null",
@@ -42,7 +42,7 @@ fn is_nullish(value: &Unknown<'_>) -> Result<bool> {
 }
 
 /// `Some(value)` unless it is missing, `undefined` or `null`.
-fn present<'e>(value: Option<Unknown<'e>>) -> Result<Option<Unknown<'e>>> {
+pub fn present<'e>(value: Option<Unknown<'e>>) -> Result<Option<Unknown<'e>>> {
     match value {
         Some(v) if !is_nullish(&v)? => Ok(Some(v)),
         _ => Ok(None),
@@ -134,7 +134,7 @@ pub fn too_many_key_bytes(env: &Env) -> crate::error::Error {
 }
 
 /// A number as JavaScript prints it (`NaN`, `Infinity`, `-Infinity`, `1.5`, `-1`).
-fn js_number(n: f64) -> String {
+pub fn js_number(n: f64) -> String {
     match n {
         n if n.is_nan() => "NaN".to_string(),
         f64::INFINITY => "Infinity".to_string(),
@@ -155,7 +155,7 @@ fn js_number(n: f64) -> String {
 /// A non-negative integer number no larger than `max`: a `TypeError` naming `what` for a value
 /// that is not a number, a `RangeError` for one out of range (negative, fractional, NaN,
 /// infinite; `-0` is 0).
-fn integer(env: &Env, value: &Unknown<'_>, what: &str, max: f64) -> Result<f64> {
+pub fn integer(env: &Env, value: &Unknown<'_>, what: &str, max: f64) -> Result<f64> {
     let number = if value.get_type().or_throw()? == ValueType::Number {
         // SAFETY: the value was just checked to be a number.
         Some(unsafe { value.cast::<f64>() }.or_throw()?)
@@ -397,7 +397,7 @@ pub fn tag(env: &Env, value: Option<Unknown<'_>>, what: &str) -> Result<u64> {
 }
 
 /// An integer from 0 to 2^64 - 1 given as a bigint, a safe-integer number or decimal text.
-fn u64_value(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u64> {
+pub fn u64_value(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u64> {
     match value.get_type().or_throw()? {
         ValueType::BigInt => big_u64(env, value, what),
         ValueType::Number => Ok(integer(env, value, what, 9_007_199_254_740_991.0)? as u64),
@@ -425,15 +425,63 @@ fn u64_value(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u64> {
     }
 }
 
-/// A request's end as `{ ok, latencyMs }` (`Lease.finish`, `Balancer.report`): `ok` a boolean
-/// (default true), `latencyMs` a finite number of milliseconds >= 0 (fractions allowed), or
-/// absent (`None`: the caller measures it). `required` makes both mandatory.
+/// A request's end as `{ ok, kind, latencyMs, retryAfterMs }` (`Lease.finish`,
+/// `Balancer.report`), read and checked whole before anything is recorded.
+pub struct OutcomeArgs {
+    /// `None` for a success.
+    kind: Option<FailureKind>,
+    latency: Option<Duration>,
+    retry_after: Option<Duration>,
+}
+
+impl OutcomeArgs {
+    /// The outcome, `measured` standing in for a latency not given (a lease's time since
+    /// acquire). A success always has one: `report` requires it, a lease measures it.
+    pub fn outcome(self, measured: Option<Duration>) -> Outcome {
+        let latency = self.latency.or(measured);
+        match self.kind {
+            None => Outcome::Success(latency.unwrap_or_default()),
+            Some(kind) => Outcome::Failed(Failure {
+                kind,
+                latency,
+                retry_after: self.retry_after,
+            }),
+        }
+    }
+}
+
+/// A time in milliseconds (`latencyMs`, `retryAfterMs`): a finite number >= 0 (fractions
+/// allowed), else a `RangeError` (`ERR_OUT_OF_RANGE`); not a number: a `TypeError`.
+fn millis(env: &Env, value: &Unknown<'_>, what: &str) -> Result<Duration> {
+    if value.get_type().or_throw()? != ValueType::Number {
+        return Err(type_error(
+            env,
+            format!("{what} must be a number, got {}", describe(value)),
+        ));
+    }
+    // SAFETY: the value was just checked to be a number.
+    let n = unsafe { value.cast::<f64>() }.or_throw()?;
+    match Duration::try_from_secs_f64(n / 1000.0) {
+        Ok(time) if n >= 0.0 => Ok(time),
+        _ => Err(range_error(
+            env,
+            RANGE_ERROR_CODE,
+            format!("{what} must be a finite number >= 0, got {}", js_number(n)),
+        )),
+    }
+}
+
+/// Reads `{ ok, kind, latencyMs, retryAfterMs }`: `ok` a boolean (default true), `kind` one
+/// of `failureKinds()` (a failure's; default 'error'), `latencyMs` and `retryAfterMs`
+/// milliseconds, or absent. `report` (`required`) needs the object and `ok`, and a success's
+/// `latencyMs`. A kind or a retry-after with a success, or an unknown kind, is the core's
+/// `LB_INVALID_OUTCOME`.
 pub fn outcome(
     env: &Env,
     value: Option<Unknown<'_>>,
     what: &str,
     required: bool,
-) -> Result<(bool, Option<Duration>)> {
+) -> Result<OutcomeArgs> {
     let Some(value) = present(value)? else {
         if required {
             return Err(type_error(
@@ -441,7 +489,11 @@ pub fn outcome(
                 format!("{what} must be an object {{ ok, latencyMs }}, got undefined"),
             ));
         }
-        return Ok((true, None));
+        return Ok(OutcomeArgs {
+            kind: None,
+            latency: None,
+            retry_after: None,
+        });
     };
     if value.get_type().or_throw()? != ValueType::Object || value.is_array().or_throw()? {
         return Err(type_error(
@@ -474,39 +526,48 @@ pub fn outcome(
             ));
         }
     };
+    let kind = match present(object.get::<Unknown>("kind").or_throw()?)? {
+        None => None,
+        Some(kind) => {
+            let name = string(env, &kind, &format!("{what}.kind"))?;
+            Some(FailureKind::from_name(&name).or_throw()?)
+        }
+    };
     let latency = match present(object.get::<Unknown>("latencyMs").or_throw()?)? {
-        None if required => {
+        // A success reported must say how long it took; a failure may not know.
+        None if required && ok => {
             return Err(type_error(
                 env,
                 format!("{what}.latencyMs must be a number, got undefined"),
             ));
         }
         None => None,
-        Some(ms) if ms.get_type().or_throw()? == ValueType::Number => {
-            // SAFETY: the value was just checked to be a number.
-            let n = unsafe { ms.cast::<f64>() }.or_throw()?;
-            match Duration::try_from_secs_f64(n / 1000.0) {
-                Ok(latency) if n >= 0.0 => Some(latency),
-                _ => {
-                    return Err(range_error(
-                        env,
-                        RANGE_ERROR_CODE,
-                        format!(
-                            "{what}.latencyMs must be a finite number >= 0, got {}",
-                            js_number(n)
-                        ),
-                    ));
-                }
-            }
-        }
-        Some(ms) => {
-            return Err(type_error(
-                env,
-                format!("{what}.latencyMs must be a number, got {}", describe(&ms)),
-            ));
-        }
+        Some(ms) => Some(millis(env, &ms, &format!("{what}.latencyMs"))?),
     };
-    Ok((ok, latency))
+    let retry_after = match present(object.get::<Unknown>("retryAfterMs").or_throw()?)? {
+        None => None,
+        Some(ms) => Some(millis(env, &ms, &format!("{what}.retryAfterMs"))?),
+    };
+    let invalid = |detail: String| Err(liblb_core::Error::InvalidOutcome(detail)).or_throw();
+    match (ok, kind) {
+        (true, Some(kind)) => invalid(format!(
+            "kind {:?} is a failure kind: pass ok: false with it",
+            kind.name()
+        )),
+        (true, None) if retry_after.is_some() => {
+            invalid("retryAfterMs is for failures: pass ok: false with it".into())
+        }
+        (true, None) => Ok(OutcomeArgs {
+            kind: None,
+            latency,
+            retry_after: None,
+        }),
+        (false, kind) => Ok(OutcomeArgs {
+            kind: Some(kind.unwrap_or(FailureKind::Error)),
+            latency,
+            retry_after,
+        }),
+    }
 }
 
 /// Scratch space for one key: short string keys never touch the heap. The stack part is left

@@ -15,6 +15,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod batch;
+mod budget;
 mod error;
 mod fast;
 mod ids;
@@ -23,7 +24,7 @@ mod tasks;
 
 use error::{OrThrow, Result};
 use js::{Id, Ids, KeyBuf, OwnArray};
-use liblb_core::{Algorithm, Outcome};
+use liblb_core::{Algorithm, FailureKind};
 use napi::bindgen_prelude::{AsyncTask, BigInt, Either, Null};
 use napi::{Env, Unknown};
 use napi_derive::napi;
@@ -52,14 +53,15 @@ pub struct NodeStats {
     pub failures: f64,
     /// The peak-EWMA latency estimate in milliseconds, or null before any sample.
     pub latency: Either<f64, Null>,
-    /// Its health: 'healthy', 'warming' (slow start), 'ejected' or 'down'.
-    #[napi(ts_type = "'healthy' | 'warming' | 'ejected' | 'down'")]
+    /// Its health: 'healthy', 'warming' (slow start), 'ejected', 'down' or 'overloaded'
+    /// (paused by a retry-after).
+    #[napi(ts_type = "'healthy' | 'warming' | 'ejected' | 'down' | 'overloaded'")]
     pub status: String,
-    /// When an ejection or a warm-up ends, in milliseconds of the balancer's monotonic clock
-    /// (`nowMs()`, 0 when the balancer was created); null otherwise.
+    /// When an ejection, an overload pause or a warm-up ends, in milliseconds of the
+    /// balancer's monotonic clock (`nowMs()`, 0 when the balancer was created); null otherwise.
     pub until_ms: Either<f64, Null>,
     /// `untilMs` minus the time of the call (at least 0): the milliseconds left of the
-    /// ejection or warm-up; null otherwise.
+    /// ejection, pause or warm-up; null otherwise.
     pub remaining_ms: Either<f64, Null>,
 }
 
@@ -110,19 +112,17 @@ impl Lease {
 
     /// Ends the request: `ok` (default true) is its outcome, `latencyMs` its duration in
     /// milliseconds; without `latencyMs` it is measured since `acquire` by the balancer's
-    /// monotonic clock. Throws `LB_LEASE_FINISHED` if the lease already ended.
-    #[napi(
-        catch_unwind,
-        ts_args_type = "outcome?: { ok?: boolean | null; latencyMs?: number | null } | null"
-    )]
+    /// monotonic clock. A failure (`ok: false`) may name its `kind` (one of `failureKinds()`,
+    /// default 'error') and, for an overloaded node, a `retryAfterMs` that keeps it from picks
+    /// until then: `lease.finish({ ok: false, kind: 'overloaded', retryAfterMs: 5000 })`.
+    /// Throws `LB_LEASE_FINISHED` if the lease already ended, `LB_INVALID_OUTCOME` for an
+    /// unknown kind or a kind or retry-after with `ok: true` (the lease then stays open).
+    #[napi(catch_unwind, ts_args_type = "outcome?: Outcome | null")]
     pub fn finish(&self, env: Env, outcome: Option<Unknown>) -> Result<()> {
-        let (ok, latency) = js::outcome(&env, outcome, "outcome", false)?;
+        let args = js::outcome(&env, outcome, "outcome", false)?;
         let lease = self.open()?;
-        match latency {
-            Some(latency) => lease.finish(to_outcome(ok, latency)),
-            None if ok => lease.success(),
-            None => lease.failure(),
-        }
+        let outcome = args.outcome(Some(lease.elapsed()));
+        lease.finish(outcome);
         Ok(())
     }
 
@@ -154,15 +154,6 @@ impl Lease {
 /// Nanoseconds of the balancer's clock as milliseconds (`nowMs`, `untilMs`).
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
-}
-
-/// A request's outcome from `ok` and its latency.
-fn to_outcome(ok: bool, latency: std::time::Duration) -> Outcome {
-    if ok {
-        Outcome::Success(latency)
-    } else {
-        Outcome::Failure(latency)
-    }
 }
 
 /// A load balancer: an algorithm, its options and a membership.
@@ -420,16 +411,15 @@ impl Balancer {
     }
 
     /// Records the outcome of a request routed after `pick` (in-flight is not touched):
-    /// `{ ok, latencyMs }`, both required. Throws `LB_UNKNOWN_NODE` for an unknown id.
-    #[napi(
-        catch_unwind,
-        ts_args_type = "id: string, outcome: { ok: boolean; latencyMs: number }"
-    )]
+    /// `{ ok, latencyMs }`, and for a failure (`ok: false`) its `kind` (one of
+    /// `failureKinds()`, default 'error') and an overloaded node's `retryAfterMs`. A success
+    /// needs `latencyMs`, a failure may leave it out. Throws `LB_UNKNOWN_NODE` for an unknown
+    /// id, `LB_INVALID_OUTCOME` for an unknown kind or a kind or retry-after with `ok: true`.
+    #[napi(catch_unwind, ts_args_type = "id: string, outcome: ReportOutcome")]
     pub fn report(&self, env: Env, id: Unknown, outcome: Unknown) -> Result<()> {
         let id = js::id(&env, &id, "id")?;
-        let (ok, latency) = js::outcome(&env, Some(outcome), "outcome", true)?;
-        let latency = latency.unwrap_or_default(); // `required`: always given
-        self.inner.report(&id, to_outcome(ok, latency)).or_throw()
+        let outcome = js::outcome(&env, Some(outcome), "outcome", true)?.outcome(None);
+        self.inner.report(&id, outcome).or_throw()
     }
 
     /// The balancer's clock in milliseconds (fractions included): monotonic, 0 when the
@@ -587,6 +577,12 @@ pub fn hash_algorithms() -> Vec<&'static str> {
 #[napi(catch_unwind, ts_return_type = "Array<keyof BalancerOptions>")]
 pub fn option_names() -> Vec<&'static str> {
     liblb_core::Options::NAMES.to_vec()
+}
+
+/// The failure kinds `finish` and `report` take as `kind` (the core's list).
+#[napi(catch_unwind, ts_return_type = "FailureKind[]")]
+pub fn failure_kinds() -> Vec<&'static str> {
+    FailureKind::NAMES.to_vec()
 }
 
 /// The algorithm names `new Balancer` accepts.

@@ -164,7 +164,8 @@ describe('report and stats', () => {
     const a = row(b, 'a')
     assert.equal(a.requests, 2)
     assert.equal(a.failures, 1)
-    assert.ok(Math.abs(a.latency - 20) < 0.05)
+    // A failure counts at least the failure penalty (failure_penalty_ms, 5000 ms by default).
+    assert.ok(Math.abs(a.latency - 5000) < 0.05, `latency ${a.latency}`)
     assert.equal(a.inFlight, 0)
   })
 
@@ -225,7 +226,7 @@ describe('options', () => {
       consecutive_failures: 3, base_ejection_time_ms: 100, max_ejection_time_ms: 1000,
       max_ejection_percent: 50, panic_threshold: 30, slow_start_window_ms: 2000,
       slow_start_aggression: 1.5, min_weight_percent: 20, hash_balance_factor: 150,
-      thread_rounds: 2,
+      thread_rounds: 2, failure_penalty_ms: 250, max_retry_after_ms: 30000,
     }
     assert.deepEqual(Object.keys(values).sort(), [...optionNames()].sort(), 'a core option this test does not set')
     for (const name of algorithms()) assert.equal(new Balancer(name, ABC, values).size, 3)

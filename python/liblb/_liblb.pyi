@@ -11,6 +11,7 @@ _Key: TypeAlias = str | bytes | bytearray | memoryview
 _NodeSpec: TypeAlias = str | tuple[str, int] | tuple[str, int, int]
 _Nodes: TypeAlias = Iterable[_NodeSpec] | Mapping[str, int]
 _Latency: TypeAlias = float | datetime.timedelta
+_FailureKind: TypeAlias = Literal["error", "timeout", "overloaded"]
 
 class _NodeStats(TypedDict):
     id: str
@@ -19,15 +20,19 @@ class _NodeStats(TypedDict):
     requests: int
     failures: int
     latency: float | None
-    status: Literal["healthy", "warming", "ejected", "down"]
+    status: Literal["healthy", "warming", "ejected", "down", "overloaded"]
     until: float | None
     remaining: float | None
 
 __all__ = [
     "Balancer",
     "Lease",
+    "RetryBudget",
+    "RetryThrottle",
+    "AdaptiveThrottle",
     "LeaseFinishedError",
     "HashUnsupportedError",
+    "InvalidOutcomeError",
     "KEYED_ALGORITHMS",
     "HASH_ALGORITHMS",
     "OPTIONS",
@@ -48,6 +53,7 @@ __all__ = [
     "InvalidOptionValueError",
     "ALGORITHMS",
     "HASHES",
+    "FAILURE_KINDS",
     "DEFAULT_VNODES",
     "MAX_VNODES",
     "MAX_BATCH",
@@ -61,6 +67,7 @@ __all__ = [
 
 ALGORITHMS: Final[tuple[str, ...]]
 HASHES: Final[tuple[str, ...]]
+FAILURE_KINDS: Final[tuple[str, ...]]
 KEYED_ALGORITHMS: Final[tuple[str, ...]]
 HASH_ALGORITHMS: Final[tuple[str, ...]]
 OPTIONS: Final[tuple[str, ...]]
@@ -81,7 +88,8 @@ class Balancer:
     ``max_ring_size``; health (every algorithm): ``consecutive_failures``,
     ``base_ejection_time_ms``, ``max_ejection_time_ms``, ``max_ejection_percent``,
     ``panic_threshold``, ``slow_start_window_ms``, ``slow_start_aggression`` (also a float),
-    ``min_weight_percent``, ``hash_balance_factor`` (keyed); ``thread_rounds`` (round robin). docs/algorithms.md and
+    ``min_weight_percent``, ``hash_balance_factor`` (keyed), ``failure_penalty_ms``,
+    ``max_retry_after_ms``; ``thread_rounds`` (round robin). docs/algorithms.md and
     docs/health.md say which algorithm reads which.
     """
 
@@ -109,6 +117,8 @@ class Balancer:
         min_weight_percent: int | str | None = None,
         hash_balance_factor: int | str | None = None,
         thread_rounds: int | str | None = None,
+        failure_penalty_ms: int | str | None = None,
+        max_retry_after_ms: int | str | None = None,
     ) -> Balancer: ...
     @property
     def algorithm(self) -> str:
@@ -136,8 +146,20 @@ class Balancer:
         """``attempts`` for a caller's 64-bit key hash (see ``pick_hash``)."""
     def acquire(self, key: _Key | None = None) -> Lease:
         """Picks a node and starts a request on it until the returned Lease ends."""
-    def report(self, id: str, *, ok: bool, latency: _Latency) -> None:
-        """Records the outcome of a request routed after ``pick`` (in-flight untouched)."""
+    def report(
+        self,
+        id: str,
+        *,
+        ok: bool,
+        latency: _Latency | None = None,
+        kind: _FailureKind | None = None,
+        retry_after: _Latency | None = None,
+    ) -> None:
+        """Records the outcome of a request routed after ``pick`` (in-flight untouched).
+
+        A success needs its ``latency``; a failure (``ok=False``) may leave it out, name its
+        ``kind`` (one of FAILURE_KINDS, default "error") and, when overloaded, a
+        ``retry_after`` that keeps the node from picks until then."""
     def now(self) -> float:
         """The balancer's clock in seconds: monotonic, 0.0 at its creation (``until``'s clock)."""
     def stats(self) -> list[_NodeStats]:
@@ -184,8 +206,16 @@ class Lease:
     @property
     def done(self) -> bool:
         """Whether the lease has ended (finished or cancelled)."""
-    def finish(self, *, ok: bool = True, latency: _Latency | None = None) -> None:
-        """Ends the request; ``latency`` None measures it since ``acquire``."""
+    def finish(
+        self,
+        *,
+        ok: bool = True,
+        latency: _Latency | None = None,
+        kind: _FailureKind | None = None,
+        retry_after: _Latency | None = None,
+    ) -> None:
+        """Ends the request; ``latency`` None measures it since ``acquire``. A failure
+        (``ok=False``) may name its ``kind`` and, when overloaded, a ``retry_after``."""
     def cancel(self) -> None:
         """Ends the request without an outcome (in-flight released, nothing counted)."""
     def __enter__(self) -> str: ...
@@ -196,6 +226,71 @@ class Lease:
         _tb: TracebackType | None = None,
     ) -> Literal[False]:
         """Finishes the lease unless the block already did: a failure if an exception escaped."""
+
+@final
+class RetryBudget:
+    """A retry budget (tower's TpsBudget, Finagle's RetryBudget): every request deposits, every
+    retry withdraws; deposits count for ``ttl`` seconds (1 to 60, default 10), ``min_per_sec``
+    retries per second are always allowed (default 10), each deposit allows ``retry_percent``
+    retries (0 to 1000, default 0.2). Times are seconds on the budget's own monotonic clock
+    (0.0 at creation), or an explicit ``now`` that never goes back. Thread-safe."""
+
+    def __new__(
+        cls,
+        ttl: _Latency | None = None,
+        min_per_sec: int | None = None,
+        retry_percent: float = ...,
+        *,
+        now: float | None = None,
+    ) -> RetryBudget: ...
+    def now(self) -> float:
+        """The budget's clock in seconds: monotonic, 0.0 at its creation."""
+    def deposit(self, *, now: float | None = None) -> None:
+        """Records a request (a first attempt)."""
+    def withdraw(self, *, now: float | None = None) -> bool:
+        """Takes one retry from the budget: True if it may be sent (and was taken)."""
+    def can_withdraw(self, *, now: float | None = None) -> bool:
+        """Whether a retry could be withdrawn, without taking it."""
+    def available(self, *, now: float | None = None) -> int:
+        """The retries available now."""
+
+@final
+class RetryThrottle:
+    """gRPC's retry throttling (gRFC A6): ``max_tokens`` tokens (1 to 1000), one less per
+    failure, ``token_ratio`` more per success (at least 0.001, capped); retries and hedges are
+    refused while at most half are left. Thread-safe."""
+
+    def __new__(cls, max_tokens: int, token_ratio: float) -> RetryThrottle: ...
+    def failure(self) -> bool:
+        """Records a failed attempt; returns whether retries are still allowed after it."""
+    def success(self) -> None:
+        """Records a successful attempt."""
+    @property
+    def allows(self) -> bool:
+        """Whether a retry or a hedge may be sent now."""
+    @property
+    def tokens(self) -> float:
+        """The token count (with its thousandths)."""
+
+@final
+class AdaptiveThrottle:
+    """Client-side adaptive throttling (Google SRE book, chapter 21): over a sliding ``window``
+    (1 s to 1 hour, default 120 s) requests are rejected locally with probability
+    ``max(0, (requests - k * accepts) / (requests + 1))`` (``k`` 1 to 100, default 2). Times
+    as for RetryBudget. Thread-safe."""
+
+    def __new__(
+        cls, k: float = ..., window: _Latency | None = None, *, now: float | None = None
+    ) -> AdaptiveThrottle: ...
+    def now(self) -> float:
+        """The throttle's clock in seconds: monotonic, 0.0 at its creation."""
+    def rejection(self, *, now: float | None = None) -> float:
+        """The probability that ``admit`` rejects a request now."""
+    def admit(self, *, now: float | None = None, random: int | None = None) -> bool:
+        """A request is about to be sent: True to send it, False to reject it locally;
+        counted either way. ``random`` (0..2**64-1) replaces the throttle's own draw."""
+    def accepted(self, *, now: float | None = None) -> None:
+        """A backend accepted a request (any answer but an overload refusal)."""
 
 class Error(ValueError):
     """Base class of every liblb error; ``code`` is the core's stable error code."""
@@ -232,6 +327,11 @@ class HashUnsupportedError(Error):
 
 class LeaseFinishedError(Error):
     """A lease was finished twice (LB_LEASE_FINISHED): a lease ends exactly once."""
+
+class InvalidOutcomeError(Error):
+    """An outcome given to finish or report cannot be understood: an unknown failure kind
+    (FAILURE_KINDS), a kind or retry_after with ok=True, or a negative, NaN or infinite latency
+    or retry_after (LB_INVALID_OUTCOME)."""
 
 class UnknownAlgorithmError(Error):
     """The algorithm name is not one of ALGORITHMS (LB_UNKNOWN_ALGORITHM)."""

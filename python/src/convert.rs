@@ -14,7 +14,9 @@
 //! and Node; a node id must be valid Unicode (an id has to round-trip exactly).
 
 use crate::error::{CoreError, OrRaise};
-use liblb_core::{Algorithm, Error, MAX_NODES, Node, OptionValue, Options};
+use liblb_core::{
+    Algorithm, Error, Failure, FailureKind, MAX_NODES, Node, OptionValue, Options, Outcome,
+};
 use pyo3::exceptions::{PyMemoryError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{
@@ -423,8 +425,11 @@ pub(crate) fn options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Options> {
     Ok(options)
 }
 
-/// A latency: seconds as a non-negative finite float (or int), or a `datetime.timedelta`.
-pub(crate) fn latency(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
+/// A time argument (`latency`, `retry_after`): seconds as a non-negative finite float (or
+/// int), or a `datetime.timedelta`. A value of the wrong type is a `TypeError`; a negative,
+/// NaN or infinite one the core's `InvalidOutcome` (`liblb.InvalidOutcomeError`, a
+/// `ValueError`), naming the argument.
+pub(crate) fn seconds(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Duration> {
     let seconds = if value.is_instance_of::<PyDelta>() {
         value
             .call_method0(pyo3::intern!(value.py(), "total_seconds"))?
@@ -433,16 +438,86 @@ pub(crate) fn latency(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
         value.extract::<f64>()?
     } else {
         return Err(PyTypeError::new_err(format!(
-            "latency must be float seconds or a datetime.timedelta, got {}",
+            "{name} must be float seconds or a datetime.timedelta, got {}",
             type_name(value)
         )));
     };
     Duration::try_from_secs_f64(seconds).map_err(|_| {
-        PyValueError::new_err(format!(
-            "latency must be a finite number of seconds >= 0, got {}",
+        CoreError(Error::InvalidOutcome(format!(
+            "{name} must be a finite number of seconds >= 0, got {}",
             short_repr(value)
-        ))
+        )))
+        .into()
     })
+}
+
+/// A request's outcome as `finish` and `report` take it: `ok`, and for a failure its `kind`
+/// (a name of `liblb.FAILURE_KINDS`, default "error") and an overloaded node's
+/// `retry_after`; `latency` when given. Checked whole before anything is recorded.
+pub(crate) struct OutcomeArgs {
+    kind: Option<FailureKind>,
+    latency: Option<Duration>,
+    retry_after: Option<Duration>,
+}
+
+impl OutcomeArgs {
+    /// Reads and checks the arguments: a success takes neither a kind nor a retry-after
+    /// (`InvalidOutcomeError`), an unknown kind is the core's `InvalidOutcomeError`.
+    pub(crate) fn read(
+        ok: bool,
+        kind: Option<&Bound<'_, PyAny>>,
+        latency: Option<&Bound<'_, PyAny>>,
+        retry_after: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<OutcomeArgs> {
+        let kind = match kind {
+            None => None,
+            Some(kind) => {
+                let name = kind.cast::<PyString>().map_err(|_| {
+                    PyTypeError::new_err(format!("kind must be str, got {}", type_name(kind)))
+                })?;
+                Some(FailureKind::from_name(&utf8_lossy(name)?).or_raise()?)
+            }
+        };
+        let latency = latency.map(|l| seconds("latency", l)).transpose()?;
+        let retry_after = retry_after.map(|r| seconds("retry_after", r)).transpose()?;
+        let invalid = |detail: String| Err(CoreError(Error::InvalidOutcome(detail)).into());
+        match (ok, kind) {
+            (true, Some(kind)) => invalid(format!(
+                "kind={:?} is a failure kind: pass ok=False with it",
+                kind.name()
+            )),
+            (true, None) if retry_after.is_some() => {
+                invalid("retry_after is for failures: pass ok=False with it".into())
+            }
+            (true, None) => Ok(OutcomeArgs {
+                kind: None,
+                latency,
+                retry_after: None,
+            }),
+            (false, kind) => Ok(OutcomeArgs {
+                kind: Some(kind.unwrap_or(FailureKind::Error)),
+                latency,
+                retry_after,
+            }),
+        }
+    }
+
+    /// The outcome, `measured` standing in for a latency not given (a lease's time since
+    /// acquire); a success without either is a `TypeError` naming the missing `latency`.
+    pub(crate) fn outcome(self, measured: Option<Duration>) -> PyResult<Outcome> {
+        let latency = self.latency.or(measured);
+        match (self.kind, latency) {
+            (None, Some(latency)) => Ok(Outcome::Success(latency)),
+            (None, None) => Err(PyTypeError::new_err(
+                "a success needs its latency: report(id, ok=True, latency=...)",
+            )),
+            (Some(kind), latency) => Ok(Outcome::Failed(Failure {
+                kind,
+                latency,
+                retry_after: self.retry_after,
+            })),
+        }
+    }
 }
 
 /// `repr(value)` for an error message, shortened when long: `10**300` is not worth 301 digits.

@@ -83,6 +83,12 @@ create_exception!(
 );
 create_exception!(
     liblb,
+    InvalidOutcomeError,
+    Error,
+    "An outcome given to finish or report cannot be understood: an unknown failure kind (liblb.FAILURE_KINDS), a kind or retry_after with ok=True, or a negative, NaN or infinite latency or retry_after (LB_INVALID_OUTCOME)."
+);
+create_exception!(
+    liblb,
     UnknownAlgorithmError,
     Error,
     "The algorithm name is not one of liblb.ALGORITHMS (LB_UNKNOWN_ALGORITHM)."
@@ -130,6 +136,7 @@ fn class_of<'py>(py: Python<'py>, error: &E) -> Bound<'py, PyType> {
         E::KeyRequired(_) => py.get_type::<KeyRequiredError>(),
         E::TooManyNodes(_) => py.get_type::<TooManyNodesError>(),
         E::HashUnsupported(_) => py.get_type::<HashUnsupportedError>(),
+        E::InvalidOutcome(_) => py.get_type::<InvalidOutcomeError>(),
         // The same MemoryError the binding raises for its own batch limits (convert.rs).
         E::BatchTooLarge(_) => py.get_type::<PyMemoryError>(),
         E::UnknownAlgorithm(_) => py.get_type::<UnknownAlgorithmError>(),
@@ -197,7 +204,7 @@ impl<T> OrRaise<T> for liblb_core::Result<T> {
 /// it as the class attribute `code`, taken from the core itself (never retyped here).
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    let with_code: [(Bound<'_, PyType>, Option<E>); 16] = [
+    let with_code: [(Bound<'_, PyType>, Option<E>); 17] = [
         (py.get_type::<Error>(), None),
         (py.get_type::<NoNodesError>(), Some(E::NoNodes)),
         (py.get_type::<NoUsableNodesError>(), Some(E::NoUsableNodes)),
@@ -216,6 +223,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         (
             py.get_type::<HashUnsupportedError>(),
             Some(E::HashUnsupported("")),
+        ),
+        (
+            py.get_type::<InvalidOutcomeError>(),
+            Some(E::InvalidOutcome(String::new())),
         ),
         (
             py.get_type::<UnknownAlgorithmError>(),

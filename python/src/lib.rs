@@ -15,20 +15,20 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod budget;
 mod convert;
 mod error;
 
-use convert::{KeyBatch, with_key};
+use convert::{KeyBatch, OutcomeArgs, with_key};
 use error::OrRaise;
 use liblb_core::{
-    Algorithm, Balancer, DEFAULT_VNODES, HashKind, Lease, MAX_VNODES, Node, Options, Outcome,
+    Algorithm, Balancer, DEFAULT_VNODES, FailureKind, HashKind, Lease, MAX_VNODES, Node, Options,
     Picked, Picks,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
 /// `pick_many` / `pick_n` batches larger than this run with the GIL released. Releasing is
 /// cheap when nobody waits (~0.1 µs), but taking the GIL back while other threads run can take
@@ -199,10 +199,20 @@ impl PyBalancer {
     }
 
     /// Records the outcome of a request routed after `pick` (in-flight is not touched):
-    /// `latency` in seconds (float) or a `datetime.timedelta`.
-    #[pyo3(signature = (id, *, ok, latency))]
-    fn report(&self, id: &Bound<'_, PyAny>, ok: bool, latency: &Bound<'_, PyAny>) -> PyResult<()> {
-        let outcome = outcome(ok, convert::latency(latency)?);
+    /// `latency` in seconds (float) or a `datetime.timedelta`, required for a success and
+    /// optional for a failure (`ok=False`), which may name its `kind` (one of
+    /// `FAILURE_KINDS`, default "error") and, for an overloaded node, a `retry_after` (seconds
+    /// or a timedelta) that keeps it from picks until then.
+    #[pyo3(signature = (id, *, ok, latency=None, kind=None, retry_after=None))]
+    fn report(
+        &self,
+        id: &Bound<'_, PyAny>,
+        ok: bool,
+        latency: Option<&Bound<'_, PyAny>>,
+        kind: Option<&Bound<'_, PyAny>>,
+        retry_after: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let outcome = OutcomeArgs::read(ok, kind, latency, retry_after)?.outcome(None)?;
         self.inner.report(convert::node_id(id)?, outcome).or_raise()
     }
 
@@ -214,8 +224,9 @@ impl PyBalancer {
 
     /// Each node's load, in insertion order: dicts with `id`, `weight`, `in_flight`,
     /// `requests`, `failures`, `latency` (the peak-EWMA estimate in seconds, or None),
-    /// `status`, `until` (when a warm-up or ejection ends, on the `now()` clock, or None) and
-    /// `remaining` (`until` minus the time of the call, at least 0.0, or None).
+    /// `status`, `until` (when a warm-up, an ejection or an overload pause ends, on the
+    /// `now()` clock, or None) and `remaining` (`until` minus the time of the call, at least
+    /// 0.0, or None).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let stats = self.inner.stats();
         // Read after the stats: never before the instant their statuses were judged.
@@ -349,15 +360,6 @@ fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-/// A request's outcome from `ok` and its latency.
-fn outcome(ok: bool, latency: Duration) -> Outcome {
-    if ok {
-        Outcome::Success(latency)
-    } else {
-        Outcome::Failure(latency)
-    }
-}
-
 /// A request in progress on one node, from `Balancer.acquire` until it ends.
 ///
 /// `with balancer.acquire(key) as node:` yields the node id and finishes the lease when the
@@ -426,17 +428,24 @@ impl PyLease {
     }
 
     /// Ends the request: `ok` is its outcome, `latency` its duration in seconds (float) or a
-    /// `datetime.timedelta`; None measures it since `acquire` with the balancer's clock.
-    /// Raises `LeaseFinishedError` if the lease already ended.
-    #[pyo3(signature = (*, ok=true, latency=None))]
-    fn finish(&self, py: Python<'_>, ok: bool, latency: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let latency = latency.map(convert::latency).transpose()?;
+    /// `datetime.timedelta`; None measures it since `acquire` with the balancer's clock. A
+    /// failure (`ok=False`) may name its `kind` (one of `FAILURE_KINDS`, default "error") and,
+    /// for an overloaded node, a `retry_after` that keeps it from picks until then. Raises
+    /// `LeaseFinishedError` if the lease already ended; on any error the lease stays open.
+    #[pyo3(signature = (*, ok=true, latency=None, kind=None, retry_after=None))]
+    fn finish(
+        &self,
+        py: Python<'_>,
+        ok: bool,
+        latency: Option<&Bound<'_, PyAny>>,
+        kind: Option<&Bound<'_, PyAny>>,
+        retry_after: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let args = OutcomeArgs::read(ok, kind, latency, retry_after)?;
         let lease = self.open(py)?;
-        match (latency, ok) {
-            (Some(latency), _) => lease.finish(outcome(ok, latency)),
-            (None, true) => lease.success(),
-            (None, false) => lease.failure(),
-        }
+        // With the lease measuring, `outcome` cannot fail: a lease always has a latency.
+        let outcome = args.outcome(Some(lease.elapsed()))?;
+        lease.finish(outcome);
         Ok(())
     }
 
@@ -543,6 +552,9 @@ fn _liblb(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyBalancer>()?;
     m.add_class::<PyLease>()?;
+    m.add_class::<budget::PyRetryBudget>()?;
+    m.add_class::<budget::PyRetryThrottle>()?;
+    m.add_class::<budget::PyAdaptiveThrottle>()?;
     error::register(m)?;
     m.add("ALGORITHMS", PyTuple::new(py, Algorithm::NAMES)?)?;
     let names = |keep: fn(&Algorithm) -> bool| {
@@ -553,6 +565,7 @@ fn _liblb(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("HASH_ALGORITHMS", names(|a| a.takes_hash())?)?;
     m.add("OPTIONS", PyTuple::new(py, Options::NAMES)?)?;
     m.add("HASHES", PyTuple::new(py, HashKind::NAMES)?)?;
+    m.add("FAILURE_KINDS", PyTuple::new(py, FailureKind::NAMES)?)?;
     m.add("DEFAULT_VNODES", DEFAULT_VNODES)?;
     m.add("MAX_VNODES", MAX_VNODES)?;
     m.add("MAX_BATCH", convert::MAX_BATCH)?;

@@ -25,6 +25,7 @@ CLASSES: list[tuple[type[liblb.Error], type[Exception], str | None]] = [
     (liblb.TooManyNodesError, liblb.Error, "LB_TOO_MANY_NODES"),
     (liblb.UnknownAlgorithmError, liblb.Error, "LB_UNKNOWN_ALGORITHM"),
     (liblb.HashUnsupportedError, liblb.Error, "LB_HASH_UNSUPPORTED"),
+    (liblb.InvalidOutcomeError, liblb.Error, "LB_INVALID_OUTCOME"),
     (liblb.LeaseFinishedError, liblb.Error, "LB_LEASE_FINISHED"),
     (liblb.InvalidOptionError, liblb.Error, None),
     (liblb.UnknownOptionError, liblb.InvalidOptionError, "LB_UNKNOWN_OPTION"),

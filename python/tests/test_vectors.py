@@ -7,6 +7,7 @@ answer that differs from it is a binding bug.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,18 @@ def nodes_of(raw: list[list[Any]]) -> list[tuple[str, int]]:
     return [(node_id, weight) for node_id, weight in raw]
 
 
+def outcome_of(step: dict[str, Any]) -> dict[str, Any]:
+    """A finish or report step's outcome as keyword arguments: only the fields the step has."""
+    outcome: dict[str, Any] = {"ok": step["ok"]}
+    if "kind" in step:
+        outcome["kind"] = step["kind"]
+    if "latency_ms" in step:
+        outcome["latency"] = step["latency_ms"] / 1000
+    if "retry_after_ms" in step:
+        outcome["retry_after"] = step["retry_after_ms"] / 1000
+    return outcome
+
+
 def run_step(balancer: liblb.Balancer, leases: list[liblb.Lease], step: dict[str, Any]) -> Any:
     """Runs one step; `leases` are the case's leases so far (acquire appends, in order)."""
     op = step["op"]
@@ -57,11 +70,18 @@ def run_step(balancer: liblb.Balancer, leases: list[liblb.Lease], step: dict[str
         leases.append(lease)
         return lease.id
     if op == "finish":
-        return leases[step["lease"]].finish(ok=step["ok"], latency=step["latency_ms"] / 1000)
+        return leases[step["lease"]].finish(**outcome_of(step))
     if op == "cancel":
         return leases[step["lease"]].cancel()
     if op == "report":
-        return balancer.report(step["id"], ok=step["ok"], latency=step["latency_ms"] / 1000)
+        return balancer.report(step["id"], **outcome_of(step))
+    if op == "sleep":
+        return time.sleep(step["ms"] / 1000)
+    if op == "latency":
+        return [
+            [s["id"], None if s["latency"] is None else round(s["latency"] * 1000)]
+            for s in balancer.stats()
+        ]
     if op == "mark_down":
         return balancer.mark_down(step["id"])
     if op == "mark_up":
@@ -105,3 +125,51 @@ def test_vector_case(case: dict[str, Any]) -> None:
                 assert got == step["expect"], where
             else:
                 assert got is None, where
+
+
+BUDGETS: list[dict[str, Any]] = json.loads(VECTORS.read_text(encoding="utf-8"))["budgets"]
+
+
+def build_policy(object_: str, args: dict[str, Any]) -> Any:
+    """The budget or throttle a budget case describes; times in the vectors are milliseconds."""
+    if object_ == "retry_budget":
+        return liblb.RetryBudget(
+            args["ttl_ms"] / 1000, args["min_per_sec"], args["retry_percent"],
+            now=args["created_ms"] / 1000,
+        )
+    if object_ == "retry_throttle":
+        return liblb.RetryThrottle(args["max_tokens"], args["token_ratio"])
+    if object_ == "adaptive_throttle":
+        return liblb.AdaptiveThrottle(args["k"], args["window_ms"] / 1000, now=args["created_ms"] / 1000)
+    raise AssertionError(f"unknown budget object {object_!r}")
+
+
+def run_policy_step(policy: Any, step: dict[str, Any]) -> Any:
+    op = step["op"]
+    now = step["now_ms"] / 1000 if "now_ms" in step else None
+    if op in ("deposit", "withdraw", "can_withdraw", "available", "rejection_ppb", "accepted"):
+        if op == "rejection_ppb":
+            return round(policy.rejection(now=now) * 1e9)
+        return getattr(policy, op)(now=now)
+    if op == "admit":
+        return policy.admit(now=now, random=int(step["random"]))
+    if op in ("failure", "success"):
+        return getattr(policy, op)()
+    if op == "allows":
+        return policy.allows
+    if op == "tokens_milli":
+        return round(policy.tokens * 1000)
+    raise AssertionError(f"unknown budget op {op!r} in {VECTORS}")
+
+
+@pytest.mark.parametrize("case", BUDGETS, ids=[case["name"] for case in BUDGETS])
+def test_budget_vector_case(case: dict[str, Any]) -> None:
+    if "expect_error" in case:
+        with pytest.raises(liblb.Error) as info:
+            build_policy(case["object"], case["args"])
+        assert info.value.code == case["expect_error"]
+        return
+    policy = build_policy(case["object"], case["args"])
+    for i, step in enumerate(case["steps"]):
+        got = run_policy_step(policy, step)
+        assert got == step.get("expect"), f"{case['name']} step {i} {step}"

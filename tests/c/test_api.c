@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "check.h"
 
@@ -669,7 +670,7 @@ static void test_leases_report_stats(void) {
     CHECK_RESULT(lb_lease_elapsed(NULL, &elapsed), LB_RESULT_NULL_PARAMETER);
 
     /* finish: success, failure; a bad outcome leaves the lease with the caller. */
-    CHECK_RESULT(lb_lease_finish(l[0], 2, 1000), LB_RESULT_INVALID_OUTCOME);
+    CHECK_RESULT(lb_lease_finish(l[0], 4, 1000), LB_RESULT_INVALID_OUTCOME);
     CHECK_RESULT(lb_lease_finish(NULL, LB_OUTCOME_SUCCESS, 1000), LB_RESULT_NULL_PARAMETER);
     CHECK_OK(lb_lease_finish(l[0], LB_OUTCOME_SUCCESS, 4000000));
     CHECK_OK(lb_lease_finish(l[1], LB_OUTCOME_FAILURE, 8000000));
@@ -679,7 +680,8 @@ static void test_leases_report_stats(void) {
     CHECK(st[0].in_flight == 0 && st[0].requests == 1 && st[0].failures == 0);
     CHECK(st[0].latency_ns == 4000000);
     CHECK(st[1].in_flight == 0 && st[1].requests == 1 && st[1].failures == 1);
-    CHECK(st[1].latency_ns == 8000000);
+    /* A failure counts at least the failure penalty (failure_penalty_ms, 5 s by default). */
+    CHECK(st[1].latency_ns == UINT64_C(5000000000));
     CHECK(st[2].in_flight == 0 && st[2].requests == 0 && st[2].latency_ns == LB_LATENCY_NONE);
 
     /* report: counts without in-flight; errors record nothing. */
@@ -778,6 +780,202 @@ static void test_least_connections_reads_leases(void) {
 
 /* Health: failures reported eject a node (stats say until when), mark_down/mark_up for a
  * keyed algorithm move only that node's keys and bring them back, panic, bad input. */
+/* Failure kinds (LB_OUTCOME_TIMEOUT, LB_OUTCOME_OVERLOADED) through the plain and the _info
+ * calls: an overloaded node's retry-after pauses it until then, and the pause ends by itself;
+ * timeouts extend the failure streak, overloaded answers do not; bad outcomes record nothing
+ * and leave a lease with the caller. */
+static void test_outcome_kinds(void) {
+    lb_node abcd[] = {node("a", 1, 1), node("b", 1, 2), node("c", 1, 3), node("d", 1, 4)};
+    lb_balancer *b = make("round_robin", NULL, abcd, 4);
+    lb_node_stats st[8];
+    char ids[64];
+    uint64_t t0 = 0, t1 = 0;
+    CHECK_OK(lb_balancer_now_ns(b, &t0));
+    lb_outcome_info busy = {LB_OUTCOME_OVERLOADED, LB_LATENCY_NONE, UINT64_C(1000000000)};
+    CHECK_OK(lb_balancer_report_info(b, S("a"), &busy));
+    CHECK_OK(lb_balancer_now_ns(b, &t1));
+    CHECK(get_stats(b, st, ids, sizeof ids) == 4);
+    CHECK(st[0].status == LB_NODE_OVERLOADED);
+    CHECK(st[0].until_ns >= t0 + 1000000000 && st[0].until_ns <= t1 + 1000000000);
+    CHECK(st[0].requests == 1 && st[0].failures == 1);
+    CHECK(st[0].latency_ns == UINT64_C(5000000000)); /* no latency given: the penalty */
+    char id[8];
+    size_t size = 0;
+    for (int i = 0; i < 12; i++) {
+        CHECK_OK(lb_balancer_pick(b, NULL, 0, NULL, id, sizeof id, &size));
+        CHECK(strcmp(id, "a") != 0);
+    }
+
+    /* Refused, nothing recorded: a success with a retry-after or without a latency, unknown
+     * codes, NULL info. */
+    lb_outcome_info bad[] = {
+        {LB_OUTCOME_SUCCESS, 1000, 0},
+        {LB_OUTCOME_SUCCESS, LB_LATENCY_NONE, LB_LATENCY_NONE},
+        {4, 1000, LB_LATENCY_NONE},
+        {UINT32_MAX, LB_LATENCY_NONE, LB_LATENCY_NONE},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_RESULT(lb_balancer_report_info(b, S("b"), &bad[i]), LB_RESULT_INVALID_OUTCOME);
+    CHECK_RESULT(lb_balancer_report(b, S("b"), LB_OUTCOME_SUCCESS, LB_LATENCY_NONE),
+                 LB_RESULT_INVALID_OUTCOME);
+    CHECK_RESULT(lb_balancer_report_info(b, S("b"), NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_report_info(NULL, S("b"), &busy), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_report_info(b, S("x"), &busy), LB_RESULT_UNKNOWN_NODE);
+    CHECK(get_stats(b, st, ids, sizeof ids) == 4);
+    CHECK(st[1].requests == 0 && st[1].status == LB_NODE_HEALTHY);
+
+    /* The pause ends by itself: a is picked again, once per round. */
+    struct timespec nap = {1, 100000000}; /* past the 1 s pause, with a margin */
+    nanosleep(&nap, NULL);
+    CHECK(get_stats(b, st, ids, sizeof ids) == 4);
+    CHECK(st[0].status == LB_NODE_HEALTHY && st[0].until_ns == 0);
+    int back = 0;
+    for (int i = 0; i < 8; i++) {
+        CHECK_OK(lb_balancer_pick(b, NULL, 0, NULL, id, sizeof id, &size));
+        back += strcmp(id, "a") == 0;
+    }
+    CHECK(back == 2);
+
+    /* Leases: a bad outcome leaves the lease open; LB_LATENCY_NONE is measured. */
+    lb_lease *lease = NULL;
+    CHECK_OK(lb_balancer_acquire(b, NULL, 0, &lease, NULL, NULL, 0, NULL));
+    CHECK_RESULT(lb_lease_finish_info(lease, &bad[0]), LB_RESULT_INVALID_OUTCOME);
+    CHECK_RESULT(lb_lease_finish_info(lease, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_lease_finish_info(NULL, &busy), LB_RESULT_NULL_PARAMETER);
+    lb_outcome_info timeout = {LB_OUTCOME_TIMEOUT, LB_LATENCY_NONE, LB_LATENCY_NONE};
+    CHECK_OK(lb_lease_finish_info(lease, &timeout));
+    CHECK_OK(lb_balancer_acquire(b, NULL, 0, &lease, NULL, NULL, 0, NULL));
+    CHECK_OK(lb_lease_finish(lease, LB_OUTCOME_SUCCESS, LB_LATENCY_NONE));
+    CHECK(get_stats(b, st, ids, sizeof ids) == 4);
+    uint64_t in_flight = 0, failures = 0;
+    for (int i = 0; i < 4; i++) {
+        in_flight += st[i].in_flight;
+        failures += st[i].failures;
+        /* measured, so far below the 584 years LB_LATENCY_NONE would mean as a latency */
+        CHECK(st[i].latency_ns == LB_LATENCY_NONE || st[i].latency_ns <= UINT64_C(5000000000));
+    }
+    CHECK(in_flight == 0 && failures == 2);
+    lb_balancer_free(b);
+
+    /* 4 errors, overloaded answers (streak untouched), then a timeout: ejected. */
+    lb_node two[] = {node("a", 1, 1), node("b", 1, 2)};
+    b = make("round_robin", NULL, two, 2);
+    for (int i = 0; i < 4; i++) CHECK_OK(lb_balancer_report(b, S("a"), LB_OUTCOME_ERROR, 1000));
+    CHECK_OK(lb_balancer_report(b, S("a"), LB_OUTCOME_OVERLOADED, LB_LATENCY_NONE));
+    CHECK_OK(lb_balancer_report(b, S("a"), LB_OUTCOME_OVERLOADED, 1000));
+    CHECK(get_stats(b, st, ids, sizeof ids) == 2);
+    CHECK(st[0].status == LB_NODE_HEALTHY);
+    CHECK_OK(lb_balancer_report(b, S("a"), LB_OUTCOME_TIMEOUT, LB_LATENCY_NONE));
+    CHECK(get_stats(b, st, ids, sizeof ids) == 2);
+    CHECK(st[0].status == LB_NODE_EJECTED && st[0].failures == 7);
+    CHECK(LB_OUTCOME_FAILURE == LB_OUTCOME_ERROR && LB_OUTCOME_TIMEOUT == 2 &&
+          LB_OUTCOME_OVERLOADED == 3 && LB_NODE_OVERLOADED == 4);
+    lb_balancer_free(b);
+}
+
+/* Budgets and throttles: the core's objects behind handles, clocked by the caller. The
+ * numbers are tower's and gRFC A6's (the core's tests port them); here every call, output and
+ * error reaches C. */
+static void test_budgets(void) {
+    const uint64_t S = UINT64_C(1000000000);
+    lb_retry_budget *budget = NULL;
+    /* Bad arguments: the core's errors, nothing allocated. */
+    CHECK_RESULT(lb_retry_budget_new(999, 10, 0.2, 0, &budget), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_retry_budget_new(10000, 10, -0.5, 0, &budget),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_retry_budget_new(10000, 10, 0.0 / 0.0, 0, &budget),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_retry_budget_new(10000, 10, 0.2, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK(budget == NULL);
+    /* tower's tps_reserve: no deposits, a reserve of min_per_sec x ttl = 1 x 1 retries. */
+    CHECK_OK(lb_retry_budget_new(1000, 1, 1.0, 0, &budget));
+    bool allowed = false;
+    uint64_t available = 99;
+    CHECK_OK(lb_retry_budget_available(budget, 0, &available));
+    CHECK(available == 1);
+    CHECK_OK(lb_retry_budget_can_withdraw(budget, 0, &allowed));
+    CHECK(allowed);
+    CHECK_OK(lb_retry_budget_withdraw(budget, 0, &allowed));
+    CHECK(allowed);
+    CHECK_OK(lb_retry_budget_withdraw(budget, 0, &allowed));
+    CHECK(!allowed);
+    /* A deposit allows one more retry (retry_percent 1.0), for the ttl. */
+    CHECK_OK(lb_retry_budget_deposit(budget, 0));
+    CHECK_OK(lb_retry_budget_withdraw(budget, S / 2, &allowed));
+    CHECK(allowed);
+    CHECK_RESULT(lb_retry_budget_deposit(NULL, 0), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_budget_withdraw(budget, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_budget_withdraw(NULL, 0, &allowed), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_budget_can_withdraw(budget, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_budget_available(budget, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    /* Two seconds on, the deposit has expired and the reserve is back. */
+    CHECK_OK(lb_retry_budget_available(budget, 2 * S, &available));
+    CHECK(available == 1);
+    lb_retry_budget_free(budget);
+    lb_retry_budget_free(NULL);
+
+    /* gRFC A6: 10 tokens, +0.5 per success; retries stop at 5 or fewer. */
+    lb_retry_throttle *throttle = NULL;
+    CHECK_RESULT(lb_retry_throttle_new(0, 0.5, &throttle), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_retry_throttle_new(10, 0.0001, &throttle), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_retry_throttle_new(10, 0.5, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK(throttle == NULL);
+    CHECK_OK(lb_retry_throttle_new(10, 0.5, &throttle));
+    double tokens = 0;
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(lb_retry_throttle_failure(throttle, &allowed));
+        CHECK(allowed);
+    }
+    CHECK_OK(lb_retry_throttle_failure(throttle, &allowed)); /* 5 left: at half, refused */
+    CHECK(!allowed);
+    CHECK_OK(lb_retry_throttle_allows(throttle, &allowed));
+    CHECK(!allowed);
+    CHECK_OK(lb_retry_throttle_success(throttle));
+    CHECK_OK(lb_retry_throttle_tokens(throttle, &tokens));
+    CHECK(tokens == 5.5);
+    CHECK_OK(lb_retry_throttle_allows(throttle, &allowed));
+    CHECK(allowed);
+    CHECK_OK(lb_retry_throttle_failure(throttle, NULL)); /* the answer is optional */
+    CHECK_RESULT(lb_retry_throttle_failure(NULL, &allowed), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_throttle_success(NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_throttle_allows(throttle, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_retry_throttle_tokens(throttle, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_OK(lb_retry_throttle_tokens(throttle, &tokens));
+    CHECK(tokens == 4.5);
+    lb_retry_throttle_free(throttle);
+    lb_retry_throttle_free(NULL);
+
+    /* The SRE book: K = 2 over 120 s; 10 requests, none accepted: p = 10 / 11. */
+    lb_adaptive_throttle *adaptive = NULL;
+    CHECK_RESULT(lb_adaptive_throttle_new(0.5, 120000, 0, &adaptive),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_adaptive_throttle_new(2.0, 999, 0, &adaptive), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_adaptive_throttle_new(2.0, 120000, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK(adaptive == NULL);
+    CHECK_OK(lb_adaptive_throttle_new(2.0, 120000, 0, &adaptive));
+    double p = 1;
+    CHECK_OK(lb_adaptive_throttle_rejection(adaptive, 0, &p));
+    CHECK(p == 0);
+    bool admitted = false;
+    for (int i = 0; i < 10; i++) {
+        CHECK_OK(lb_adaptive_throttle_admit(adaptive, S, UINT64_MAX, &admitted));
+        CHECK(admitted); /* the largest draw is always admitted */
+    }
+    CHECK_OK(lb_adaptive_throttle_rejection(adaptive, S, &p));
+    CHECK(p > 0.909 && p < 0.91);
+    CHECK_OK(lb_adaptive_throttle_admit(adaptive, S, 0, &admitted));
+    CHECK(!admitted); /* the smallest draw is rejected whenever p > 0 */
+    for (int i = 0; i < 6; i++) CHECK_OK(lb_adaptive_throttle_accepted(adaptive, S));
+    CHECK_OK(lb_adaptive_throttle_rejection(adaptive, S, &p));
+    CHECK(p == 0); /* 11 requests < 2 x 6 accepts */
+    CHECK_RESULT(lb_adaptive_throttle_admit(adaptive, S, 0, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_adaptive_throttle_admit(NULL, S, 0, &admitted), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_adaptive_throttle_accepted(NULL, S), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_adaptive_throttle_rejection(adaptive, S, NULL), LB_RESULT_NULL_PARAMETER);
+    lb_adaptive_throttle_free(adaptive);
+    lb_adaptive_throttle_free(NULL);
+}
+
 static void test_health(void) {
     static const char *const ids_of[] = {"a", "b", "c", "d"};
     lb_options *o = NULL;
@@ -958,5 +1156,7 @@ int main(void) {
     test_least_connections_reads_leases();
     test_pick_hash();
     test_health();
+    test_outcome_kinds();
+    test_budgets();
     return check_report("test_api");
 }

@@ -164,10 +164,103 @@ static void test_feedback() {
     kept.failure(milliseconds(1));
 }
 
+// Failure kinds: an overloaded node's retry-after pauses it (and the pause ends by itself),
+// timeouts count towards ejection, overloaded answers do not, negative times are refused.
+static void test_outcome_kinds() {
+    using std::chrono::milliseconds;
+    lb::balancer b("round_robin", {{"a", 1, 1}, {"b", 1, 2}, {"c", 1, 3}, {"d", 1, 4}});
+    auto t0 = b.now();
+    b.report("a", lb::failure_kind::overloaded, std::nullopt, milliseconds(1000));
+    auto st = b.stats();
+    CHECK(st[0].status == LB_NODE_OVERLOADED && st[0].until);
+    CHECK(*st[0].until >= t0 + milliseconds(1000) && *st[0].until <= b.now() + milliseconds(1000));
+    CHECK(st[0].requests == 1 && st[0].failures == 1);
+    // No latency given: the failure penalty (5 s by default) is the sample.
+    CHECK(st[0].latency == std::chrono::nanoseconds(5000000000));
+    for (int i = 0; i < 12; i++) CHECK(b.pick().id != "a");
+    // Negative times are refused before anything is recorded.
+    bool threw = false;
+    try {
+        b.report("b", lb::failure_kind::overloaded, std::nullopt, milliseconds(-1));
+    } catch (const std::out_of_range &e) {
+        threw = std::string(e.what()).find("retry_after must be >= 0") != std::string::npos;
+    }
+    CHECK(threw && b.stats()[1].requests == 0 && b.stats()[1].status == LB_NODE_HEALTHY);
+    EXPECT_ERROR(LB_RESULT_UNKNOWN_NODE, b.report("x", lb::failure_kind::timeout));
+    std::this_thread::sleep_for(milliseconds(1100));
+    CHECK(b.stats()[0].status == LB_NODE_HEALTHY && !b.stats()[0].until);
+    int back = 0;
+    for (int i = 0; i < 8; i++) back += b.pick().id == "a";
+    CHECK(back == 2);
+
+    // A lease ends with a kind: measured latency when none is given.
+    uint64_t failed = 0;
+    for (auto &n : b.stats()) failed += n.failures;
+    lb::lease l = b.acquire();
+    l.failure(lb::failure_kind::timeout);
+    CHECK(!l);
+    EXPECT_ERROR(LB_RESULT_LEASE_FINISHED, l.failure(lb::failure_kind::error));
+    for (auto &n : b.stats()) {
+        CHECK(n.in_flight == 0 && n.status == LB_NODE_HEALTHY);
+        failed -= n.failures;
+    }
+    CHECK(failed == uint64_t(0) - 1);  // one more failure
+
+    // 4 errors, overloaded answers (streak untouched), then a timeout: ejected.
+    lb::balancer e("round_robin", {{"a", 1, 1}, {"b", 1, 2}});
+    for (int i = 0; i < 4; i++) e.report("a", lb::failure_kind::error, milliseconds(1));
+    e.report("a", lb::failure_kind::overloaded);
+    e.report("a", lb::failure_kind::overloaded, milliseconds(1));
+    CHECK(e.stats()[0].status == LB_NODE_HEALTHY);
+    e.report("a", lb::failure_kind::timeout);
+    CHECK(e.stats()[0].status == LB_NODE_EJECTED && e.stats()[0].failures == 7);
+}
+
+// Budgets and throttles: RAII handles over the C API, errors as lb::error.
+static void test_budgets() {
+    using std::chrono::seconds;
+    static_assert(!std::is_copy_constructible_v<lb::retry_budget>);
+    static_assert(std::is_nothrow_move_constructible_v<lb::retry_budget>);
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::retry_budget(std::chrono::milliseconds(10)));
+    lb::retry_budget budget(seconds(1), 1, 1.0);
+    CHECK(budget.available(seconds(0)) == 1 && budget.can_withdraw(seconds(0)));
+    CHECK(budget.withdraw(seconds(0)) && !budget.withdraw(seconds(0)));
+    budget.deposit(seconds(0));
+    CHECK(budget.withdraw(std::chrono::milliseconds(500)));
+    CHECK(budget.available(seconds(2)) == 1);
+    bool threw = false;
+    try {
+        budget.deposit(std::chrono::nanoseconds(-1));
+    } catch (const std::out_of_range &) {
+        threw = true;
+    }
+    CHECK(threw);
+    lb::retry_budget moved = std::move(budget);
+    CHECK(moved.get() && !budget.get());
+
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::retry_throttle(0, 0.5));
+    lb::retry_throttle throttle(10, 0.5);
+    for (int i = 0; i < 4; i++) CHECK(throttle.failure());
+    CHECK(!throttle.failure() && !throttle.allows());
+    throttle.success();
+    CHECK(throttle.tokens() == 5.5 && throttle.allows());
+
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::adaptive_throttle(200.0));
+    lb::adaptive_throttle adaptive;
+    for (int i = 0; i < 10; i++) CHECK(adaptive.admit(seconds(1), UINT64_MAX));
+    double p = adaptive.rejection(seconds(1));
+    CHECK(p > 0.909 && p < 0.91);
+    CHECK(!adaptive.admit(seconds(1), 0));
+    for (int i = 0; i < 6; i++) adaptive.accepted(seconds(1));
+    CHECK(adaptive.rejection(seconds(1)) == 0);
+}
+
 int main() {
     CHECK(lb::version() == std::to_string(LB_VERSION_MAJOR) + "." +
                                std::to_string(LB_VERSION_MINOR) + "." +
                                std::to_string(LB_VERSION_PATCH));
+    test_outcome_kinds();
+    test_budgets();
     auto names = lb::algorithms();
     CHECK(names.size() == 15 && names.front() == "random" && names.back() == "jump");
 

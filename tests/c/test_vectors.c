@@ -1,10 +1,12 @@
 /* Replays every case of tests/vectors/vectors.json (the file the Rust core generates and
  * every language checks) through the C API: same answers, same error codes, and after each
  * expected error the node list is unchanged. Usage: test_vectors path/to/vectors.json */
+#define _POSIX_C_SOURCE 199309L /* nanosleep */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "json.h"
@@ -97,14 +99,34 @@ static lb_lease *take_lease(const json *step) {
     return lease;
 }
 
-static lb_outcome outcome_of(const json *step) {
+/* A finish or report step's outcome: ok, or the failure `kind` (error by default; an
+ * unknown kind name is an unknown lb_outcome code, which C must refuse), `latency_ms` and
+ * `retry_after_ms` when given (else LB_LATENCY_NONE). */
+static lb_outcome_info outcome_of(const json *step) {
     const json *ok = json_get(step, "ok");
-    return ok && ok->boolean ? LB_OUTCOME_SUCCESS : LB_OUTCOME_FAILURE;
+    const json *kind = json_get(step, "kind");
+    const json *latency = json_get(step, "latency_ms");
+    const json *retry_after = json_get(step, "retry_after_ms");
+    lb_outcome_info info = {LB_OUTCOME_FAILURE, LB_LATENCY_NONE, LB_LATENCY_NONE};
+    if (ok && ok->boolean) {
+        info.outcome = LB_OUTCOME_SUCCESS;
+    } else if (kind) {
+        info.outcome = strcmp(kind->str, "error") == 0        ? LB_OUTCOME_ERROR
+                       : strcmp(kind->str, "timeout") == 0    ? LB_OUTCOME_TIMEOUT
+                       : strcmp(kind->str, "overloaded") == 0 ? LB_OUTCOME_OVERLOADED
+                                                              : UINT32_MAX;
+    }
+    if (latency) info.latency_ns = latency->integer * UINT64_C(1000000);
+    if (retry_after) info.retry_after_ns = retry_after->integer * UINT64_C(1000000);
+    return info;
 }
 
-static uint64_t latency_ns_of(const json *step) {
-    return json_get(step, "latency_ms")->integer * UINT64_C(1000000);
-}
+/* Whether the step can go through the plain calls (lb_lease_finish, lb_balancer_report): no
+ * retry-after. Both forms are exercised by the vectors. */
+static bool plain(const lb_outcome_info *info) { return info->retry_after_ns == LB_LATENCY_NONE; }
+
+/* The "latency" op: every node's estimate in whole milliseconds (rounded), or null. */
+static lb_result check_latency(const lb_balancer *b, const json *expect);
 
 /* Every node's stats (one snapshot): *stats_out and *ids_out to free; the count in *count. */
 static lb_result read_stats(const lb_balancer *b, lb_node_stats **stats_out, char **ids_out,
@@ -144,8 +166,9 @@ static lb_result check_stats(const lb_balancer *b, const json *expect) {
                          (unsigned long long)e->items[2].integer,
                          (unsigned long long)e->items[3].integer);
                 if (stats[i].tag != tag_of(stats[i].id, stats[i].id_len)) FAIL("stats tag");
-                /* A node with requests has a latency estimate; one without none. */
-                if ((stats[i].requests == 0) != (stats[i].latency_ns == LB_LATENCY_NONE))
+                /* A node without requests has no latency estimate (one with requests may
+                 * have none either: failures of unknown latency without a penalty). */
+                if (stats[i].requests == 0 && stats[i].latency_ns != LB_LATENCY_NONE)
                     FAIL("stats[%zu]: latency %llu with %llu requests", i,
                          (unsigned long long)stats[i].latency_ns,
                          (unsigned long long)stats[i].requests);
@@ -157,9 +180,36 @@ static lb_result check_stats(const lb_balancer *b, const json *expect) {
     return r;
 }
 
+static lb_result check_latency(const lb_balancer *b, const json *expect) {
+    lb_node_stats *stats;
+    char *ids;
+    size_t count;
+    lb_result r = read_stats(b, &stats, &ids, &count);
+    if (r == LB_RESULT_OK) {
+        if (!expect || expect->len != count) {
+            FAIL("latency: %zu nodes, expected %zu", count, expect ? expect->len : 0);
+        } else {
+            for (size_t i = 0; i < count; i++) {
+                const json *e = &expect->items[i];
+                bool none = stats[i].latency_ns == LB_LATENCY_NONE;
+                uint64_t ms = (stats[i].latency_ns + 500000) / 1000000;
+                if (!same_bytes(stats[i].id, stats[i].id_len, &e->items[0]) ||
+                    none != (e->items[1].kind == JSON_NULL) ||
+                    (!none && ms != e->items[1].integer))
+                    FAIL("latency[%zu]: got [%s, %llu ns], expected [%s, %llu ms]", i,
+                         stats[i].id, (unsigned long long)stats[i].latency_ns, e->items[0].str,
+                         (unsigned long long)e->items[1].integer);
+            }
+        }
+    }
+    free(stats);
+    free(ids);
+    return r;
+}
+
 /* The "health" op: every node's status name, in order. */
 static lb_result check_health(const lb_balancer *b, const json *expect) {
-    static const char *const names[] = {"healthy", "warming", "ejected", "down"};
+    static const char *const names[] = {"healthy", "warming", "ejected", "down", "overloaded"};
     lb_node_stats *stats;
     char *ids;
     size_t count;
@@ -170,13 +220,14 @@ static lb_result check_health(const lb_balancer *b, const json *expect) {
         } else {
             for (size_t i = 0; i < count; i++) {
                 const json *e = &expect->items[i];
-                const char *name = stats[i].status < 4 ? names[stats[i].status] : "?";
+                const char *name = stats[i].status < 5 ? names[stats[i].status] : "?";
                 if (!same_bytes(stats[i].id, stats[i].id_len, &e->items[0]) ||
                     strcmp(name, e->items[1].str) != 0)
                     FAIL("health[%zu]: got [%s, %s], expected [%s, %s]", i, stats[i].id, name,
                          e->items[0].str, e->items[1].str);
-                /* Ejected and warming nodes say until when; the others say 0. */
+                /* Ejected, paused and warming nodes say until when; the others say 0. */
                 bool timed = stats[i].status == LB_NODE_EJECTED ||
+                             stats[i].status == LB_NODE_OVERLOADED ||
                              stats[i].status == LB_NODE_WARMING;
                 if (timed != (stats[i].until_ns != 0)) FAIL("health[%zu]: until_ns", i);
             }
@@ -265,13 +316,28 @@ static lb_result run_step(const lb_balancer *b, const json *step, char *ids) {
             }
         }
     } else if (strcmp(op, "finish") == 0) {
+        lb_outcome_info info = outcome_of(step);
         lb_lease *lease = take_lease(step);
-        r = lease ? lb_lease_finish(lease, outcome_of(step), latency_ns_of(step)) : LB_RESULT_OK;
+        r = !lease          ? LB_RESULT_OK
+            : plain(&info) ? lb_lease_finish(lease, info.outcome, info.latency_ns)
+                           : lb_lease_finish_info(lease, &info);
+        /* A failed finish leaves the lease with the caller: it is open still. */
+        if (r != LB_RESULT_OK && lease) leases[json_get(step, "lease")->integer] = lease;
     } else if (strcmp(op, "cancel") == 0) {
         lb_lease_cancel(take_lease(step));
         r = LB_RESULT_OK;
     } else if (strcmp(op, "report") == 0) {
-        r = lb_balancer_report(b, id->str, id->len, outcome_of(step), latency_ns_of(step));
+        lb_outcome_info info = outcome_of(step);
+        r = plain(&info) ? lb_balancer_report(b, id->str, id->len, info.outcome, info.latency_ns)
+                         : lb_balancer_report_info(b, id->str, id->len, &info);
+    } else if (strcmp(op, "sleep") == 0) {
+        uint64_t ms = json_get(step, "ms")->integer;
+        struct timespec t = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+        while (nanosleep(&t, &t) != 0) {
+        }
+        r = LB_RESULT_OK;
+    } else if (strcmp(op, "latency") == 0) {
+        r = check_latency(b, expect);
     } else if (strcmp(op, "stats") == 0) {
         r = check_stats(b, expect);
     } else if (strcmp(op, "health") == 0) {
@@ -313,6 +379,98 @@ static lb_balancer *build(const json *c) {
     free(nodes);
     lb_options_free(options);
     return b;
+}
+
+/* Replays one budget case ("budgets" in the vectors): builds the object, runs every step at
+ * its explicit time, compares the answers. Returns the steps run. */
+static size_t run_budget(const json *c) {
+    const char *object = json_get(c, "object")->str;
+    const json *args = json_get(c, "args");
+    const json *expect_error = json_get(c, "expect_error");
+    const json *steps = json_get(c, "steps");
+    lb_retry_budget *budget = NULL;
+    lb_retry_throttle *throttle = NULL;
+    lb_adaptive_throttle *adaptive = NULL;
+    lb_result r;
+#define NUM(name) (json_get(args, name)->number)
+#define MS_NS(v) ((v)->integer * UINT64_C(1000000))
+    if (strcmp(object, "retry_budget") == 0) {
+        r = lb_retry_budget_new(json_get(args, "ttl_ms")->integer,
+                                (uint32_t)json_get(args, "min_per_sec")->integer,
+                                NUM("retry_percent"), MS_NS(json_get(args, "created_ms")), &budget);
+    } else if (strcmp(object, "retry_throttle") == 0) {
+        r = lb_retry_throttle_new((uint32_t)json_get(args, "max_tokens")->integer,
+                                  NUM("token_ratio"), &throttle);
+    } else if (strcmp(object, "adaptive_throttle") == 0) {
+        r = lb_adaptive_throttle_new(NUM("k"), json_get(args, "window_ms")->integer,
+                                     MS_NS(json_get(args, "created_ms")), &adaptive);
+    } else {
+        FAIL("unknown budget object %s", object);
+        return 0;
+    }
+    if (expect_error) {
+        if (strcmp(lb_result_name(r), expect_error->str) != 0)
+            FAIL("new: got %s, expected %s", lb_result_name(r), expect_error->str);
+        if (budget || throttle || adaptive) FAIL("new wrote its output on error");
+        return 0;
+    }
+    if (r != LB_RESULT_OK) {
+        FAIL("new: %s", lb_result_name(r));
+        return 0;
+    }
+    for (step_index = 0; step_index < steps->len; step_index++) {
+        const json *step = &steps->items[step_index];
+        const char *op = json_get(step, "op")->str;
+        const json *expect = json_get(step, "expect");
+        const json *at = json_get(step, "now_ms");
+        uint64_t now = at ? MS_NS(at) : 0;
+        bool flag = false;
+        uint64_t count = 0;
+        double value = 0;
+        int kind = 0; /* 0: no answer, 1: flag, 2: count */
+        if (strcmp(op, "deposit") == 0) {
+            r = lb_retry_budget_deposit(budget, now);
+        } else if (strcmp(op, "withdraw") == 0) {
+            r = lb_retry_budget_withdraw(budget, now, &flag), kind = 1;
+        } else if (strcmp(op, "can_withdraw") == 0) {
+            r = lb_retry_budget_can_withdraw(budget, now, &flag), kind = 1;
+        } else if (strcmp(op, "available") == 0) {
+            r = lb_retry_budget_available(budget, now, &count), kind = 2;
+        } else if (strcmp(op, "failure") == 0) {
+            r = lb_retry_throttle_failure(throttle, &flag), kind = 1;
+        } else if (strcmp(op, "success") == 0) {
+            r = lb_retry_throttle_success(throttle);
+        } else if (strcmp(op, "allows") == 0) {
+            r = lb_retry_throttle_allows(throttle, &flag), kind = 1;
+        } else if (strcmp(op, "tokens_milli") == 0) {
+            r = lb_retry_throttle_tokens(throttle, &value), kind = 2;
+            count = (uint64_t)(value * 1000.0 + 0.5);
+        } else if (strcmp(op, "rejection_ppb") == 0) {
+            r = lb_adaptive_throttle_rejection(adaptive, now, &value), kind = 2;
+            count = (uint64_t)(value * 1e9 + 0.5);
+        } else if (strcmp(op, "admit") == 0) {
+            uint64_t random = strtoull(json_get(step, "random")->str, NULL, 10);
+            r = lb_adaptive_throttle_admit(adaptive, now, random, &flag), kind = 1;
+        } else if (strcmp(op, "accepted") == 0) {
+            r = lb_adaptive_throttle_accepted(adaptive, now);
+        } else {
+            FAIL("unknown budget op %s", op);
+            r = LB_RESULT_OK;
+        }
+        if (r != LB_RESULT_OK) FAIL("%s: %s", op, lb_result_name(r));
+        if (kind == 1 && (!expect || expect->kind != JSON_BOOL || flag != (bool)expect->boolean))
+            FAIL("%s: got %d", op, flag);
+        if (kind == 2 && (!expect || expect->integer != count))
+            FAIL("%s: got %llu, expected %llu", op, (unsigned long long)count,
+                 expect ? (unsigned long long)expect->integer : 0ULL);
+        if (kind == 0 && expect) FAIL("%s: expected an answer", op);
+    }
+#undef NUM
+#undef MS_NS
+    lb_retry_budget_free(budget);
+    lb_retry_throttle_free(throttle);
+    lb_adaptive_throttle_free(adaptive);
+    return steps->len;
 }
 
 int main(int argc, char **argv) {
@@ -363,8 +521,19 @@ int main(int argc, char **argv) {
         memset(leases, 0, sizeof leases);
         lease_count = 0;
     }
-    printf("test_vectors: %zu cases, %zu steps (%zu expected errors)\n", cases->len, steps_run,
-           errors_checked);
+    const json *budgets = json_get(&root, "budgets");
+    size_t budget_steps = 0;
+    if (!budgets || budgets->kind != JSON_ARRAY || !budgets->len) {
+        fprintf(stderr, "%s: no budgets\n", argv[1]);
+        check_failures++;
+    }
+    for (size_t ci = 0; budgets && ci < budgets->len; ci++) {
+        case_name = json_get(&budgets->items[ci], "name")->str;
+        step_index = 0;
+        budget_steps += run_budget(&budgets->items[ci]);
+    }
+    printf("test_vectors: %zu cases, %zu steps (%zu expected errors); %zu budget cases, %zu steps\n",
+           cases->len, steps_run, errors_checked, budgets ? budgets->len : 0, budget_steps);
     free(ids);
     json_free(&root);
     return check_report("test_vectors");

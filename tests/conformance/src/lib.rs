@@ -6,8 +6,12 @@
 //! `tests/vectors/vectors.json`; Rust, C, Python and Node all replay that one file (the BLAKE3
 //! `test_vectors.json` pattern), and `tests/vectors.rs` fails when the checked-in file is stale.
 
-use liblb_core::{Algorithm, Balancer, Error, Lease, Node, OptionValue, Options, Outcome};
+use liblb_core::{
+    AdaptiveThrottle, Algorithm, Balancer, Error, Failure, FailureKind, Lease, ManualClock, Node,
+    OptionValue, Options, Outcome, RetryBudget, RetryThrottle,
+};
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where the vectors live, relative to the workspace root.
@@ -21,7 +25,13 @@ order), then runs `steps` in order on it: pick (optional key), pick_many (keys),
 pick_hash (hash: a 64-bit unsigned integer as decimal text), and the feedback steps: acquire \
 (optional key; a successful acquire opens lease number 0, 1, ... of the case), finish (lease, \
 ok, latency_ms), cancel (lease: dropped unfinished), report (id, ok, latency_ms), stats \
-(expect: [id, in_flight, requests, failures] per node in insertion order). Keys are hashed as \
+(expect: [id, in_flight, requests, failures] per node in insertion order), health (expect: \
+[id, status name] per node), latency (expect: [id, the latency estimate in milliseconds rounded \
+to an integer, or null] per node), sleep (ms: let that much time pass; the generator moves a \
+manual clock by exactly that, every reader sleeps, and every time-dependent expectation leaves \
+a margin of a second). A finish or report step of a failure (ok false) may name its `kind` \
+(error, timeout, overloaded; default error) and `retry_after_ms`, and may leave out \
+latency_ms (a finish then measures it, a report records none). Keys are hashed as \
 their UTF-8 bytes. `expect` is the answer every language must give; `expect_error` is the \
 error code the step must fail with, leaving the balancer unchanged. Seeded random sequences \
 depend on every earlier step of the case.";
@@ -265,6 +275,7 @@ fn cases() -> Vec<Case> {
     ];
     out.extend(feedback_cases());
     out.extend(health_cases());
+    out.extend(outcome_cases());
     // Every algorithm over an empty node list answers "no nodes".
     for algorithm in Algorithm::NAMES {
         out.push(Case {
@@ -291,6 +302,42 @@ fn acquire(key: Option<&str>) -> Value {
         Some(k) => json!({"op": "acquire", "key": k}),
         None => json!({"op": "acquire"}),
     }
+}
+
+/// A failure of `kind` for a finish (`{"op": "finish", "lease": n}`) or report step:
+/// `latency_ms` and `retry_after_ms` only when given.
+fn failed(
+    mut step: Value,
+    kind: &str,
+    latency_ms: Option<u64>,
+    retry_after_ms: Option<u64>,
+) -> Value {
+    step["ok"] = json!(false);
+    step["kind"] = json!(kind);
+    if let Some(ms) = latency_ms {
+        step["latency_ms"] = json!(ms);
+    }
+    if let Some(ms) = retry_after_ms {
+        step["retry_after_ms"] = json!(ms);
+    }
+    step
+}
+
+fn report_failed(id: &str, kind: &str, latency_ms: Option<u64>, retry_ms: Option<u64>) -> Value {
+    failed(
+        json!({"op": "report", "id": id}),
+        kind,
+        latency_ms,
+        retry_ms,
+    )
+}
+
+fn sleep(ms: u64) -> Value {
+    json!({"op": "sleep", "ms": ms})
+}
+
+fn latency() -> Value {
+    json!({"op": "latency"})
 }
 
 fn finish(lease: usize, ok: bool, latency_ms: u64) -> Value {
@@ -503,8 +550,379 @@ fn health_cases() -> Vec<Case> {
     out
 }
 
+/// Failure kinds and retry-afters (issue 21): an overloaded node's pause and its end, the
+/// failure streak that overloaded answers leave alone, the failure penalty in the latency
+/// estimate, and outcomes no language may accept. Every time-dependent expectation has a
+/// second of margin: the pause is 1 s and nothing runs between the report and the checks but
+/// a few calls, and the `sleep` is 1.1 s.
+fn outcome_cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    let abcd = uniform(&["a", "b", "c", "d"]);
+    // (a) An overloaded answer with a retry-after pauses the node: picks skip it, health
+    // says so, and after the retry-after it is back by itself.
+    let mut pause = vec![
+        report_failed("a", "overloaded", Some(2), Some(1000)),
+        health(),
+    ];
+    pause.extend(unkeyed(6));
+    pause.extend([attempts(None, 4), stats()]);
+    // A leased request that ends overloaded pauses its node as well.
+    pause.extend([acquire(None)]);
+    pause.push(failed(
+        json!({"op": "finish", "lease": 0}),
+        "overloaded",
+        Some(1),
+        Some(1000),
+    ));
+    pause.extend([health(), sleep(1100), health()]);
+    pause.extend(unkeyed(8));
+    out.push(Case {
+        name: "outcome-overloaded-pause-round-robin".into(),
+        algorithm: "round_robin",
+        // Two nodes may be out at once (50% of four), so the lease's pause is not capped.
+        options: json!({"max_ejection_percent": 50}),
+        nodes: abcd.clone(),
+        steps: pause,
+    });
+    // (b) Errors and timeouts extend the failure streak (5 by default); overloaded answers,
+    // with or without a retry-after, leave it alone. A success breaks it.
+    let mut streak: Vec<Value> = (0..4)
+        .map(|_| report_failed("a", "error", Some(1), None))
+        .collect();
+    streak.extend([
+        report_failed("a", "overloaded", None, None),
+        report_failed("a", "overloaded", Some(3), None),
+        health(),
+        report_failed("a", "timeout", None, None),
+        health(),
+    ]);
+    streak.extend((0..4).map(|_| report_failed("b", "timeout", Some(1), None)));
+    streak.extend([
+        report("b", true, 1),
+        report_failed("b", "error", None, None),
+        health(),
+        stats(),
+    ]);
+    streak.extend(unkeyed(6));
+    out.push(Case {
+        name: "outcome-streak-errors-timeouts-round-robin".into(),
+        algorithm: "round_robin",
+        options: json!({"max_ejection_percent": 50}),
+        nodes: abcd.clone(),
+        steps: streak,
+    });
+    // (c) The failure penalty (failure_penalty_ms, 5 s by default) in peak_ewma's estimate:
+    // a fast failure reads as 5 s, a slow one (an error after 9 s, a timeout after 7 s) as
+    // itself, an overloaded one as its retry-after when longer; peak_ewma then prefers the
+    // nodes that did not fail. (No two estimates are equal: a tie would be broken by how
+    // long ago each was sampled, which differs between runs.)
+    let mut penalty = vec![
+        report("fast", true, 100),
+        report("slow", true, 300),
+        latency(),
+        report_failed("fast", "error", Some(1), None),
+        report_failed("slow", "error", Some(9000), None),
+        report_failed("timeout", "timeout", Some(7000), None),
+        report_failed("busy", "overloaded", Some(1), Some(30000)),
+        latency(),
+        health(),
+    ];
+    penalty.extend(unkeyed(6));
+    penalty.push(stats());
+    out.push(Case {
+        name: "outcome-failure-penalty-peak-ewma".into(),
+        algorithm: "peak_ewma",
+        options: json!({"seed": 21, "max_ejection_percent": 100}),
+        nodes: uniform(&["fast", "slow", "timeout", "busy", "ok"]),
+        steps: penalty,
+    });
+    // ... and without it a failure samples its own latency, or nothing.
+    out.push(Case {
+        name: "outcome-no-failure-penalty-peak-ewma".into(),
+        algorithm: "peak_ewma",
+        options: json!({"failure_penalty_ms": 0}),
+        nodes: uniform(&["a", "b"]),
+        steps: vec![
+            report_failed("a", "error", Some(1), None),
+            report_failed("b", "timeout", None, None),
+            latency(),
+            stats(),
+        ],
+    });
+    // Bad outcomes: an unknown kind, a success with a retry-after. Nothing is recorded, a
+    // lease that failed to finish stays open and finishes later, the balancer works on.
+    let mut bad = vec![
+        report_failed("a", "busy", Some(1), None),
+        json!({"op": "report", "id": "a", "ok": true, "latency_ms": 1, "retry_after_ms": 5}),
+        report_failed("zz", "timeout", None, None),
+        acquire(None),
+        failed(json!({"op": "finish", "lease": 0}), "busy", Some(1), None),
+        json!({"op": "finish", "lease": 0, "ok": true, "latency_ms": 1, "retry_after_ms": 5}),
+        stats(),
+        health(),
+        finish(0, true, 1),
+        stats(),
+    ];
+    bad.extend(unkeyed(4));
+    out.push(Case {
+        name: "outcome-bad-input".into(),
+        algorithm: "round_robin",
+        options: json!({}),
+        nodes: abcd,
+        steps: bad,
+    });
+    out
+}
+
+/// A budget case: the object's arguments and its steps (expectations filled in by `generate`).
+struct BudgetCase {
+    name: &'static str,
+    object: &'static str,
+    args: Value,
+    steps: Vec<Value>,
+}
+
+fn at(op: &str, now_ms: u64) -> Value {
+    json!({"op": op, "now_ms": now_ms})
+}
+
+/// Budgets and throttles at explicit times (issue 21, deliverable 3): tower's reserve, deposits
+/// and slot expiry, gRFC A6's token arithmetic, the SRE book's rejection probability and
+/// window, and arguments each object refuses.
+fn budget_cases() -> Vec<BudgetCase> {
+    let mut out = Vec::new();
+    // tower's tps_reserve and tps_leaky, with the slot boundaries (1 s slots of a 10 s ttl).
+    let mut leaky = vec![at("available", 0), at("withdraw", 0)];
+    leaky.extend((0..5).map(|i| at("deposit", 100 * i)));
+    leaky.extend([
+        at("available", 900),
+        at("can_withdraw", 999),
+        at("withdraw", 1000),
+    ]);
+    leaky.extend([
+        at("available", 5500),
+        at("available", 10_999),
+        at("available", 11_000),
+    ]);
+    leaky.extend([
+        at("withdraw", 11_000),
+        at("withdraw", 11_000),
+        at("available", 30_000),
+    ]);
+    out.push(BudgetCase {
+        name: "retry-budget-tower",
+        object: "retry_budget",
+        args: json!({"ttl_ms": 10_000, "min_per_sec": 0, "retry_percent": 0.5, "created_ms": 0}),
+        steps: leaky,
+    });
+    let mut reserve = vec![at("available", 0)];
+    reserve.extend((0..12).map(|_| at("withdraw", 10)));
+    reserve.extend([at("deposit", 20), at("deposit", 20), at("available", 20)]);
+    reserve.extend([at("withdraw", 2500), at("available", 4000)]);
+    out.push(BudgetCase {
+        name: "retry-budget-reserve",
+        object: "retry_budget",
+        args: json!({"ttl_ms": 1000, "min_per_sec": 10, "retry_percent": 1.5, "created_ms": 500}),
+        steps: reserve,
+    });
+    for (name, args) in [
+        (
+            "retry-budget-bad-ttl",
+            json!({"ttl_ms": 999, "min_per_sec": 10, "retry_percent": 0.2, "created_ms": 0}),
+        ),
+        (
+            "retry-budget-bad-percent",
+            json!({"ttl_ms": 10_000, "min_per_sec": 10, "retry_percent": 1000.5, "created_ms": 0}),
+        ),
+    ] {
+        out.push(BudgetCase {
+            name,
+            object: "retry_budget",
+            args,
+            steps: vec![],
+        });
+    }
+    let op = |op: &str| json!({"op": op});
+    let mut a6 = vec![op("tokens_milli")];
+    a6.extend((0..5).map(|_| op("failure")));
+    a6.extend([
+        op("allows"),
+        op("tokens_milli"),
+        op("success"),
+        op("allows"),
+        op("tokens_milli"),
+    ]);
+    a6.extend((0..12).map(|_| op("failure")));
+    a6.extend([op("tokens_milli"), op("allows")]);
+    a6.extend((0..20).map(|_| op("success")));
+    a6.extend([op("tokens_milli"), op("allows")]);
+    out.push(BudgetCase {
+        name: "retry-throttle-a6",
+        object: "retry_throttle",
+        args: json!({"max_tokens": 10, "token_ratio": 0.5466}),
+        steps: a6,
+    });
+    for (name, args) in [
+        (
+            "retry-throttle-bad-max",
+            json!({"max_tokens": 1001, "token_ratio": 0.1}),
+        ),
+        (
+            "retry-throttle-bad-ratio",
+            json!({"max_tokens": 10, "token_ratio": 0.0009}),
+        ),
+    ] {
+        out.push(BudgetCase {
+            name,
+            object: "retry_throttle",
+            args,
+            steps: vec![],
+        });
+    }
+    let admit = |now_ms: u64, random: u64| json!({"op": "admit", "now_ms": now_ms, "random": random.to_string()});
+    let mut sre = vec![at("rejection_ppb", 0)];
+    sre.extend((0..10).map(|i| admit(1000 + i, u64::MAX)));
+    sre.extend([
+        at("rejection_ppb", 2000),
+        admit(2000, 0),
+        admit(2000, 1 << 63),
+    ]);
+    sre.extend((0..3).map(|_| at("accepted", 3000)));
+    sre.extend([
+        at("rejection_ppb", 3000),
+        admit(3000, 1 << 62),
+        admit(3000, 3 << 62),
+    ]);
+    sre.extend([at("rejection_ppb", 12_500), at("rejection_ppb", 14_000)]);
+    out.push(BudgetCase {
+        name: "adaptive-throttle-sre",
+        object: "adaptive_throttle",
+        args: json!({"k": 2.0, "window_ms": 10_000, "created_ms": 0}),
+        steps: sre,
+    });
+    out.push(BudgetCase {
+        name: "adaptive-throttle-bad-k",
+        object: "adaptive_throttle",
+        args: json!({"k": 0.5, "window_ms": 10_000, "created_ms": 0}),
+        steps: vec![],
+    });
+    out
+}
+
+/// A budget or throttle a budget case describes.
+pub enum Policy {
+    /// `retry_budget`.
+    Budget(RetryBudget),
+    /// `retry_throttle`.
+    Throttle(RetryThrottle),
+    /// `adaptive_throttle`.
+    Adaptive(AdaptiveThrottle),
+}
+
+fn ns(ms: &Value) -> u64 {
+    ms.as_u64().expect("milliseconds") * 1_000_000
+}
+
+/// Builds the object of a budget case.
+pub fn build_policy(object: &str, args: &Value) -> Result<Policy, Error> {
+    let num = |name: &str| args[name].as_f64().expect("number");
+    let ms = |name: &str| Duration::from_millis(args[name].as_u64().expect("milliseconds"));
+    Ok(match object {
+        "retry_budget" => Policy::Budget(RetryBudget::new(
+            ms("ttl_ms"),
+            args["min_per_sec"].as_u64().expect("min_per_sec") as u32,
+            num("retry_percent"),
+            ns(&args["created_ms"]),
+        )?),
+        "retry_throttle" => Policy::Throttle(RetryThrottle::new(
+            args["max_tokens"].as_u64().expect("max_tokens") as u32,
+            num("token_ratio"),
+        )?),
+        "adaptive_throttle" => Policy::Adaptive(AdaptiveThrottle::new(
+            num("k"),
+            ms("window_ms"),
+            ns(&args["created_ms"]),
+        )?),
+        other => panic!("unknown budget object {other}"),
+    })
+}
+
+/// Runs one budget step; returns its answer (`Value::Null` for deposit, success, accepted).
+pub fn run_policy_step(policy: &Policy, step: &Value) -> Value {
+    let now = || ns(&step["now_ms"]);
+    match (policy, str_of(step, "op")) {
+        (Policy::Budget(b), "deposit") => {
+            b.deposit(now());
+            Value::Null
+        }
+        (Policy::Budget(b), "withdraw") => json!(b.withdraw(now())),
+        (Policy::Budget(b), "can_withdraw") => json!(b.can_withdraw(now())),
+        (Policy::Budget(b), "available") => json!(b.available(now())),
+        (Policy::Throttle(t), "failure") => json!(t.failure()),
+        (Policy::Throttle(t), "success") => {
+            t.success();
+            Value::Null
+        }
+        (Policy::Throttle(t), "allows") => json!(t.allows()),
+        (Policy::Throttle(t), "tokens_milli") => json!((t.tokens() * 1000.0).round() as u64),
+        (Policy::Adaptive(a), "rejection_ppb") => json!((a.rejection(now()) * 1e9).round() as u64),
+        (Policy::Adaptive(a), "admit") => {
+            let random = str_of(step, "random").parse().expect("random: decimal u64");
+            json!(a.admit(now(), random))
+        }
+        (Policy::Adaptive(a), "accepted") => {
+            a.accepted(now());
+            Value::Null
+        }
+        (_, op) => panic!("op {op} does not apply"),
+    }
+}
+
+/// The budget cases with every expectation computed by the core.
+fn generate_budgets() -> Vec<Value> {
+    budget_cases()
+        .into_iter()
+        .map(|c| {
+            let mut case = Map::new();
+            case.insert("name".into(), json!(c.name));
+            case.insert("object".into(), json!(c.object));
+            match build_policy(c.object, &c.args) {
+                Err(e) => {
+                    case.insert("args".into(), c.args);
+                    case.insert("expect_error".into(), json!(e.code()));
+                    case.insert("steps".into(), json!([]));
+                }
+                Ok(policy) => {
+                    let steps: Vec<Value> = (c.steps.into_iter())
+                        .map(|mut step| {
+                            let answer = run_policy_step(&policy, &step);
+                            if !answer.is_null() {
+                                step["expect"] = answer;
+                            }
+                            step
+                        })
+                        .collect();
+                    case.insert("args".into(), c.args);
+                    case.insert("steps".into(), Value::Array(steps));
+                }
+            }
+            Value::Object(case)
+        })
+        .collect()
+}
+
 /// Builds the balancer a case describes.
 pub fn build(algorithm: &str, options: &Value, nodes: &Value) -> Result<Balancer, Error> {
+    build_with(algorithm, options, nodes, None)
+}
+
+/// [`build`] on a manual clock (`Some`), or on the real one.
+pub fn build_with(
+    algorithm: &str,
+    options: &Value,
+    nodes: &Value,
+    clock: Option<Arc<ManualClock>>,
+) -> Result<Balancer, Error> {
     let algorithm: Algorithm = algorithm.parse()?;
     let mut opts = Options::default();
     for (name, value) in options.as_object().into_iter().flatten() {
@@ -515,7 +933,10 @@ pub fn build(algorithm: &str, options: &Value, nodes: &Value) -> Result<Balancer
         };
         opts.set(name, value)?;
     }
-    Balancer::new(algorithm, parse_nodes(nodes), opts)
+    match clock {
+        Some(clock) => Balancer::with_clock(algorithm, parse_nodes(nodes), opts, clock),
+        None => Balancer::new(algorithm, parse_nodes(nodes), opts),
+    }
 }
 
 /// `[[id, weight], ...]` as nodes.
@@ -541,26 +962,72 @@ fn str_of<'a>(step: &'a Value, field: &str) -> &'a str {
     step[field].as_str().expect("string field")
 }
 
-fn outcome(step: &Value) -> Outcome {
-    let latency = Duration::from_millis(step["latency_ms"].as_u64().expect("latency_ms"));
+/// Milliseconds of an optional step field.
+fn millis(step: &Value, field: &str) -> Option<Duration> {
+    (step.get(field)).map(|ms| Duration::from_millis(ms.as_u64().expect("milliseconds")))
+}
+
+/// A finish or report step's outcome, as every binding reads it: a success needs its latency
+/// (`measured` stands in for a missing one: a lease's time since acquire) and has no kind nor
+/// retry-after; a failure's kind defaults to `error`, its latency may be unknown.
+fn outcome(step: &Value, measured: Option<Duration>) -> Result<Outcome, Error> {
+    let latency = millis(step, "latency_ms").or(measured);
+    let retry_after = millis(step, "retry_after_ms");
+    let kind = match step.get("kind") {
+        Some(name) => Some(FailureKind::from_name(name.as_str().expect("kind"))?),
+        None => None,
+    };
     if step["ok"].as_bool().expect("ok") {
-        Outcome::Success(latency)
-    } else {
-        Outcome::Failure(latency)
+        let no = |what: &str| Error::InvalidOutcome(format!("a success has no {what}"));
+        return match (latency, kind, retry_after) {
+            (_, Some(_), _) => Err(no("failure kind")),
+            (_, _, Some(_)) => Err(no("retry-after")),
+            (None, _, _) => Err(Error::InvalidOutcome("a success needs its latency".into())),
+            (Some(latency), None, None) => Ok(Outcome::Success(latency)),
+        };
     }
+    Ok(Outcome::Failed(Failure {
+        kind: kind.unwrap_or(FailureKind::Error),
+        latency,
+        retry_after,
+    }))
+}
+
+/// A latency estimate in whole milliseconds (rounded), as the `latency` step reads it.
+fn rounded_ms(latency: Option<Duration>) -> Value {
+    latency.map_or(Value::Null, |l| {
+        json!((l.as_secs_f64() * 1000.0).round() as u64)
+    })
 }
 
 /// The open leases of one case, by number (`None` once ended).
 pub type Leases = Vec<Option<Lease>>;
 
+fn lease_number(step: &Value) -> usize {
+    step["lease"].as_u64().expect("lease number") as usize
+}
+
 fn lease(leases: &mut Leases, step: &Value) -> Lease {
-    let i = step["lease"].as_u64().expect("lease number") as usize;
-    leases[i].take().expect("lease is open")
+    leases[lease_number(step)].take().expect("lease is open")
+}
+
+/// How a `sleep` step lets time pass.
+#[derive(Debug, Clone)]
+pub enum Time {
+    /// Really sleep (every language's reader; the balancer is on its real clock).
+    Real,
+    /// Move this manual clock, the balancer's (the generator: exact times).
+    Manual(Arc<ManualClock>),
 }
 
 /// Runs one step; returns the answer (`Value::Null` for membership changes and for ending
-/// leases). `leases` holds the case's leases.
-pub fn run_step(b: &Balancer, leases: &mut Leases, step: &Value) -> Result<Value, Error> {
+/// leases). `leases` holds the case's leases; `time` says how `sleep` passes time.
+pub fn run_step(
+    b: &Balancer,
+    leases: &mut Leases,
+    step: &Value,
+    time: &Time,
+) -> Result<Value, Error> {
     let ids = |p: liblb_core::Picks| Value::Array(p.ids().map(|id| json!(id)).collect());
     Ok(match str_of(step, "op") {
         "pick" => json!(b.pick(key_of(step))?.id()),
@@ -603,7 +1070,10 @@ pub fn run_step(b: &Balancer, leases: &mut Leases, step: &Value) -> Result<Value
             id
         }
         "finish" => {
-            lease(leases, step).finish(outcome(step));
+            // The outcome is read before the lease is taken: a bad one leaves it open.
+            let open = leases[lease_number(step)].as_ref().expect("lease is open");
+            let outcome = outcome(step, Some(open.elapsed()))?;
+            lease(leases, step).finish(outcome);
             Value::Null
         }
         "cancel" => {
@@ -611,9 +1081,23 @@ pub fn run_step(b: &Balancer, leases: &mut Leases, step: &Value) -> Result<Value
             Value::Null
         }
         "report" => {
-            b.report(str_of(step, "id"), outcome(step))?;
+            b.report(str_of(step, "id"), outcome(step, None)?)?;
             Value::Null
         }
+        "sleep" => {
+            let ms = Duration::from_millis(step["ms"].as_u64().expect("ms"));
+            match time {
+                Time::Real => std::thread::sleep(ms),
+                Time::Manual(clock) => clock.advance(ms),
+            }
+            Value::Null
+        }
+        "latency" => Value::Array(
+            b.stats()
+                .iter()
+                .map(|s| json!([s.id, rounded_ms(s.latency)]))
+                .collect(),
+        ),
         "mark_down" => {
             b.mark_down(str_of(step, "id"))?;
             Value::Null
@@ -645,13 +1129,24 @@ pub fn generate() -> Value {
         .into_iter()
         .map(|c| {
             let nodes = Value::Array(c.nodes.iter().map(|(id, w)| json!([id, w])).collect());
-            let b = build(c.algorithm, &c.options, &nodes).expect("case builds");
+            // Cases that let time pass run on a manual clock, so the expectations are exact;
+            // the others on the real clock, like every reader.
+            let time = if c.steps.iter().any(|s| s["op"] == "sleep") {
+                Time::Manual(Arc::new(ManualClock::new(Duration::from_millis(1))))
+            } else {
+                Time::Real
+            };
+            let clock = match &time {
+                Time::Manual(clock) => Some(clock.clone()),
+                Time::Real => None,
+            };
+            let b = build_with(c.algorithm, &c.options, &nodes, clock).expect("case builds");
             let mut leases = Leases::new();
             let steps: Vec<Value> = c
                 .steps
                 .into_iter()
                 .map(|mut step| {
-                    match run_step(&b, &mut leases, &step) {
+                    match run_step(&b, &mut leases, &step, &time) {
                         Ok(Value::Null) => {}
                         Ok(answer) => step["expect"] = answer,
                         Err(e) => step["expect_error"] = json!(e.code()),
@@ -668,7 +1163,7 @@ pub fn generate() -> Value {
             Value::Object(case)
         })
         .collect();
-    json!({"_comment": COMMENT, "version": 1, "cases": cases})
+    json!({"_comment": COMMENT, "version": 1, "cases": cases, "budgets": generate_budgets()})
 }
 
 /// The vectors as pretty-printed JSON text with a trailing newline (the checked-in form).
