@@ -781,7 +781,10 @@ fn budget_cases() -> Vec<BudgetCase> {
     }
     let admit = |now_ms: u64, random: u64| json!({"op": "admit", "now_ms": now_ms, "random": random.to_string()});
     let mut sre = vec![at("rejection_ppb", 0)];
+    // Below the 100-request minimum nothing is rejected; from it on, the SRE book's formula.
     sre.extend((0..10).map(|i| admit(1000 + i, u64::MAX)));
+    sre.push(at("rejection_ppb", 1500));
+    sre.extend((10..100).map(|i| admit(1500 + i, u64::MAX)));
     sre.extend([
         at("rejection_ppb", 2000),
         admit(2000, 0),
