@@ -461,7 +461,10 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
     /// cancels the attempts still out. A request that is already over only ends the lease.
     pub fn finish(&mut self, lease: Lease, outcome: Outcome) -> Decision {
         let balancer = self.balancer.borrow();
-        let id = String::from(lease.id());
+        // The id is kept only where it is needed: a failure (the next attempt avoids its node)
+        // or a hedged request (which attempt won); a plain success allocates nothing.
+        let id = (outcome.failure().is_some() || self.hedging.is_some())
+            .then(|| String::from(lease.id()));
         let latency = outcome.latency().unwrap_or_else(|| lease.elapsed());
         lease.finish(outcome);
         self.outstanding = self.outstanding.saturating_sub(1);
@@ -481,7 +484,8 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
                 Some(Budget::Adaptive(throttle)) => throttle.accepted(now),
                 _ => {}
             }
-            self.winner = Some(match self.tried.iter().position(|t| *t == id) {
+            let position = id.and_then(|id| self.tried.iter().position(|t| *t == id));
+            self.winner = Some(match position {
                 Some(at) if self.hedging.is_some() => at as u32 + 1,
                 _ => self.attempts,
             });
@@ -521,6 +525,7 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
         if self.attempts >= self.policy.max_attempts {
             return stop(self, Stop::MaxAttempts);
         }
+        let id = id.expect("a failure keeps its id");
         if !self.tried.contains(&id) {
             self.tried.push(id);
         }
