@@ -76,6 +76,24 @@ export interface BalancerOptions {
   failure_penalty_ms?: number | bigint | string | null
   /** The longest an overloaded node's retry-after keeps it from picks, in ms (default 60000; 0 = no pauses). */
   max_retry_after_ms?: number | bigint | string | null
+  /** How often success-rate and failure-percentage ejection judge the last interval, in ms (default 10000). */
+  interval_ms?: number | bigint | string | null
+  /** Success-rate ejection runs with at least this many nodes over the volume (default 5). */
+  success_rate_minimum_hosts?: number | bigint | string | null
+  /** Outcomes a node needs in an interval to be judged by success rate (default 100). */
+  success_rate_request_volume?: number | bigint | string | null
+  /** Eject below mean − stdev × this / 1000 (default 1900). */
+  success_rate_stdev_factor?: number | bigint | string | null
+  /** Chance (%) a node below the success-rate bar is ejected (default 100; 0 = off). */
+  enforcing_success_rate?: number | bigint | string | null
+  /** Eject a node whose failures are at least this % of its outcomes (default 85). */
+  failure_percentage_threshold?: number | bigint | string | null
+  /** Failure-percentage ejection runs with at least this many nodes over the volume (default 5). */
+  failure_percentage_minimum_hosts?: number | bigint | string | null
+  /** Outcomes a node needs in an interval to be judged by failure percentage (default 50). */
+  failure_percentage_request_volume?: number | bigint | string | null
+  /** Chance (%) a node over the failure-percentage threshold is ejected (default 0 = off). */
+  enforcing_failure_percentage?: number | bigint | string | null
 }
 
 /**

@@ -89,7 +89,12 @@ class Balancer:
     ``base_ejection_time_ms``, ``max_ejection_time_ms``, ``max_ejection_percent``,
     ``panic_threshold``, ``slow_start_window_ms``, ``slow_start_aggression`` (also a float),
     ``min_weight_percent``, ``hash_balance_factor`` (keyed), ``failure_penalty_ms``,
-    ``max_retry_after_ms``; ``thread_rounds`` (round robin). docs/algorithms.md and
+    ``max_retry_after_ms``, success-rate and failure-percentage ejection (``interval_ms``,
+    ``success_rate_minimum_hosts``, ``success_rate_request_volume``,
+    ``success_rate_stdev_factor``, ``enforcing_success_rate``,
+    ``failure_percentage_threshold``, ``failure_percentage_minimum_hosts``,
+    ``failure_percentage_request_volume``, ``enforcing_failure_percentage``);
+    ``thread_rounds`` (round robin). docs/algorithms.md and
     docs/health.md say which algorithm reads which.
     """
 
@@ -119,6 +124,15 @@ class Balancer:
         thread_rounds: int | str | None = None,
         failure_penalty_ms: int | str | None = None,
         max_retry_after_ms: int | str | None = None,
+        interval_ms: int | str | None = None,
+        success_rate_minimum_hosts: int | str | None = None,
+        success_rate_request_volume: int | str | None = None,
+        success_rate_stdev_factor: int | str | None = None,
+        enforcing_success_rate: int | str | None = None,
+        failure_percentage_threshold: int | str | None = None,
+        failure_percentage_minimum_hosts: int | str | None = None,
+        failure_percentage_request_volume: int | str | None = None,
+        enforcing_failure_percentage: int | str | None = None,
     ) -> Balancer: ...
     @property
     def algorithm(self) -> str:
