@@ -306,6 +306,11 @@ impl Lease {
         self.snapshot.nodes[self.index].weight
     }
 
+    /// When the lease was acquired, by the balancer's clock (nanoseconds).
+    pub(crate) fn started_ns(&self) -> u64 {
+        self.started_ns
+    }
+
     /// Time since the lease was acquired, by the balancer's clock.
     pub fn elapsed(&self) -> Duration {
         Duration::from_nanos(self.snapshot.clock.now_ns().saturating_sub(self.started_ns))

@@ -245,17 +245,23 @@ impl Penalty {
     /// The sample `outcome` adds to the estimate, in nanoseconds, if any.
     fn sample(self, outcome: Outcome) -> Option<f32> {
         let Some(failure) = outcome.failure() else {
-            return outcome.latency().map(|l| l.as_nanos() as f32);
+            return outcome.latency().map(nanos_f32);
         };
         if self.base.is_zero() {
-            return failure.latency.map(|l| l.as_nanos() as f32);
+            return failure.latency.map(nanos_f32);
         }
         let hint = failure.pause().unwrap_or_default().min(self.max_pause);
         let sample = (failure.latency.unwrap_or_default())
             .max(self.base)
             .max(hint);
-        Some(sample.as_nanos() as f32)
+        Some(nanos_f32(sample))
     }
+}
+
+/// `d` in nanoseconds as the nearest `f32` — through `u64` (a hardware conversion), not
+/// `u128` (a software one, 60 instructions a sample); the same value below 2^64 ns (584 years).
+fn nanos_f32(d: Duration) -> f32 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX) as f32
 }
 
 /// Nanoseconds per tick of the stored time stamps: 1 where the stamp is 64 bits wide.

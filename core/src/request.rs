@@ -395,14 +395,16 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
         match self.phase {
             Phase::Over(_) => return Ok(None),
             Phase::New => {
-                let now = balancer.clock().now_ns();
                 if let Some(Budget::Adaptive(throttle)) = &self.budget {
+                    let now = balancer.clock().now_ns();
                     if !throttle.admit(now, balancer.random()) {
                         self.phase = Phase::Over(Some(Stop::Throttled));
                         return Ok(None);
                     }
                 }
                 let lease = balancer.acquire(key)?;
+                // The lease's own start: no second clock reading.
+                let now = lease.started_ns();
                 if let Some(Budget::Retry(budget)) = &self.budget {
                     budget.deposit(now);
                 }
@@ -468,20 +470,23 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
         let latency = outcome.latency().unwrap_or_else(|| lease.elapsed());
         lease.finish(outcome);
         self.outstanding = self.outstanding.saturating_sub(1);
-        let now = balancer.clock().now_ns();
+        // Read only where something needs the time (budgets, hedging, a retry decision): a
+        // plain success reads no clock here.
+        let now = std::cell::OnceCell::new();
+        let now = || *now.get_or_init(|| balancer.clock().now_ns());
         if let Phase::Over(stop) = self.phase {
             return stop.map_or(Decision::Done, Decision::Stop);
         }
         let failure = outcome.failure();
         if let Some(hedging) = &self.hedging {
             if failure.is_none_or(|f| f.kind == FailureKind::Timeout) {
-                hedging.record(latency, now);
+                hedging.record(latency, now());
             }
         }
         let Some(failure) = failure else {
             match &self.budget {
                 Some(Budget::Throttle(throttle)) => throttle.success(),
-                Some(Budget::Adaptive(throttle)) => throttle.accepted(now),
+                Some(Budget::Adaptive(throttle)) => throttle.accepted(now()),
                 _ => {}
             }
             let position = id.and_then(|id| self.tried.iter().position(|t| *t == id));
@@ -500,7 +505,7 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
         let mut throttled = false;
         match &self.budget {
             Some(Budget::Adaptive(throttle)) if failure.kind == FailureKind::Error => {
-                throttle.accepted(now);
+                throttle.accepted(now());
             }
             // gRFC A6: only retryable failures count, before the attempt limit is checked.
             Some(Budget::Throttle(throttle)) if retryable => throttled = !throttle.failure(),
@@ -544,13 +549,13 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
             }
         };
         if let Some(deadline) = self.policy.deadline {
-            let at = Duration::from_nanos(now.saturating_sub(self.started_ns)) + delay;
+            let at = Duration::from_nanos(now().saturating_sub(self.started_ns)) + delay;
             if at >= deadline {
                 return stop(self, Stop::Deadline);
             }
         }
         if let Some(Budget::Retry(budget)) = &self.budget {
-            if !budget.withdraw(now) {
+            if !budget.withdraw(now()) {
                 return stop(self, Stop::Budget);
             }
         }
