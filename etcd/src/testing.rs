@@ -297,7 +297,19 @@ impl EtcdServer {
             client_cert_auth,
             root_password: None,
         };
-        server.spawn();
+        // The ports were free when picked, but another process (a parallel test, another
+        // suite on the machine) may take one before etcd binds it: then pick new ones.
+        for attempt in 1.. {
+            match server.try_spawn() {
+                Ok(()) => break,
+                Err(log) if attempt < 5 && log.contains("address already in use") => {
+                    server.kill();
+                    server.client_port = free_port();
+                    server.peer_port = free_port();
+                }
+                Err(log) => panic!("etcd exited; its log:\n{log}"),
+            }
+        }
         Some(server)
     }
 
@@ -389,6 +401,13 @@ impl EtcdServer {
     }
 
     fn spawn(&mut self) {
+        if let Err(log) = self.try_spawn() {
+            panic!("etcd exited; its log:\n{log}");
+        }
+    }
+
+    /// Starts etcd and waits until it answers; `Err(its log)` if it exits first.
+    fn try_spawn(&mut self) -> Result<(), String> {
         let client = self.url();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::File::create(self.dir.join("etcd.log")).expect("a log file");
@@ -424,10 +443,8 @@ impl EtcdServer {
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
-                panic!(
-                    "etcd exited with {status}; its log:\n{}",
-                    std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
-                );
+                let log = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
+                return Err(format!("(exit {status})\n{log}"));
             }
             assert!(
                 Instant::now() < deadline,
@@ -436,6 +453,7 @@ impl EtcdServer {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        Ok(())
     }
 }
 
