@@ -152,8 +152,28 @@ class EtcdServer:
         self.token: str | None = None
         self.password: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
+        self.started = False
 
     def start(self) -> None:
+        # The ports were free when picked, but another process (a parallel test, another suite
+        # on the machine) may take one before etcd binds it: on its first start, pick new ones.
+        for attempt in range(5):
+            if self.spawn():
+                self.started = True
+                return
+            conflict = "address already in use" in self.log_tail()
+            if self.started or not conflict or attempt == 4:
+                break
+            self.process = None
+            shutil.rmtree(self.data, ignore_errors=True)
+            self.client_port, self.peer_port = free_port(), free_port()
+            scheme = "https" if self.certs else "http"
+            self.url = f"{scheme}://127.0.0.1:{self.client_port}"
+        assert self.process is not None
+        pytest.fail(f"etcd exited with {self.process.returncode}:\n{self.log_tail()}")
+
+    def spawn(self) -> bool:
+        """Starts etcd and waits until it answers: False if it exits first."""
         peer = f"http://127.0.0.1:{self.peer_port}"
         tls: list[str] = []
         if self.certs is not None:
@@ -184,10 +204,10 @@ class EtcdServer:
         deadline = time.monotonic() + 30
         while True:
             if self.process.poll() is not None:
-                pytest.fail(f"etcd exited with {self.process.returncode}:\n{self.log_tail()}")
+                return False
             try:
                 self.call("/v3/maintenance/status", {})
-                return
+                return True
             except (OSError, http.client.HTTPException, AssertionError):
                 if time.monotonic() > deadline:
                     pytest.fail(f"etcd not ready after 30 s:\n{self.log_tail()}")
