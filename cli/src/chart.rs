@@ -32,7 +32,10 @@ pub(crate) fn draw(path: &Path, params: &Params, runs: &[Run]) -> Result<(), Str
         .titled(&title, ("sans-serif", 20))
         .map_err(|e| fail(&e))?;
     let (left, right) = root.split_horizontally(700);
-    cdf(&left, runs).map_err(|e| fail(&e))?;
+    let series: Vec<(&str, &[u64])> = (runs.iter())
+        .map(|r| (r.algorithm.name(), &r.latencies[..]))
+        .collect();
+    cdf(&left, "latency CDF (arrival to completion)", &series).map_err(|e| fail(&e))?;
     shares(&right, params, runs).map_err(|e| fail(&e))?;
     root.present().map_err(|e| fail(&e))
 }
@@ -56,21 +59,92 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 type DrawResult =
     Result<(), DrawingAreaErrorKind<<SVGBackend<'static> as DrawingBackend>::ErrorType>>;
 
-fn cdf(area: &Area<'_>, runs: &[Run]) -> DrawResult {
+/// A long-tail run's picture: for each of `series` (name, sorted latencies in ns), the share
+/// of requests slower than each latency, both axes logarithmic, so the tail (p99, p99.9) is as
+/// wide as the body. Written to `path`.
+pub(crate) fn draw_tail(path: &Path, title: &str, series: &[(&str, &[u64])]) -> Result<(), String> {
+    let root = SVGBackend::new(path, (1000, 560)).into_drawing_area();
+    let fail = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let root = root
+        .titled(title, ("sans-serif", 20))
+        .map_err(|e| fail(&e))?;
+    tail(&root, series).map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
+}
+
+fn tail(area: &Area<'_>, runs: &[(&str, &[u64])]) -> DrawResult {
+    let n_min = runs.iter().map(|r| r.1.len()).min().unwrap_or(1).max(1) as f64;
+    let floor = 0.5 / n_min; // below one request in the smallest run
+    let lo = runs
+        .iter()
+        .map(|r| quantile_ms(r.1, 0.5).max(1e-3))
+        .fold(f64::INFINITY, f64::min);
+    let hi = runs
+        .iter()
+        .map(|r| (*r.1.last().expect("a run has requests") as f64 / 1e6).max(1e-3))
+        .fold(0.0, f64::max);
+    let (lo, hi) = (lo * 0.9, hi * 1.1);
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "share of requests slower than (arrival to first answer)",
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((lo..hi).log_scale(), (floor..0.6).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("latency, ms (log scale)")
+        .y_desc("share slower (log scale)")
+        .y_label_formatter(&|v| format!("{v:e}"))
+        .draw()?;
+    for (i, &(name, latencies)) in runs.iter().enumerate() {
+        let n = latencies.len() as f64;
+        let points: Vec<(f64, f64)> = (0..=CDF_POINTS)
+            .map(|k| {
+                let x = lo * (hi / lo).powf(k as f64 / CDF_POINTS as f64);
+                let within = latencies.partition_point(|ns| (*ns as f64 / 1e6) <= x);
+                (x, ((n - within as f64) / n).max(floor))
+            })
+            .collect();
+        let style = colour([0, 4, 5, 6][i % 4]).stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(points, style))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+}
+
+/// The `q` quantile (nearest rank) of sorted `latencies`, in milliseconds.
+fn quantile_ms(latencies: &[u64], q: f64) -> f64 {
+    let n = latencies.len();
+    let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+    latencies[rank - 1] as f64 / 1e6
+}
+
+fn cdf(area: &Area<'_>, caption: &str, runs: &[(&str, &[u64])]) -> DrawResult {
     let ms = |ns: u64| (ns as f64 / 1e6).max(1e-3);
     // From the fastest run's 0.1% quantile (below it the lines only crawl along 0) to the
     // slowest request.
     let lo = runs
         .iter()
-        .map(|r| r.quantile_ms(0.001).max(1e-3))
+        .map(|r| quantile_ms(r.1, 0.001).max(1e-3))
         .fold(f64::INFINITY, f64::min);
     let hi = runs
         .iter()
-        .map(|r| ms(*r.latencies.last().expect("a run has requests")))
+        .map(|r| ms(*r.1.last().expect("a run has requests")))
         .fold(0.0, f64::max);
     let (lo, hi) = (lo * 0.9, hi * 1.1);
     let mut chart = ChartBuilder::on(area)
-        .caption("latency CDF (arrival to completion)", ("sans-serif", 18))
+        .caption(caption, ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(50)
@@ -87,27 +161,27 @@ fn cdf(area: &Area<'_>, runs: &[Run]) -> DrawResult {
             }
         })
         .draw()?;
-    for (i, run) in runs.iter().enumerate() {
-        let n = run.latencies.len() as f64;
+    for (i, &(name, latencies)) in runs.iter().enumerate() {
+        let n = latencies.len() as f64;
         // Geometric steps from lo to hi; the fraction done within each.
         let points: Vec<(f64, f64)> = (0..=CDF_POINTS)
             .map(|k| {
                 let x = lo * (hi / lo).powf(k as f64 / CDF_POINTS as f64);
-                let within = run.latencies.partition_point(|ns| (*ns as f64 / 1e6) <= x);
+                let within = latencies.partition_point(|ns| (*ns as f64 / 1e6) <= x);
                 (x, within as f64 / n)
             })
             .collect();
         let style = colour(i).stroke_width(2);
         // A run identical to an earlier one (weighted_* with equal weights routes exactly as
         // its unweighted twin) is dashed, so both stay visible.
-        let twin = runs[..i].iter().any(|r| r.latencies == run.latencies);
+        let twin = runs[..i].iter().any(|r| r.1 == latencies);
         let series = if twin {
             chart.draw_series(DashedLineSeries::new(points, 6, 6, style))?
         } else {
             chart.draw_series(LineSeries::new(points, style))?
         };
         series
-            .label(run.algorithm.name())
+            .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
     }
     chart
@@ -199,9 +273,9 @@ fn line_colour(i: usize) -> RGBColor {
 }
 
 /// One line of a time-series panel: its colour index and points.
-struct Line {
-    colour: usize,
-    points: Vec<(f64, f64)>,
+pub(crate) struct Line {
+    pub colour: usize,
+    pub points: Vec<(f64, f64)>,
 }
 
 /// A time-series panel: `lines` over `0..x_max` seconds, `shade` (a time span) in grey.
@@ -409,5 +483,38 @@ pub(crate) fn draw_hot(
     )
     .map_err(|e| fail(&e))?;
     legend(&key, &names).map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
+}
+
+/// A time-series panel: caption, y axis, lines and a shaded time span.
+pub(crate) struct Panel<'a> {
+    pub caption: &'a str,
+    pub y_desc: &'a str,
+    pub lines: Vec<Line>,
+    pub shade: Option<(f64, f64)>,
+}
+
+/// Two time-series panels over `0..x_max` seconds side by side, a legend of `names` (line
+/// colour i is `names[i]`), written to `path` (the request-loop scenarios' pictures).
+pub(crate) fn draw_panels(
+    path: &Path,
+    title: &str,
+    x_max: f64,
+    left: Panel<'_>,
+    right: Panel<'_>,
+    names: &[String],
+) -> Result<(), String> {
+    let root = SVGBackend::new(path, (1280, 560)).into_drawing_area();
+    let fail = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let root = root
+        .titled(title, ("sans-serif", 20))
+        .map_err(|e| fail(&e))?;
+    let (charts, key) = root.split_horizontally(1090);
+    let (l, r) = charts.split_horizontally(545);
+    for (area, p) in [(&l, &left), (&r, &right)] {
+        panel(area, p.caption, p.y_desc, x_max, &p.lines, p.shade).map_err(|e| fail(&e))?;
+    }
+    legend(&key, names).map_err(|e| fail(&e))?;
     root.present().map_err(|e| fail(&e))
 }

@@ -14,8 +14,9 @@
 //!
 //! **Runs.** Every algorithm twice: with the given options (default: Envoy's
 //! `consecutive_5xx` 5, 30 s base ejection time multiplied by the times ejected, at most 10%
-//! of the nodes ejected, at least one), and with `consecutive_failures=0` (no ejection) as the
-//! baseline.
+//! of the nodes ejected, at least one; the success-rate and failure-percentage detectors are
+//! turned off here, they are `flaky-node`'s subject), and with `consecutive_failures=0` (no
+//! ejection) as the baseline.
 //!
 //! **Measured** per run: requests failed; backend-0's share of the requests that arrived while
 //! it was failing; each ejection of backend-0 (when, read from `stats()` right after the

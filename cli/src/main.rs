@@ -12,6 +12,12 @@
 //!   requests failed, time to eject and to return, per algorithm with ejection on and off;
 //!   `--scenario hot-key` (one key carries 30% of the requests): latency, longest queue and
 //!   keys moved per keyed algorithm with bounded loads off and on.
+//! - `lb simulate --scenario retry-storm` (120% of capacity, attempts timing out and
+//!   retried): amplification, goodput, p99 and failures without a budget, with a retry budget
+//!   and with an adaptive throttle; `overloaded-node` (429 with Retry-After for a minute): the
+//!   node paused and back; `flaky-node` (30% random failures): time to ejection with and
+//!   without success-rate ejection; `long-tail` (1% of attempts 20x slower): p99.9 without
+//!   hedging and with p95 and p99 hedges.
 //! - `lb watch --etcd http://127.0.0.1:2379 --prefix /services/web --key user-1` follows the
 //!   membership under an etcd prefix and prints each change and where each key lands
 //!   (`--json`: one JSON object per change; see `watch` and docs/membership.md).
@@ -19,7 +25,12 @@
 mod chart;
 mod events;
 mod failing_node;
+mod flaky_node;
 mod hot_key;
+mod long_tail;
+mod overloaded_node;
+mod request_events;
+mod retry_storm;
 mod simulate;
 mod slow_node;
 mod watch;
@@ -94,7 +105,8 @@ enum Command {
     /// Print the node chosen for each key (or --count picks for unkeyed algorithms).
     Pick(PickArgs),
     /// Simulate algorithms: distribution, key movement and speed; latency under load
-    /// (--scenario slow-node), ejection (failing-node), bounded loads (hot-key).
+    /// (--scenario slow-node), ejection (failing-node, flaky-node), bounded loads (hot-key),
+    /// retries and budgets (retry-storm), Retry-After (overloaded-node).
     Simulate(simulate::SimulateArgs),
     /// Follow the membership under an etcd prefix and print each change as it is applied,
     /// with where each --key lands (--json: one JSON object per change).
@@ -105,7 +117,7 @@ enum Command {
 #[derive(Args, Clone, Default)]
 pub(crate) struct OptionArgs {
     /// Seed for the random algorithms (default: OS entropy). `simulate --scenario slow-node`
-    /// (failing-node, hot-key) seeds its workload with it too (default 1).
+    /// (and every scenario but seeds) seeds its workload with it too (default 1).
     #[arg(long)]
     seed: Option<u64>,
     /// Ring points per unit of weight.

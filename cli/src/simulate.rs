@@ -9,6 +9,12 @@
 //!   `failing_node`): passive ejection on and off, for every algorithm.
 //! - `hot-key`: one key carries a large share of the requests (see `hot_key`): the keyed
 //!   algorithms with bounded loads off and on.
+//! - `retry-storm`, `overloaded-node`, `flaky-node`: whole requests through the request loop
+//!   (`Balancer::request`, `attempt`, `finish`), retries as events in virtual time (the engine
+//!   is `request_events`): a fleet past capacity without a budget, with a `RetryBudget` and
+//!   with an `AdaptiveThrottle` (see `retry_storm`); a backend answering 429 with
+//!   `Retry-After` (see `overloaded_node`); a backend failing 30% of its requests at random,
+//!   against consecutive-failure and success-rate ejection (see `flaky_node`).
 //!
 //! The `seeds` scenario is the seeds' own node lists: seed 000's three weighted servers
 //! (2, 7, 1) and seed 002's seven endpoints. For each algorithm the table shows every node's
@@ -20,6 +26,7 @@
 
 use crate::slow_node::{self, Params};
 use crate::{Failure, OptionArgs, chart, failing_node, hot_key, parse_node};
+use crate::{flaky_node, long_tail, overloaded_node, request_events, retry_storm};
 use clap::{Args, ValueEnum};
 use liblb_core::{Algorithm, Balancer, Error, Node};
 use std::hint::black_box;
@@ -36,56 +43,92 @@ pub(crate) struct SimulateArgs {
     /// list ID[=WEIGHT],... Default: the seeds' node lists.
     #[arg(long)]
     nodes: Option<String>,
-    /// seeds: number of keys (= picks) per algorithm (default 100000); failing-node, hot-key:
-    /// the key population (default 10000). 1 to 10000000 (hot-key: from 2).
+    /// seeds: number of keys (= picks) per algorithm (default 100000); the other scenarios
+    /// but slow-node: the key population (default 10000). 1 to 10000000 (hot-key: from 2).
     #[arg(long)]
     keys: Option<usize>,
     /// Only this algorithm (repeatable); default: all (slow-node: all unkeyed; hot-key: all
-    /// keyed).
+    /// keyed; retry-storm: least_request; overloaded-node: round_robin, least_request,
+    /// peak_ewma; flaky-node: round_robin, least_request).
     #[arg(long, short, value_parser = crate::algorithm_parser())]
     algorithm: Vec<Algorithm>,
-    /// slow-node, failing-node, hot-key: number of backends, 2 to 1000000 (backend-0 is the
-    /// slow or the failing one).
+    /// Every scenario but seeds: number of backends, 2 to 1000000 (backend-0 is the slow, the
+    /// failing, the overloaded or the flaky one).
     #[arg(long, default_value_t = 10)]
     backends: usize,
-    /// slow-node, failing-node, hot-key: servers per backend (each backend is a FIFO queue
-    /// before k servers).
-    #[arg(long, default_value_t = 1)]
-    servers: usize,
-    /// slow-node, failing-node, hot-key: mean service time of a normal backend, ms
-    /// (exponentially distributed).
+    /// Every scenario but seeds: servers per backend (each backend is a FIFO queue before k
+    /// servers); default 1, long-tail 4.
+    #[arg(long)]
+    servers: Option<usize>,
+    /// Every scenario but seeds: mean service time of a normal backend, ms (exponentially
+    /// distributed).
     #[arg(long, default_value_t = 10.0)]
     service_ms: f64,
-    /// slow-node: how many times slower backend-0's mean service time is.
-    #[arg(long, default_value_t = 10.0)]
-    slowdown: f64,
-    /// slow-node, failing-node, hot-key: arrival rate as a share of the backends' total
-    /// capacity (0 to 1).
-    #[arg(long, default_value_t = 0.7)]
-    utilisation: f64,
+    /// slow-node: how many times slower backend-0's mean service time is (default 10);
+    /// long-tail: how many times slower a slow attempt is (default 20).
+    #[arg(long)]
+    slowdown: Option<f64>,
+    /// long-tail: the share of attempts that are slow (0 to 1).
+    #[arg(long, default_value_t = 0.01)]
+    slow_share: f64,
+    /// long-tail: requests arriving before this time (seconds) are not measured (the
+    /// percentile rule needs a complete 10 s bucket first).
+    #[arg(long, default_value_t = 15.0)]
+    warmup_s: f64,
+    /// Arrival rate as a share of the backends' total capacity: above 0 and below 1 (default
+    /// 0.7); retry-storm: up to 3 (default 1.2, past capacity).
+    #[arg(long)]
+    utilisation: Option<f64>,
     /// slow-node, hot-key: requests per run (default: slow-node 200000, hot-key 50000).
     #[arg(long)]
     requests: Option<usize>,
-    /// failing-node: backend-0 fails every request from this time (seconds of virtual time)...
+    /// failing-node: backend-0 fails every request from this time (seconds of virtual time)...;
+    /// flaky-node: it fails --fail-rate of them from this time to the end.
     #[arg(long, default_value_t = 10.0)]
     fail_from_s: f64,
     /// failing-node: ...until this time, then recovers.
     #[arg(long, default_value_t = 60.0)]
     fail_until_s: f64,
-    /// failing-node: how long a failing request takes, ms.
+    /// failing-node: how long a failing request takes, ms; overloaded-node: how long a 429
+    /// takes.
     #[arg(long, default_value_t = 1.0)]
     fail_ms: f64,
-    /// failing-node: length of the run, seconds of virtual time.
-    #[arg(long, default_value_t = 110.0)]
-    duration_s: f64,
+    /// failing-node, retry-storm, overloaded-node, flaky-node: length of the run, seconds of
+    /// virtual time (default: failing-node 110, retry-storm 30, overloaded-node 100,
+    /// flaky-node 60).
+    #[arg(long)]
+    duration_s: Option<f64>,
+    /// retry-storm: how long a client waits for an attempt, ms; then it counts as a timeout
+    /// (the backend still serves it).
+    #[arg(long, default_value_t = 1000.0)]
+    timeout_ms: f64,
+    /// retry-storm, overloaded-node, flaky-node: attempts per request, the first included
+    /// (the request loop's max_attempts; 1 to 100).
+    #[arg(long, default_value_t = 3)]
+    attempts: u32,
+    /// overloaded-node: backend-0 answers 429 from this time (seconds of virtual time)...
+    #[arg(long, default_value_t = 20.0)]
+    overload_from_s: f64,
+    /// overloaded-node: ...until this time.
+    #[arg(long, default_value_t = 80.0)]
+    overload_until_s: f64,
+    /// overloaded-node: the Retry-After of its 429s, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    retry_after_s: f64,
+    /// flaky-node: the share of backend-0's requests that fail, each at random (0 to 1).
+    #[arg(long, default_value_t = 0.3)]
+    fail_rate: f64,
+    /// retry-storm: the adaptive throttle's window, seconds (1 to 3600).
+    #[arg(long, default_value_t = 10.0)]
+    window_s: f64,
     /// hot-key: the hot key's share of the requests (0 to 1).
     #[arg(long, default_value_t = 0.3)]
     hot_share: f64,
-    /// slow-node, failing-node, hot-key: write an SVG of the run to FILE.
+    /// Every scenario but seeds: write an SVG of the run to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
-    /// Balancer options (slow-node, failing-node, hot-key: --seed also seeds the workload;
-    /// default 1).
+    /// Balancer options (every scenario but seeds: --seed also seeds the workload; default
+    /// 1).
     #[command(flatten)]
     options: OptionArgs,
 }
@@ -103,6 +146,17 @@ enum ScenarioName {
     /// One key carries a large share of the requests: keyed algorithms with bounded loads
     /// (hash_balance_factor) off and on.
     HotKey,
+    /// A fleet past capacity, attempts timing out and retried: no budget, a retry budget, an
+    /// adaptive throttle.
+    RetryStorm,
+    /// One backend answers 429 with Retry-After for a minute: paused, skipped, back.
+    OverloadedNode,
+    /// One backend fails 30% of its requests at random: consecutive-failure ejection alone
+    /// and with success-rate ejection.
+    FlakyNode,
+    /// 1% of attempts 20x slower: latency percentiles without hedging and with p95 and p99
+    /// hedges.
+    LongTail,
     /// List the scenarios.
     Help,
 }
@@ -167,7 +221,7 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
         ScenarioName::Seeds => {
             if args.svg.is_some() {
                 return Err(Failure::Usage(
-                    "--svg draws the slow-node, failing-node and hot-key scenarios".into(),
+                    "--svg draws every scenario but seeds (slow-node, failing-node, hot-key, retry-storm, ...)".into(),
                 ));
             }
             seeds(args, out)
@@ -175,13 +229,17 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
         ScenarioName::SlowNode => slow(args, out),
         ScenarioName::FailingNode => failing(args, out),
         ScenarioName::HotKey => hot(args, out),
+        ScenarioName::RetryStorm => storm(args, out),
+        ScenarioName::OverloadedNode => overloaded(args, out),
+        ScenarioName::FlakyNode => flaky(args, out),
+        ScenarioName::LongTail => tail(args, out),
         ScenarioName::Help => {
             writeln!(out, "scenarios (--scenario NAME):")?;
             for value in ScenarioName::value_variants() {
                 if *value != ScenarioName::Help {
                     let v = value.to_possible_value().expect("no variant is skipped");
                     let help = v.get_help().map(ToString::to_string).unwrap_or_default();
-                    writeln!(out, "  {:<13} {help}", v.get_name())?;
+                    writeln!(out, "  {:<15} {help}", v.get_name())?;
                 }
             }
             Ok(())
@@ -198,10 +256,10 @@ fn slow(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     }
     let params = Params {
         backends: args.backends,
-        servers: args.servers,
+        servers: args.servers.unwrap_or(1),
         service_ms: args.service_ms,
-        slowdown: args.slowdown,
-        utilisation: args.utilisation,
+        slowdown: args.slowdown.unwrap_or(10.0),
+        utilisation: args.utilisation.unwrap_or(0.7),
         requests: args.requests.unwrap_or(200_000),
         seed: args.options.seed.unwrap_or(1),
     };
@@ -340,19 +398,26 @@ fn failing(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     }
     let params = failing_node::Params {
         backends: args.backends,
-        servers: args.servers,
+        servers: args.servers.unwrap_or(1),
         service_ms: args.service_ms,
-        utilisation: args.utilisation,
+        utilisation: args.utilisation.unwrap_or(0.7),
         keys: args.keys.unwrap_or(10_000),
         fail_ms: args.fail_ms,
         fail_from_s: args.fail_from_s,
         fail_until_s: args.fail_until_s,
-        duration_s: args.duration_s,
+        duration_s: args.duration_s.unwrap_or(110.0),
         seed: args.options.seed.unwrap_or(1),
     };
     params.validate().map_err(Failure::Usage)?;
     let algorithms = chosen(&args);
-    let on = args.options.options()?;
+    // Consecutive-failure ejection alone: the interval detectors (success rate, failure
+    // percentage) are the flaky-node scenario's subject, and would also eject backend-0 at
+    // the first interval's end that sees a few of its failures.
+    let on = liblb_core::Options {
+        enforcing_success_rate: 0,
+        enforcing_failure_percentage: 0,
+        ..args.options.options()?
+    };
     let off = liblb_core::Options {
         consecutive_failures: 0,
         ..on
@@ -379,7 +444,7 @@ fn failing(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     )?;
     writeln!(
         out,
-        "ejection on: consecutive_failures {}, base_ejection_time {} ms x times ejected (max {} ms), max_ejection_percent {}, panic_threshold {}; off: consecutive_failures=0",
+        "ejection on: consecutive_failures {}, base_ejection_time {} ms x times ejected (max {} ms), max_ejection_percent {}, panic_threshold {} (success-rate and failure-percentage ejection off: see --scenario flaky-node); off: consecutive_failures=0",
         on.consecutive_failures,
         on.base_ejection_time.as_millis(),
         on.max_ejection_time.as_millis(),
@@ -448,9 +513,9 @@ fn hot(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     let options = args.options.options()?;
     let params = hot_key::Params {
         backends: args.backends,
-        servers: args.servers,
+        servers: args.servers.unwrap_or(1),
         service_ms: args.service_ms,
-        utilisation: args.utilisation,
+        utilisation: args.utilisation.unwrap_or(0.7),
         requests: args.requests.unwrap_or(50_000),
         keys: args.keys.unwrap_or(10_000),
         hot_share: args.hot_share,
@@ -558,6 +623,130 @@ fn hot(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         writeln!(out, "\nwrote {}", path.display())?;
     }
     Ok(())
+}
+
+/// The fleet of a request-loop scenario, from the shared flags.
+fn fleet(args: &SimulateArgs, utilisation: f64, duration_s: f64) -> request_events::Fleet {
+    request_events::Fleet {
+        backends: args.backends,
+        servers: args.servers.unwrap_or(1),
+        service_ms: args.service_ms,
+        utilisation: args.utilisation.unwrap_or(utilisation),
+        duration_s: args.duration_s.unwrap_or(duration_s),
+        keys: args.keys.unwrap_or(10_000),
+        seed: args.options.seed.unwrap_or(1),
+    }
+}
+
+/// Rejects `--nodes` and `--requests` in a request-loop scenario (they run for a time).
+fn timed(args: &SimulateArgs, scenario: &str) -> Result<(), Failure> {
+    no_nodes(args, scenario)?;
+    match args.requests {
+        Some(_) => Err(Failure::Usage(format!(
+            "{scenario} runs for --duration-s of virtual time; --requests belongs to slow-node and hot-key"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The algorithms chosen with `-a`, else `default`.
+fn chosen_or(args: &SimulateArgs, default: Algorithm) -> Vec<Algorithm> {
+    if args.algorithm.is_empty() {
+        vec![default]
+    } else {
+        args.algorithm.clone()
+    }
+}
+
+/// The retry-storm scenario: three runs per algorithm (no budget, retry budget, adaptive
+/// throttle), one table, an SVG.
+fn storm(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    timed(&args, "retry-storm")?;
+    let params = retry_storm::Params {
+        fleet: fleet(&args, 1.2, 30.0),
+        timeout_ms: args.timeout_ms,
+        attempts: args.attempts,
+        window_s: args.window_s,
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let options = args.options.options()?;
+    retry_storm::print(
+        &params,
+        &chosen_or(&args, Algorithm::LeastRequest),
+        options,
+        args.svg.as_deref(),
+        out,
+    )
+}
+
+/// The overloaded-node scenario: two runs per algorithm (without and with retries), one
+/// table, an SVG.
+fn overloaded(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    timed(&args, "overloaded-node")?;
+    let params = overloaded_node::Params {
+        fleet: fleet(&args, 0.7, 100.0),
+        from_s: args.overload_from_s,
+        until_s: args.overload_until_s,
+        retry_after_s: args.retry_after_s,
+        fail_ms: args.fail_ms,
+        attempts: args.attempts,
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let options = args.options.options()?;
+    let algorithms = if args.algorithm.is_empty() {
+        vec![
+            Algorithm::RoundRobin,
+            Algorithm::LeastRequest,
+            Algorithm::PeakEwma,
+        ]
+    } else {
+        args.algorithm.clone()
+    };
+    overloaded_node::print(&params, &algorithms, options, args.svg.as_deref(), out)
+}
+
+/// The flaky-node scenario: two runs per algorithm (consecutive-failure ejection alone, and
+/// with success-rate ejection), one table, an SVG.
+fn flaky(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    timed(&args, "flaky-node")?;
+    let params = flaky_node::Params {
+        fleet: fleet(&args, 0.7, 60.0),
+        from_s: args.fail_from_s,
+        fail_rate: args.fail_rate,
+        attempts: args.attempts,
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let options = args.options.options()?;
+    let algorithms = if args.algorithm.is_empty() {
+        vec![Algorithm::RoundRobin, Algorithm::LeastRequest]
+    } else {
+        args.algorithm.clone()
+    };
+    flaky_node::print(&params, &algorithms, options, args.svg.as_deref(), out)
+}
+
+/// The long-tail scenario: one run per hedging rule, one table, an SVG.
+fn tail(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    timed(&args, "long-tail")?;
+    let params = long_tail::Params {
+        backends: args.backends,
+        servers: args.servers.unwrap_or(4),
+        service_ms: args.service_ms,
+        slow_share: args.slow_share,
+        slowdown: args.slowdown.unwrap_or(20.0),
+        utilisation: args.utilisation.unwrap_or(0.5),
+        duration_s: args.duration_s.unwrap_or(60.0),
+        warmup_s: args.warmup_s,
+        seed: args.options.seed.unwrap_or(1),
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let algorithm = match args.algorithm.as_slice() {
+        [] => Algorithm::RoundRobin,
+        [one] => *one,
+        _ => return Err(Failure::Usage("long-tail takes one --algorithm".into())),
+    };
+    let options = args.options.options()?;
+    long_tail::print(&params, algorithm, options, args.svg.as_deref(), out)
 }
 
 /// The seeds scenario: one table per algorithm and node list.

@@ -11,8 +11,9 @@
 //! and publish it with one atomic store: readers see the old set or the new one, never a mix,
 //! and a failed change publishes nothing.
 
-use crate::health::Due;
+use crate::health::Counted;
 use crate::load::Outcome;
+use crate::request::{Budget, Request};
 use crate::sync::publish::{Mutex, Published};
 use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, State, Status, Table};
 use alloc::boxed::Box;
@@ -129,17 +130,17 @@ impl Snapshot {
     /// Ends a request on node `index` of this membership (see [`Lease`]).
     fn end(&self, index: usize, outcome: Option<Outcome>) {
         let now = self.clock.now_ns();
-        let due = (self.table).end_counting(index, outcome, &self.state, now);
-        if due == Due::Nothing {
+        let counted: Counted = (self.table).end_counting(index, outcome, &self.state, now);
+        if counted.is_nothing() {
             return;
         }
-        // The node is due for ejection or a pause: that and its cap are decided against the
-        // membership current now (issue 19, finding 4: a lease from an older, larger
-        // membership ejected past the cap of the current one).
+        // The node is due for ejection or a pause, or an outlier-detection interval ended:
+        // decided against the membership current now (issue 19, finding 4: a lease from an
+        // older, larger membership ejected past the cap of the current one).
         let load = &self.table.loads()[index];
         match self.current.upgrade() {
-            Some(current) => current.load().table.act(load, due, &self.state, now),
-            None => self.table.act(load, due, &self.state, now), // the balancer is gone
+            Some(current) => current.load().table.act(load, counted, &self.state, now),
+            None => self.table.act(load, counted, &self.state, now), // the balancer is gone
         };
     }
 }
@@ -235,6 +236,10 @@ pub struct Balancer {
     state: Arc<State>,
     /// Serialises writers only; picks never touch it.
     writer: Mutex<()>,
+    /// The budget every [`Balancer::request`] gets (see [`Balancer::set_budget`]).
+    budget: std::sync::RwLock<Option<Budget>>,
+    /// Whether `budget` is set: a request reads one flag when it is not.
+    budgeted: core::sync::atomic::AtomicBool,
 }
 
 /// A node as listed by [`Balancer::nodes`].
@@ -493,6 +498,8 @@ impl Balancer {
             version: Arc::default(),
             state,
             writer: Mutex::new(()),
+            budget: std::sync::RwLock::new(None),
+            budgeted: core::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -563,6 +570,53 @@ impl Balancer {
             started_ns: now,
             ended: false,
         })
+    }
+
+    /// A request routed through this balancer, with `key` (keyed algorithms need one): one
+    /// lease per attempt on distinct nodes, retries under a policy and a budget (see
+    /// [`Request`]).
+    pub fn request<K: AsRef<[u8]>>(&self, key: Option<K>) -> Request<&Balancer, K> {
+        Request::new(self, key)
+    }
+
+    /// Sets the budget every request made after this gets (a request may still be given its
+    /// own with [`Request::with_budget`]); `None` removes it. Share one budget between
+    /// balancers whose retries should share one limit.
+    pub fn set_budget(&self, budget: Option<Budget>) {
+        let mut slot = self.budget.write().unwrap_or_else(|e| e.into_inner());
+        self.budgeted
+            .store(budget.is_some(), core::sync::atomic::Ordering::Release);
+        *slot = budget;
+    }
+
+    /// The budget requests get by default (see [`Balancer::set_budget`]).
+    pub fn budget(&self) -> Option<Budget> {
+        if !self.budgeted.load(core::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        self.budget
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A lease on the node at `position` of `picks` (the membership they were chosen from).
+    pub(crate) fn lease_from(&self, picks: Picks, position: usize) -> Lease {
+        let index = picks.indices[position] as usize;
+        let snapshot = picks.snapshot;
+        let now = snapshot.clock.now_ns();
+        snapshot.table.start(index, &self.state);
+        Lease {
+            snapshot,
+            index,
+            started_ns: now,
+            ended: false,
+        }
+    }
+
+    /// 64 random bits from the balancer's generator (its seed's sequence, shared with picks).
+    pub(crate) fn random(&self) -> u64 {
+        self.state.rng.next()
     }
 
     /// Records the outcome of a request the caller routed itself (after `pick`): one more

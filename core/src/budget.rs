@@ -326,6 +326,8 @@ pub struct AdaptiveThrottle {
     accepts: Window,
     /// K in thousandths (2.0 = 2000).
     k: u32,
+    /// No local rejection while the window holds fewer requests.
+    min_requests: u32,
 }
 
 impl AdaptiveThrottle {
@@ -333,6 +335,11 @@ impl AdaptiveThrottle {
     pub const DEFAULT_K: f64 = 2.0;
     /// See [`AdaptiveThrottle::DEFAULT_K`].
     pub const DEFAULT_WINDOW: Duration = Duration::from_secs(120);
+    /// The requests the window must hold before anything is rejected locally: Kratos' `sre`
+    /// breaker's `request` minimum (`go-kratos/aegis`, `circuitbreaker/sre/sre.go`). The
+    /// book's formula alone rejects a new client's second request half the time while its
+    /// first is still out (1 request, 0 accepts: p = 1/2).
+    pub const DEFAULT_MIN_REQUESTS: u32 = 100;
 
     /// A throttle created at `now_ns`, with multiplier `k` (1 to 100: lower throttles sooner)
     /// over `window` (1 s to 1 hour; 10 slots).
@@ -351,15 +358,28 @@ impl AdaptiveThrottle {
             requests: Window::new(window, now_ns),
             accepts: Window::new(window, now_ns),
             k: libm::round(k * 1000.0) as u32,
+            min_requests: Self::DEFAULT_MIN_REQUESTS,
         })
     }
 
+    /// The same throttle, rejecting nothing until its window holds `min_requests` requests
+    /// (default [`AdaptiveThrottle::DEFAULT_MIN_REQUESTS`]; 0 = the book's formula alone).
+    pub fn with_min_requests(mut self, min_requests: u32) -> AdaptiveThrottle {
+        self.min_requests = min_requests;
+        self
+    }
+
     /// The probability that [`AdaptiveThrottle::admit`] rejects a request now:
-    /// `max(0, (requests − K·accepts) / (requests + 1))` over the window.
+    /// `max(0, (requests − K·accepts) / (requests + 1))` over the window, and 0 while the
+    /// window holds fewer than `min_requests` requests.
     pub fn rejection(&self, now_ns: u64) -> f64 {
         self.requests.rotate(now_ns);
         self.accepts.rotate(now_ns);
-        let requests = self.requests.sum().max(0) as f64;
+        let requests = self.requests.sum().max(0);
+        if requests < Count::from(self.min_requests) {
+            return 0.0;
+        }
+        let requests = requests as f64;
         let accepts = self.accepts.sum().max(0) as f64;
         let k = f64::from(self.k) / 1000.0;
         ((requests - k * accepts) / (requests + 1.0)).max(0.0)
@@ -639,6 +659,16 @@ mod tests {
         );
         // The window forgets: 2 minutes later, nothing is counted.
         assert_eq!(t.rejection(200 * S), 0.0);
+        // A new client with requests out and no answer yet: the book's formula rejects half
+        // of its second request; below the minimum nothing is rejected.
+        let book = AdaptiveThrottle::default().with_min_requests(0);
+        assert!(book.admit(0, 0));
+        assert_eq!(book.rejection(MS), 0.5);
+        let t = AdaptiveThrottle::default();
+        for i in 0..100 {
+            assert!(t.admit(i * MS, 0), "request {i}");
+        }
+        assert!(t.rejection(S) > 0.98, "100 requests, no accepts");
         assert!(AdaptiveThrottle::new(0.5, AdaptiveThrottle::DEFAULT_WINDOW, 0).is_err());
         assert!(AdaptiveThrottle::new(2.0, Duration::from_millis(10), 0).is_err());
     }

@@ -29,8 +29,10 @@
 
 use crate::load::{FailureKind, Load, Outcome, TICK_NS, elapsed, stamp_mask, ticks};
 use crate::options::Options;
+use crate::rng::bounded;
 use crate::sync::{AtomicCounter, AtomicU32, Ordering};
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicUsize};
 use core::time::Duration;
 
@@ -109,6 +111,8 @@ pub(crate) struct Policy {
     min_share: f32,
     /// `max_retry_after_ms` in ticks: the longest an overloaded node is left alone; 0 = never.
     max_pause_ticks: u64,
+    /// Success-rate and failure-percentage ejection (see [`Outliers`]).
+    outliers: Outliers,
     /// `hash_balance_factor`, 0 = off.
     pub(crate) balance_factor: u32,
 }
@@ -147,8 +151,42 @@ impl Policy {
             aggression: options.slow_start_aggression as f32,
             min_share: options.min_weight_percent as f32 / 100.0,
             max_pause_ticks: ticks_of(options.max_retry_after),
+            outliers: Outliers {
+                interval_ticks: ticks_of(options.interval).max(1),
+                sr_minimum_hosts: options.success_rate_minimum_hosts,
+                sr_request_volume: u64::from(options.success_rate_request_volume),
+                sr_factor: f64::from(options.success_rate_stdev_factor) / 1000.0,
+                sr_enforcing: options.enforcing_success_rate,
+                fp_threshold: options.failure_percentage_threshold,
+                fp_minimum_hosts: options.failure_percentage_minimum_hosts,
+                fp_request_volume: u64::from(options.failure_percentage_request_volume),
+                fp_enforcing: options.enforcing_failure_percentage,
+            },
             balance_factor: options.hash_balance_factor,
         }
+    }
+}
+
+/// Envoy's two interval-based outlier detectors (`outlier_detection_impl.cc`,
+/// `processSuccessRateEjections`; gRFC A50), with their options.
+#[derive(Debug, Clone, Copy)]
+struct Outliers {
+    interval_ticks: u64,
+    sr_minimum_hosts: u32,
+    sr_request_volume: u64,
+    /// `success_rate_stdev_factor / 1000`.
+    sr_factor: f64,
+    sr_enforcing: u32,
+    fp_threshold: u32,
+    fp_minimum_hosts: u32,
+    fp_request_volume: u64,
+    fp_enforcing: u32,
+}
+
+impl Outliers {
+    /// Whether either detector is on (else outcomes are not tallied at all).
+    fn on(&self) -> bool {
+        self.sr_enforcing > 0 || self.fp_enforcing > 0
     }
 }
 
@@ -191,6 +229,11 @@ pub struct NodeHealth {
     paused: AtomicBool,
     /// When the last overload pause ends, in ticks; meaningful while `paused`.
     resume: AtomicCounter,
+    /// Outcomes (successes, errors and timeouts) in the current interval, for success-rate
+    /// and failure-percentage ejection.
+    tally: AtomicCounter,
+    /// Of those, errors and timeouts.
+    tally_failures: AtomicCounter,
 }
 
 impl NodeHealth {
@@ -272,6 +315,29 @@ impl NodeHealth {
         {
             self.paused.store(false, Ordering::Relaxed);
         }
+    }
+
+    /// Adds an outcome to the interval's tally.
+    fn tally(&self, tally: Tally) {
+        if tally == Tally::Skip {
+            return;
+        }
+        if tally == Tally::Failure {
+            self.tally_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        self.tally.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes the interval's tally (outcomes, failures), leaving it empty.
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "AtomicCounter is usize without 64-bit atomics"
+    )]
+    fn take_tally(&self) -> (u64, u64) {
+        let total = self.tally.swap(0, Ordering::Relaxed) as u64;
+        // Taken second, so a racing outcome may sit in `failures` but not yet in `total`.
+        let failures = self.tally_failures.swap(0, Ordering::Relaxed) as u64;
+        (total, failures.min(total))
     }
 
     /// Counts an outcome into the streak; true when a failure brings it to the threshold.
@@ -398,6 +464,10 @@ pub(crate) struct Summary {
     scanning: AtomicBool,
     /// An ejection is being decided.
     ejecting: AtomicBool,
+    /// When the current outlier-detection interval ends, in ticks, once `interval_started`.
+    next_interval: AtomicCounter,
+    /// Whether an outcome has started the first interval.
+    interval_started: AtomicBool,
 }
 
 /// How a pick treats health, decided once per pick.
@@ -555,34 +625,174 @@ impl Summary {
     ///   a retry-after (capped by `max_retry_after_ms`; 0 turns pauses off) the node is due
     ///   for a pause until then.
     ///
+    /// Successes, errors and timeouts are also tallied for the interval-based detectors
+    /// (success rate, failure percentage); the first outcome after an interval ends makes the
+    /// balancer due for its look at that interval, and is tallied after it.
+    ///
     /// Outcomes of requests that were in flight when the node was ejected or marked down do
-    /// not count towards its next streak: it starts clean when it returns. An overloaded node
-    /// may extend its pause.
-    pub(crate) fn count(&self, load: &Load, outcome: Outcome, now_ns: u64, policy: &Policy) -> Due {
+    /// not count towards its next streak or tally: it starts clean when it returns. An
+    /// overloaded node may extend its pause.
+    pub(crate) fn count(
+        &self,
+        load: &Load,
+        outcome: Outcome,
+        now_ns: u64,
+        policy: &Policy,
+    ) -> Counted {
         let health = load.health();
         let now = ticks(now_ns);
         let status = health.status(now, policy);
         let failure = outcome.failure();
+        let tally = match failure {
+            _ if !status.usable() || !policy.outliers.on() => Tally::Skip,
+            Some(f) if f.kind == FailureKind::Overloaded => Tally::Skip,
+            Some(_) => Tally::Failure,
+            None => Tally::Success,
+        };
+        let tick = tally != Tally::Skip && self.interval_due(now, policy);
+        let tally = if tick {
+            tally // after the look (`act`): the interval judged ends before this outcome
+        } else {
+            health.tally(tally);
+            Tally::Skip
+        };
+        let counted = |due| Counted { due, tally, tick };
         if let Some(pause) = failure.and_then(|f| f.pause()) {
             let pause = ((pause.as_nanos() as u64) / TICK_NS).min(policy.max_pause_ticks);
             let due = status.usable() || matches!(status, Status::Overloaded { .. });
-            return if due && pause > 0 {
+            return counted(if due && pause > 0 {
                 Due::Pause(now.wrapping_add(pause) & stamp_mask())
             } else {
                 Due::Nothing
-            };
+            });
         }
         if !status.usable() {
-            return Due::Nothing;
+            return counted(Due::Nothing);
         }
         if health.decayed(now, policy) || health.paused.load(Ordering::Relaxed) {
             self.settle(health, now, policy);
         }
-        match failure {
+        counted(match failure {
             Some(f) if f.kind == FailureKind::Overloaded => Due::Nothing,
             _ if health.count(failure.is_none(), policy) => Due::Eject,
             _ => Due::Nothing,
+        })
+    }
+
+    /// Whether the current outlier-detection interval has ended at tick `now`; the first
+    /// call starts the first interval.
+    fn interval_due(&self, now: u64, policy: &Policy) -> bool {
+        if !self.interval_started.load(Ordering::Acquire) {
+            let end = now.wrapping_add(policy.outliers.interval_ticks) & stamp_mask();
+            self.next_interval.store(end as _, Ordering::Relaxed);
+            self.interval_started.store(true, Ordering::Release);
+            return false;
         }
+        !after(NodeHealth::load(&self.next_interval), now)
+    }
+
+    /// The look at the interval that just ended (Envoy's `onIntervalTimer` without the
+    /// un-ejections, which are by time here): each active, usable node's tally is taken;
+    /// success-rate ejection, then failure-percentage ejection, as Envoy's
+    /// `processSuccessRateEjections` (`outlier_detection_impl.cc`):
+    /// - success rate `s = 100 · successes / outcomes` of the nodes with at least
+    ///   `success_rate_request_volume` outcomes; when at least `success_rate_minimum_hosts`
+    ///   such nodes, those with `s < mean − stdev · success_rate_stdev_factor / 1000`
+    ///   (population standard deviation) are ejected, each with probability
+    ///   `enforcing_success_rate`%;
+    /// - of the nodes with at least `failure_percentage_request_volume` outcomes, when at
+    ///   least `failure_percentage_minimum_hosts`, those with `100 − s >=
+    ///   failure_percentage_threshold` are ejected, each with probability
+    ///   `enforcing_failure_percentage`% (Envoy's `>=`; gRFC A50 and grpc-go use `>`).
+    ///
+    /// Candidates go lowest success rate first (then in insertion order), so when
+    /// `max_ejection_percent` binds, the worst are out (Envoy's order is a hash map's). A node
+    /// ejected by the first detector is not offered to the second. Ejections date from the
+    /// interval's end, where Envoy's timer would have made them (the look runs at the first
+    /// outcome after it, which after a silence may be much later; every outcome tallied came
+    /// before that end). The comparison is made
+    /// without a square root, `(mean − s)² > factor² · variance` with `mean > s`, so it is exact
+    /// and the same in every language. Runs under the ejection flag; a thread that finds the
+    /// flag taken leaves the look to the next outcome.
+    fn look(
+        &self,
+        now: u64,
+        members: &Members<'_>,
+        policy: &Policy,
+        random: &mut dyn FnMut() -> u64,
+    ) {
+        if (self.ejecting)
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let next = NodeHealth::load(&self.next_interval);
+        if after(next, now) {
+            self.ejecting.store(false, Ordering::Release);
+            return; // another thread looked at this interval
+        }
+        let o = &policy.outliers;
+        let periods = elapsed(now, next) / o.interval_ticks + 1;
+        let end = next.wrapping_add(periods.saturating_mul(o.interval_ticks)) & stamp_mask();
+        self.next_interval.store(end as _, Ordering::Relaxed);
+        // (success rate in percent, outcomes, position among the active nodes)
+        let mut rates: Vec<(f64, u64, usize)> = Vec::new();
+        for (position, load) in members.active().enumerate() {
+            let health = load.health();
+            let (total, failures) = health.take_tally();
+            if total > 0 && health.status(now, policy).usable() {
+                let rate = (total - failures) as f64 * 100.0 / total as f64;
+                rates.push((rate, total, position));
+            }
+        }
+        rates.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)));
+        let enforce = |percent: u32, random: &mut dyn FnMut() -> u64| {
+            percent >= 100 || (percent > 0 && bounded(random(), 100) < percent as usize)
+        };
+        // Ejected as of the interval's end, as Envoy's timer would have: when no outcome
+        // came for a while the look is late, and an ejection that would be over is over.
+        let mut ejected: Vec<usize> = Vec::new();
+        let mut eject = |position: usize, percent: u32, random: &mut dyn FnMut() -> u64| {
+            let load = &members.loads[members.active[position] as usize];
+            let health = load.health();
+            if !ejected.contains(&position)
+                && health.status(next, policy).usable()
+                && health.status(now, policy).usable()
+                && enforce(percent, random)
+                && self.room(load, now, members, policy)
+            {
+                health.eject(next, policy);
+                ejected.push(position);
+                self.touch();
+            }
+        };
+        let valid = |volume: u64| rates.iter().filter(move |r| r.1 >= volume);
+        let hosts = valid(o.sr_request_volume).count();
+        if o.sr_enforcing > 0 && hosts > 0 && hosts >= o.sr_minimum_hosts as usize {
+            let n = hosts as f64;
+            let mean = valid(o.sr_request_volume).map(|r| r.0).sum::<f64>() / n;
+            let variance = valid(o.sr_request_volume)
+                .map(|r| (r.0 - mean) * (r.0 - mean))
+                .sum::<f64>()
+                / n;
+            let bar = o.sr_factor * o.sr_factor * variance;
+            for &(rate, _, position) in valid(o.sr_request_volume) {
+                let below = mean - rate;
+                if below > 0.0 && below * below > bar {
+                    eject(position, o.sr_enforcing, random);
+                }
+            }
+        }
+        let hosts = valid(o.fp_request_volume).count();
+        if o.fp_enforcing > 0 && hosts > 0 && hosts >= o.fp_minimum_hosts as usize {
+            for &(rate, _, position) in valid(o.fp_request_volume) {
+                if 100.0 - rate >= f64::from(o.fp_threshold) {
+                    eject(position, o.fp_enforcing, random);
+                }
+            }
+        }
+        self.ejecting.store(false, Ordering::Release);
     }
 
     /// Forgets a node's past ejections once their multiplier has decayed to nothing, and an
@@ -614,12 +824,17 @@ impl Summary {
     pub(crate) fn act(
         &self,
         load: &Arc<Load>,
-        due: Due,
+        counted: Counted,
         now_ns: u64,
         members: &Members<'_>,
         policy: &Policy,
+        random: &mut dyn FnMut() -> u64,
     ) -> bool {
-        match due {
+        if counted.tick {
+            self.look(ticks(now_ns), members, policy, random);
+        }
+        load.health().tally(counted.tally);
+        match counted.due {
             Due::Nothing => false,
             Due::Eject => self.try_eject(load, now_ns, members, policy),
             Due::Pause(until) => {
@@ -715,6 +930,42 @@ impl Summary {
     }
 }
 
+/// What one outcome did to its node's counters and what it leaves to [`Summary::act`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counted {
+    /// What the node is due for.
+    pub(crate) due: Due,
+    /// The outcome's tally, when it waits for the interval's look.
+    tally: Tally,
+    /// An interval ended: the balancer is due for its look.
+    tick: bool,
+}
+
+impl Counted {
+    /// Nothing left to do.
+    pub(crate) const NOTHING: Counted = Counted {
+        due: Due::Nothing,
+        tally: Tally::Skip,
+        tick: false,
+    };
+
+    /// Whether there is nothing left to do.
+    pub(crate) fn is_nothing(&self) -> bool {
+        self.due == Due::Nothing && !self.tick
+    }
+}
+
+/// How an outcome counts for the interval-based detectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tally {
+    /// Not at all (an overloaded answer, an unusable node, or detectors off).
+    Skip,
+    /// A success.
+    Success,
+    /// An error or a timeout.
+    Failure,
+}
+
 /// How many times a pause tries the ejection flag before it gives up.
 const PAUSE_SPINS: u32 = 1 << 12;
 
@@ -762,10 +1013,13 @@ mod tests {
         let summary = Summary::default();
         let now = 1000 * SECOND;
         for _ in 0..4 {
-            assert_eq!(summary.count(&loads[0], FAIL, now, &policy), Due::Nothing);
+            assert_eq!(
+                summary.count(&loads[0], FAIL, now, &policy).due,
+                Due::Nothing
+            );
         }
-        assert_eq!(summary.count(&loads[0], FAIL, now, &policy), Due::Eject);
-        assert_eq!(summary.count(&loads[0], FAIL, now, &policy), Due::Eject);
+        assert_eq!(summary.count(&loads[0], FAIL, now, &policy).due, Due::Eject);
+        assert_eq!(summary.count(&loads[0], FAIL, now, &policy).due, Due::Eject);
         assert!(summary.try_eject(&loads[0], now, &members, &policy));
         assert!(!summary.try_eject(&loads[0], now, &members, &policy));
         let status = loads[0].health().status(ticks(now), &policy);

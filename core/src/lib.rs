@@ -39,6 +39,7 @@ mod budget;
 mod error;
 mod hash;
 mod health;
+mod hedge;
 mod load;
 mod node;
 mod options;
@@ -52,11 +53,14 @@ mod table;
 
 #[cfg(feature = "std")]
 mod balancer;
+#[cfg(feature = "std")]
+mod request;
 
 pub use budget::{AdaptiveThrottle, RetryBudget, RetryThrottle};
 pub use error::{Error, Result};
 pub use hash::HashKind;
 pub use health::Status;
+pub use hedge::{HIGHEST_LATENCY_MS, Hedging, LatencyWindow};
 pub use load::{Failure, FailureKind, Load, Outcome, Penalty};
 pub use node::{Node, id_from_utf8, validate_id};
 pub use options::{
@@ -70,6 +74,8 @@ pub use table::Table;
 pub use balancer::{
     Balancer, Clock, Lease, ManualClock, MonotonicClock, NodeInfo, NodeStats, Picked, Picks,
 };
+#[cfg(feature = "std")]
+pub use request::{Budget, CallError, Decision, MAX_ATTEMPTS, Request, RetryOn, RetryPolicy, Stop};
 
 /// Default number of virtual nodes per unit of weight on the `ring`.
 pub const DEFAULT_VNODES: u32 = 160;

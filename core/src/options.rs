@@ -105,6 +105,35 @@ pub struct Options {
     /// failure penalty); default 60 s, 0 = retry-afters never pause a node. Option name
     /// `max_retry_after_ms`.
     pub max_retry_after: Duration,
+    /// How often success-rate and failure-percentage ejection look at the last interval's
+    /// outcomes (Envoy's `interval`); default 10 s. The look happens lazily, on the first
+    /// outcome reported after an interval ends. Option name `interval_ms`.
+    pub interval: Duration,
+    /// Success-rate ejection runs only when at least this many nodes had
+    /// `success_rate_request_volume` outcomes in the interval (Envoy's
+    /// `success_rate_minimum_hosts`); default 5.
+    pub success_rate_minimum_hosts: u32,
+    /// The outcomes a node needs in an interval to count for success-rate ejection (Envoy's
+    /// `success_rate_request_volume`); default 100.
+    pub success_rate_request_volume: u32,
+    /// A node is ejected when its success rate is below mean − stdev × this / 1000 (Envoy's
+    /// `success_rate_stdev_factor`); default 1900 (1.9).
+    pub success_rate_stdev_factor: u32,
+    /// The chance, in percent, that a node found below the success-rate threshold is ejected
+    /// (Envoy's `enforcing_success_rate`); default 100, 0 = success-rate ejection off.
+    pub enforcing_success_rate: u32,
+    /// A node whose failures are at least this percentage of its outcomes in an interval is
+    /// ejected (Envoy's `failure_percentage_threshold`); default 85.
+    pub failure_percentage_threshold: u32,
+    /// Failure-percentage ejection runs only when at least this many nodes had
+    /// `failure_percentage_request_volume` outcomes in the interval; default 5.
+    pub failure_percentage_minimum_hosts: u32,
+    /// The outcomes a node needs in an interval to count for failure-percentage ejection;
+    /// default 50.
+    pub failure_percentage_request_volume: u32,
+    /// The chance, in percent, that a node over the failure-percentage threshold is ejected
+    /// (Envoy's `enforcing_failure_percentage`); default 0 = off, as in Envoy.
+    pub enforcing_failure_percentage: u32,
     /// Round robin and smooth WRR: each thread takes this many whole rounds of positions at
     /// once, so threads do not contend pick by pick (shares stay exact per block); 0 (the
     /// default) keeps one exact global order. At most 2^20.
@@ -146,6 +175,15 @@ impl Default for Options {
             slow_start_aggression: 1.0,
             min_weight_percent: 10,
             hash_balance_factor: 0,
+            interval: Duration::from_secs(10),
+            success_rate_minimum_hosts: 5,
+            success_rate_request_volume: 100,
+            success_rate_stdev_factor: 1900,
+            enforcing_success_rate: 100,
+            failure_percentage_threshold: 85,
+            failure_percentage_minimum_hosts: 5,
+            failure_percentage_request_volume: 50,
+            enforcing_failure_percentage: 0,
             failure_penalty: DEFAULT_FAILURE_PENALTY,
             max_retry_after: DEFAULT_MAX_RETRY_AFTER,
             thread_rounds: 0,
@@ -177,6 +215,15 @@ impl Options {
         "thread_rounds",
         "failure_penalty_ms",
         "max_retry_after_ms",
+        "interval_ms",
+        "success_rate_minimum_hosts",
+        "success_rate_request_volume",
+        "success_rate_stdev_factor",
+        "enforcing_success_rate",
+        "failure_percentage_threshold",
+        "failure_percentage_minimum_hosts",
+        "failure_percentage_request_volume",
+        "enforcing_failure_percentage",
     ];
 
     /// The options that take any number, not only integers (decimal text such as `"1.5"`).
@@ -254,6 +301,25 @@ impl Options {
                     "hash_balance_factor" => changed.hash_balance_factor = small?,
                     "failure_penalty_ms" => changed.failure_penalty = millis,
                     "max_retry_after_ms" => changed.max_retry_after = millis,
+                    "interval_ms" => changed.interval = millis,
+                    "success_rate_minimum_hosts" => changed.success_rate_minimum_hosts = small?,
+                    "success_rate_request_volume" => {
+                        changed.success_rate_request_volume = small?;
+                    }
+                    "success_rate_stdev_factor" => changed.success_rate_stdev_factor = small?,
+                    "enforcing_success_rate" => changed.enforcing_success_rate = small?,
+                    "failure_percentage_threshold" => {
+                        changed.failure_percentage_threshold = small?;
+                    }
+                    "failure_percentage_minimum_hosts" => {
+                        changed.failure_percentage_minimum_hosts = small?;
+                    }
+                    "failure_percentage_request_volume" => {
+                        changed.failure_percentage_request_volume = small?;
+                    }
+                    "enforcing_failure_percentage" => {
+                        changed.enforcing_failure_percentage = small?;
+                    }
                     _ => changed.thread_rounds = small?,
                 }
             }
@@ -366,6 +432,47 @@ impl Options {
                 ms(self.max_retry_after),
                 ms(default.max_retry_after),
             ),
+            ("interval_ms", ms(self.interval), ms(default.interval)),
+            (
+                "success_rate_minimum_hosts",
+                self.success_rate_minimum_hosts.to_string(),
+                default.success_rate_minimum_hosts.to_string(),
+            ),
+            (
+                "success_rate_request_volume",
+                self.success_rate_request_volume.to_string(),
+                default.success_rate_request_volume.to_string(),
+            ),
+            (
+                "success_rate_stdev_factor",
+                self.success_rate_stdev_factor.to_string(),
+                default.success_rate_stdev_factor.to_string(),
+            ),
+            (
+                "enforcing_success_rate",
+                self.enforcing_success_rate.to_string(),
+                default.enforcing_success_rate.to_string(),
+            ),
+            (
+                "failure_percentage_threshold",
+                self.failure_percentage_threshold.to_string(),
+                default.failure_percentage_threshold.to_string(),
+            ),
+            (
+                "failure_percentage_minimum_hosts",
+                self.failure_percentage_minimum_hosts.to_string(),
+                default.failure_percentage_minimum_hosts.to_string(),
+            ),
+            (
+                "failure_percentage_request_volume",
+                self.failure_percentage_request_volume.to_string(),
+                default.failure_percentage_request_volume.to_string(),
+            ),
+            (
+                "enforcing_failure_percentage",
+                self.enforcing_failure_percentage.to_string(),
+                default.enforcing_failure_percentage.to_string(),
+            ),
         ];
         // A max that follows the base is not listed (setting the base brings it back); one
         // that was given is, even at 300000, so it still holds if the base grows.
@@ -470,6 +577,11 @@ impl Options {
             "slow_start_window_ms" => duration(self.slow_start_window, 0),
             "failure_penalty_ms" => duration(self.failure_penalty, 0),
             "max_retry_after_ms" => duration(self.max_retry_after, 0),
+            // Envoy: `interval` is a Duration `gt {}`.
+            "interval_ms" => duration(self.interval, 1),
+            "enforcing_success_rate" => percent(self.enforcing_success_rate),
+            "enforcing_failure_percentage" => percent(self.enforcing_failure_percentage),
+            "failure_percentage_threshold" => percent(self.failure_percentage_threshold),
             "max_ejection_percent" => percent(self.max_ejection_percent),
             "panic_threshold" => percent(self.panic_threshold),
             "min_weight_percent" => percent(self.min_weight_percent),

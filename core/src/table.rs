@@ -2,7 +2,7 @@
 //! structures and their dispatch live in `select` (the registration list); the mutable state
 //! that outlives tables lives in `state`.
 
-use crate::health::{Due, Gate, Members, Policy, Status};
+use crate::health::{Counted, Gate, Members, Policy, Status};
 use crate::load::{Load, Outcome, Penalty};
 use crate::node::{Node, validate_id};
 use crate::select::{Ctx, Selector};
@@ -483,8 +483,8 @@ impl Table {
     /// A request started with [`Table::start`] ends at `now_ns`: `None` = cancelled (nothing
     /// counted), else its outcome is recorded and may eject the node (see [`Table::record`]).
     pub fn end(&self, index: usize, outcome: Option<Outcome>, state: &State, now_ns: u64) {
-        let due = self.end_counting(index, outcome, state, now_ns);
-        self.act(&self.loads[index], due, state, now_ns);
+        let counted = self.end_counting(index, outcome, state, now_ns);
+        self.act(&self.loads[index], counted, state, now_ns);
     }
 
     /// [`Table::end`] up to the health decision: what the outcome made the node due for
@@ -497,14 +497,14 @@ impl Table {
         outcome: Option<Outcome>,
         state: &State,
         now_ns: u64,
-    ) -> Due {
+    ) -> Counted {
         self.loads[index].end(None, now_ns, self.decay);
         if self.policy.balance_factor > 0 {
             state.in_flight.fetch_sub(1, Ordering::Relaxed);
         }
         match outcome {
             Some(outcome) => self.record_counting(index, outcome, state, now_ns),
-            None => Due::Nothing,
+            None => Counted::NOTHING,
         }
     }
 
@@ -514,8 +514,8 @@ impl Table {
     /// (`max_retry_after_ms`), both within `max_ejection_percent` of this table's nodes.
     /// Returns whether this outcome ejected or paused it.
     pub fn record(&self, index: usize, outcome: Outcome, state: &State, now_ns: u64) -> bool {
-        let due = self.record_counting(index, outcome, state, now_ns);
-        self.act(&self.loads[index], due, state, now_ns)
+        let counted = self.record_counting(index, outcome, state, now_ns);
+        self.act(&self.loads[index], counted, state, now_ns)
     }
 
     /// [`Table::record`] up to the health decision (see [`Table::end_counting`]).
@@ -525,7 +525,7 @@ impl Table {
         outcome: Outcome,
         state: &State,
         now_ns: u64,
-    ) -> Due {
+    ) -> Counted {
         let load = &self.loads[index];
         load.record_with(outcome, now_ns, self.decay, self.penalty);
         (state.health).count(load, outcome, now_ns, &self.policy)
@@ -534,8 +534,16 @@ impl Table {
     /// Carries out what an outcome made the node whose load is `load` due for, at `now_ns`,
     /// if it is one of this table's active nodes and this table's `max_ejection_percent`
     /// allows. Returns whether the node was ejected or paused.
-    pub(crate) fn act(&self, load: &Arc<Load>, due: Due, state: &State, now_ns: u64) -> bool {
-        (state.health).act(load, due, now_ns, &self.members(), &self.policy)
+    pub(crate) fn act(
+        &self,
+        load: &Arc<Load>,
+        counted: Counted,
+        state: &State,
+        now_ns: u64,
+    ) -> bool {
+        let mut random = || state.rng.next();
+        let members = self.members();
+        (state.health).act(load, counted, now_ns, &members, &self.policy, &mut random)
     }
 
     /// Marks node `index` down (`true`: no picks until marked up) or up (a warm-up starts
