@@ -5,7 +5,7 @@ const { describe, it } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
-const { Balancer } = require('..')
+const { AdaptiveThrottle, Balancer, RetryBudget, RetryThrottle } = require('..')
 
 const VECTORS = path.join(__dirname, '..', '..', 'tests', 'vectors', 'vectors.json')
 const vectors = JSON.parse(fs.readFileSync(VECTORS, 'utf8'))
@@ -129,4 +129,64 @@ describe('conformance vectors', () => {
     const ran = vectors.cases.reduce((n, kase) => n + replay(kase, (seed) => seed), 0)
     assert.equal(ran, steps)
   })
+})
+
+/** The budget or throttle a budget case describes (times in milliseconds, as in the file). */
+function buildPolicy(object, args) {
+  switch (object) {
+    case 'retry_budget':
+      return new RetryBudget({ ttlMs: args.ttl_ms, minPerSec: args.min_per_sec, retryPercent: args.retry_percent, nowMs: args.created_ms })
+    case 'retry_throttle':
+      return new RetryThrottle(args.max_tokens, args.token_ratio)
+    case 'adaptive_throttle':
+      return new AdaptiveThrottle({ k: args.k, windowMs: args.window_ms, nowMs: args.created_ms })
+    default:
+      throw new Error(`unknown budget object ${JSON.stringify(object)}: update the Node reader`)
+  }
+}
+
+function runPolicyStep(policy, step) {
+  switch (step.op) {
+    case 'deposit':
+      return policy.deposit(step.now_ms)
+    case 'withdraw':
+      return policy.withdraw(step.now_ms)
+    case 'can_withdraw':
+      return policy.canWithdraw(step.now_ms)
+    case 'available':
+      return policy.available(step.now_ms)
+    case 'failure':
+      return policy.failure()
+    case 'success':
+      return policy.success()
+    case 'allows':
+      return policy.allows
+    case 'tokens_milli':
+      return Math.round(policy.tokens * 1000)
+    case 'rejection_ppb':
+      return Math.round(policy.rejection(step.now_ms) * 1e9)
+    case 'admit':
+      return policy.admit(step.now_ms, BigInt(step.random))
+    case 'accepted':
+      return policy.accepted(step.now_ms)
+    default:
+      throw new Error(`unknown budget op ${JSON.stringify(step.op)} in the vectors: update the Node reader`)
+  }
+}
+
+describe('budget vectors', () => {
+  it('the file has budget cases', () => assert.ok(vectors.budgets.length > 0))
+  for (const kase of vectors.budgets) {
+    it(kase.name, () => {
+      if (kase.expect_error !== undefined) {
+        assert.throws(() => buildPolicy(kase.object, kase.args), (err) => err.code === kase.expect_error)
+        return
+      }
+      const policy = buildPolicy(kase.object, kase.args)
+      kase.steps.forEach((step, i) => {
+        const got = runPolicyStep(policy, step)
+        assert.deepEqual(got ?? null, step.expect ?? null, `${kase.name} step ${i} (${step.op})`)
+      })
+    })
+  }
 })

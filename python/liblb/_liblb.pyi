@@ -27,6 +27,9 @@ class _NodeStats(TypedDict):
 __all__ = [
     "Balancer",
     "Lease",
+    "RetryBudget",
+    "RetryThrottle",
+    "AdaptiveThrottle",
     "LeaseFinishedError",
     "HashUnsupportedError",
     "InvalidOutcomeError",
@@ -223,6 +226,71 @@ class Lease:
         _tb: TracebackType | None = None,
     ) -> Literal[False]:
         """Finishes the lease unless the block already did: a failure if an exception escaped."""
+
+@final
+class RetryBudget:
+    """A retry budget (tower's TpsBudget, Finagle's RetryBudget): every request deposits, every
+    retry withdraws; deposits count for ``ttl`` seconds (1 to 60, default 10), ``min_per_sec``
+    retries per second are always allowed (default 10), each deposit allows ``retry_percent``
+    retries (0 to 1000, default 0.2). Times are seconds on the budget's own monotonic clock
+    (0.0 at creation), or an explicit ``now`` that never goes back. Thread-safe."""
+
+    def __new__(
+        cls,
+        ttl: _Latency | None = None,
+        min_per_sec: int | None = None,
+        retry_percent: float = ...,
+        *,
+        now: float | None = None,
+    ) -> RetryBudget: ...
+    def now(self) -> float:
+        """The budget's clock in seconds: monotonic, 0.0 at its creation."""
+    def deposit(self, *, now: float | None = None) -> None:
+        """Records a request (a first attempt)."""
+    def withdraw(self, *, now: float | None = None) -> bool:
+        """Takes one retry from the budget: True if it may be sent (and was taken)."""
+    def can_withdraw(self, *, now: float | None = None) -> bool:
+        """Whether a retry could be withdrawn, without taking it."""
+    def available(self, *, now: float | None = None) -> int:
+        """The retries available now."""
+
+@final
+class RetryThrottle:
+    """gRPC's retry throttling (gRFC A6): ``max_tokens`` tokens (1 to 1000), one less per
+    failure, ``token_ratio`` more per success (at least 0.001, capped); retries and hedges are
+    refused while at most half are left. Thread-safe."""
+
+    def __new__(cls, max_tokens: int, token_ratio: float) -> RetryThrottle: ...
+    def failure(self) -> bool:
+        """Records a failed attempt; returns whether retries are still allowed after it."""
+    def success(self) -> None:
+        """Records a successful attempt."""
+    @property
+    def allows(self) -> bool:
+        """Whether a retry or a hedge may be sent now."""
+    @property
+    def tokens(self) -> float:
+        """The token count (with its thousandths)."""
+
+@final
+class AdaptiveThrottle:
+    """Client-side adaptive throttling (Google SRE book, chapter 21): over a sliding ``window``
+    (1 s to 1 hour, default 120 s) requests are rejected locally with probability
+    ``max(0, (requests - k * accepts) / (requests + 1))`` (``k`` 1 to 100, default 2). Times
+    as for RetryBudget. Thread-safe."""
+
+    def __new__(
+        cls, k: float = ..., window: _Latency | None = None, *, now: float | None = None
+    ) -> AdaptiveThrottle: ...
+    def now(self) -> float:
+        """The throttle's clock in seconds: monotonic, 0.0 at its creation."""
+    def rejection(self, *, now: float | None = None) -> float:
+        """The probability that ``admit`` rejects a request now."""
+    def admit(self, *, now: float | None = None, random: int | None = None) -> bool:
+        """A request is about to be sent: True to send it, False to reject it locally;
+        counted either way. ``random`` (0..2**64-1) replaces the throttle's own draw."""
+    def accepted(self, *, now: float | None = None) -> None:
+        """A backend accepted a request (any answer but an overload refusal)."""
 
 class Error(ValueError):
     """Base class of every liblb error; ``code`` is the core's stable error code."""

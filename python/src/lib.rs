@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod budget;
 mod convert;
 mod error;
 
@@ -551,6 +552,9 @@ fn _liblb(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyBalancer>()?;
     m.add_class::<PyLease>()?;
+    m.add_class::<budget::PyRetryBudget>()?;
+    m.add_class::<budget::PyRetryThrottle>()?;
+    m.add_class::<budget::PyAdaptiveThrottle>()?;
     error::register(m)?;
     m.add("ALGORITHMS", PyTuple::new(py, Algorithm::NAMES)?)?;
     let names = |keep: fn(&Algorithm) -> bool| {

@@ -125,3 +125,51 @@ def test_vector_case(case: dict[str, Any]) -> None:
                 assert got == step["expect"], where
             else:
                 assert got is None, where
+
+
+BUDGETS: list[dict[str, Any]] = json.loads(VECTORS.read_text(encoding="utf-8"))["budgets"]
+
+
+def build_policy(object_: str, args: dict[str, Any]) -> Any:
+    """The budget or throttle a budget case describes; times in the vectors are milliseconds."""
+    if object_ == "retry_budget":
+        return liblb.RetryBudget(
+            args["ttl_ms"] / 1000, args["min_per_sec"], args["retry_percent"],
+            now=args["created_ms"] / 1000,
+        )
+    if object_ == "retry_throttle":
+        return liblb.RetryThrottle(args["max_tokens"], args["token_ratio"])
+    if object_ == "adaptive_throttle":
+        return liblb.AdaptiveThrottle(args["k"], args["window_ms"] / 1000, now=args["created_ms"] / 1000)
+    raise AssertionError(f"unknown budget object {object_!r}")
+
+
+def run_policy_step(policy: Any, step: dict[str, Any]) -> Any:
+    op = step["op"]
+    now = step["now_ms"] / 1000 if "now_ms" in step else None
+    if op in ("deposit", "withdraw", "can_withdraw", "available", "rejection_ppb", "accepted"):
+        if op == "rejection_ppb":
+            return round(policy.rejection(now=now) * 1e9)
+        return getattr(policy, op)(now=now)
+    if op == "admit":
+        return policy.admit(now=now, random=int(step["random"]))
+    if op in ("failure", "success"):
+        return getattr(policy, op)()
+    if op == "allows":
+        return policy.allows
+    if op == "tokens_milli":
+        return round(policy.tokens * 1000)
+    raise AssertionError(f"unknown budget op {op!r} in {VECTORS}")
+
+
+@pytest.mark.parametrize("case", BUDGETS, ids=[case["name"] for case in BUDGETS])
+def test_budget_vector_case(case: dict[str, Any]) -> None:
+    if "expect_error" in case:
+        with pytest.raises(liblb.Error) as info:
+            build_policy(case["object"], case["args"])
+        assert info.value.code == case["expect_error"]
+        return
+    policy = build_policy(case["object"], case["args"])
+    for i, step in enumerate(case["steps"]):
+        got = run_policy_step(policy, step)
+        assert got == step.get("expect"), f"{case['name']} step {i} {step}"

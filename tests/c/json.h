@@ -1,7 +1,7 @@
 /* A tiny JSON reader for liblb's C tests (reads tests/vectors/vectors.json). Strict enough for
  * files written by serde_json: objects, arrays, strings (every escape, including \u surrogate
- * pairs, decoded to UTF-8 with an explicit length, so "\u0000" survives), numbers (integers up
- * to 2^64-1 kept exactly), true, false, null. Everything is freed with json_free. */
+ * pairs, decoded to UTF-8 with an explicit length, so "\u0000" survives), numbers (as doubles,
+ * and integers up to 2^64-1 kept exactly), true, false, null. Everything is freed with json_free. */
 #ifndef LB_TEST_JSON_H
 #define LB_TEST_JSON_H
 
@@ -17,6 +17,7 @@ typedef struct json {
     int boolean;
     uint64_t integer;   /* JSON_NUMBER: exact when is_integer */
     int is_integer;
+    double number;      /* JSON_NUMBER: its value as a double (strtod) */
     char *str;          /* JSON_STRING: decoded bytes, NUL-terminated for convenience */
     size_t len;         /* JSON_STRING: length; JSON_ARRAY/OBJECT: number of items */
     struct json *items; /* JSON_ARRAY/OBJECT: values */
@@ -212,6 +213,13 @@ static int json_value(json_parser *ps, json *v) {
             if (v->integer > (UINT64_MAX - (uint64_t)(*d - '0')) / 10) { v->is_integer = 0; break; }
             v->integer = v->integer * 10 + (uint64_t)(*d - '0');
         }
+        /* The token is copied: the file's bytes are not NUL-terminated after it. */
+        char token[64];
+        size_t len = (size_t)(ps->p - start);
+        if (len >= sizeof token) return json_fail(ps, "number too long");
+        memcpy(token, start, len);
+        token[len] = '\0';
+        v->number = strtod(token, NULL);
         return 1;
     }
     return json_fail(ps, "unexpected character");

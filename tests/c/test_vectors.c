@@ -381,6 +381,98 @@ static lb_balancer *build(const json *c) {
     return b;
 }
 
+/* Replays one budget case ("budgets" in the vectors): builds the object, runs every step at
+ * its explicit time, compares the answers. Returns the steps run. */
+static size_t run_budget(const json *c) {
+    const char *object = json_get(c, "object")->str;
+    const json *args = json_get(c, "args");
+    const json *expect_error = json_get(c, "expect_error");
+    const json *steps = json_get(c, "steps");
+    lb_retry_budget *budget = NULL;
+    lb_retry_throttle *throttle = NULL;
+    lb_adaptive_throttle *adaptive = NULL;
+    lb_result r;
+#define NUM(name) (json_get(args, name)->number)
+#define MS_NS(v) ((v)->integer * UINT64_C(1000000))
+    if (strcmp(object, "retry_budget") == 0) {
+        r = lb_retry_budget_new(json_get(args, "ttl_ms")->integer,
+                                (uint32_t)json_get(args, "min_per_sec")->integer,
+                                NUM("retry_percent"), MS_NS(json_get(args, "created_ms")), &budget);
+    } else if (strcmp(object, "retry_throttle") == 0) {
+        r = lb_retry_throttle_new((uint32_t)json_get(args, "max_tokens")->integer,
+                                  NUM("token_ratio"), &throttle);
+    } else if (strcmp(object, "adaptive_throttle") == 0) {
+        r = lb_adaptive_throttle_new(NUM("k"), json_get(args, "window_ms")->integer,
+                                     MS_NS(json_get(args, "created_ms")), &adaptive);
+    } else {
+        FAIL("unknown budget object %s", object);
+        return 0;
+    }
+    if (expect_error) {
+        if (strcmp(lb_result_name(r), expect_error->str) != 0)
+            FAIL("new: got %s, expected %s", lb_result_name(r), expect_error->str);
+        if (budget || throttle || adaptive) FAIL("new wrote its output on error");
+        return 0;
+    }
+    if (r != LB_RESULT_OK) {
+        FAIL("new: %s", lb_result_name(r));
+        return 0;
+    }
+    for (step_index = 0; step_index < steps->len; step_index++) {
+        const json *step = &steps->items[step_index];
+        const char *op = json_get(step, "op")->str;
+        const json *expect = json_get(step, "expect");
+        const json *at = json_get(step, "now_ms");
+        uint64_t now = at ? MS_NS(at) : 0;
+        bool flag = false;
+        uint64_t count = 0;
+        double value = 0;
+        int kind = 0; /* 0: no answer, 1: flag, 2: count */
+        if (strcmp(op, "deposit") == 0) {
+            r = lb_retry_budget_deposit(budget, now);
+        } else if (strcmp(op, "withdraw") == 0) {
+            r = lb_retry_budget_withdraw(budget, now, &flag), kind = 1;
+        } else if (strcmp(op, "can_withdraw") == 0) {
+            r = lb_retry_budget_can_withdraw(budget, now, &flag), kind = 1;
+        } else if (strcmp(op, "available") == 0) {
+            r = lb_retry_budget_available(budget, now, &count), kind = 2;
+        } else if (strcmp(op, "failure") == 0) {
+            r = lb_retry_throttle_failure(throttle, &flag), kind = 1;
+        } else if (strcmp(op, "success") == 0) {
+            r = lb_retry_throttle_success(throttle);
+        } else if (strcmp(op, "allows") == 0) {
+            r = lb_retry_throttle_allows(throttle, &flag), kind = 1;
+        } else if (strcmp(op, "tokens_milli") == 0) {
+            r = lb_retry_throttle_tokens(throttle, &value), kind = 2;
+            count = (uint64_t)(value * 1000.0 + 0.5);
+        } else if (strcmp(op, "rejection_ppb") == 0) {
+            r = lb_adaptive_throttle_rejection(adaptive, now, &value), kind = 2;
+            count = (uint64_t)(value * 1e9 + 0.5);
+        } else if (strcmp(op, "admit") == 0) {
+            uint64_t random = strtoull(json_get(step, "random")->str, NULL, 10);
+            r = lb_adaptive_throttle_admit(adaptive, now, random, &flag), kind = 1;
+        } else if (strcmp(op, "accepted") == 0) {
+            r = lb_adaptive_throttle_accepted(adaptive, now);
+        } else {
+            FAIL("unknown budget op %s", op);
+            r = LB_RESULT_OK;
+        }
+        if (r != LB_RESULT_OK) FAIL("%s: %s", op, lb_result_name(r));
+        if (kind == 1 && (!expect || expect->kind != JSON_BOOL || flag != (bool)expect->boolean))
+            FAIL("%s: got %d", op, flag);
+        if (kind == 2 && (!expect || expect->integer != count))
+            FAIL("%s: got %llu, expected %llu", op, (unsigned long long)count,
+                 expect ? (unsigned long long)expect->integer : 0ULL);
+        if (kind == 0 && expect) FAIL("%s: expected an answer", op);
+    }
+#undef NUM
+#undef MS_NS
+    lb_retry_budget_free(budget);
+    lb_retry_throttle_free(throttle);
+    lb_adaptive_throttle_free(adaptive);
+    return steps->len;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s tests/vectors/vectors.json\n", argv[0]);
@@ -429,8 +521,19 @@ int main(int argc, char **argv) {
         memset(leases, 0, sizeof leases);
         lease_count = 0;
     }
-    printf("test_vectors: %zu cases, %zu steps (%zu expected errors)\n", cases->len, steps_run,
-           errors_checked);
+    const json *budgets = json_get(&root, "budgets");
+    size_t budget_steps = 0;
+    if (!budgets || budgets->kind != JSON_ARRAY || !budgets->len) {
+        fprintf(stderr, "%s: no budgets\n", argv[1]);
+        check_failures++;
+    }
+    for (size_t ci = 0; budgets && ci < budgets->len; ci++) {
+        case_name = json_get(&budgets->items[ci], "name")->str;
+        step_index = 0;
+        budget_steps += run_budget(&budgets->items[ci]);
+    }
+    printf("test_vectors: %zu cases, %zu steps (%zu expected errors); %zu budget cases, %zu steps\n",
+           cases->len, steps_run, errors_checked, budgets ? budgets->len : 0, budget_steps);
     free(ids);
     json_free(&root);
     return check_report("test_vectors");

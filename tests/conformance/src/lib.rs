@@ -7,8 +7,8 @@
 //! `test_vectors.json` pattern), and `tests/vectors.rs` fails when the checked-in file is stale.
 
 use liblb_core::{
-    Algorithm, Balancer, Error, Failure, FailureKind, Lease, ManualClock, Node, OptionValue,
-    Options, Outcome,
+    AdaptiveThrottle, Algorithm, Balancer, Error, Failure, FailureKind, Lease, ManualClock, Node,
+    OptionValue, Options, Outcome, RetryBudget, RetryThrottle,
 };
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -674,6 +674,243 @@ fn outcome_cases() -> Vec<Case> {
     out
 }
 
+/// A budget case: the object's arguments and its steps (expectations filled in by `generate`).
+struct BudgetCase {
+    name: &'static str,
+    object: &'static str,
+    args: Value,
+    steps: Vec<Value>,
+}
+
+fn at(op: &str, now_ms: u64) -> Value {
+    json!({"op": op, "now_ms": now_ms})
+}
+
+/// Budgets and throttles at explicit times (issue 21, deliverable 3): tower's reserve, deposits
+/// and slot expiry, gRFC A6's token arithmetic, the SRE book's rejection probability and
+/// window, and arguments each object refuses.
+fn budget_cases() -> Vec<BudgetCase> {
+    let mut out = Vec::new();
+    // tower's tps_reserve and tps_leaky, with the slot boundaries (1 s slots of a 10 s ttl).
+    let mut leaky = vec![at("available", 0), at("withdraw", 0)];
+    leaky.extend((0..5).map(|i| at("deposit", 100 * i)));
+    leaky.extend([
+        at("available", 900),
+        at("can_withdraw", 999),
+        at("withdraw", 1000),
+    ]);
+    leaky.extend([
+        at("available", 5500),
+        at("available", 10_999),
+        at("available", 11_000),
+    ]);
+    leaky.extend([
+        at("withdraw", 11_000),
+        at("withdraw", 11_000),
+        at("available", 30_000),
+    ]);
+    out.push(BudgetCase {
+        name: "retry-budget-tower",
+        object: "retry_budget",
+        args: json!({"ttl_ms": 10_000, "min_per_sec": 0, "retry_percent": 0.5, "created_ms": 0}),
+        steps: leaky,
+    });
+    let mut reserve = vec![at("available", 0)];
+    reserve.extend((0..12).map(|_| at("withdraw", 10)));
+    reserve.extend([at("deposit", 20), at("deposit", 20), at("available", 20)]);
+    reserve.extend([at("withdraw", 2500), at("available", 4000)]);
+    out.push(BudgetCase {
+        name: "retry-budget-reserve",
+        object: "retry_budget",
+        args: json!({"ttl_ms": 1000, "min_per_sec": 10, "retry_percent": 1.5, "created_ms": 500}),
+        steps: reserve,
+    });
+    for (name, args) in [
+        (
+            "retry-budget-bad-ttl",
+            json!({"ttl_ms": 999, "min_per_sec": 10, "retry_percent": 0.2, "created_ms": 0}),
+        ),
+        (
+            "retry-budget-bad-percent",
+            json!({"ttl_ms": 10_000, "min_per_sec": 10, "retry_percent": 1000.5, "created_ms": 0}),
+        ),
+    ] {
+        out.push(BudgetCase {
+            name,
+            object: "retry_budget",
+            args,
+            steps: vec![],
+        });
+    }
+    let op = |op: &str| json!({"op": op});
+    let mut a6 = vec![op("tokens_milli")];
+    a6.extend((0..5).map(|_| op("failure")));
+    a6.extend([
+        op("allows"),
+        op("tokens_milli"),
+        op("success"),
+        op("allows"),
+        op("tokens_milli"),
+    ]);
+    a6.extend((0..12).map(|_| op("failure")));
+    a6.extend([op("tokens_milli"), op("allows")]);
+    a6.extend((0..20).map(|_| op("success")));
+    a6.extend([op("tokens_milli"), op("allows")]);
+    out.push(BudgetCase {
+        name: "retry-throttle-a6",
+        object: "retry_throttle",
+        args: json!({"max_tokens": 10, "token_ratio": 0.5466}),
+        steps: a6,
+    });
+    for (name, args) in [
+        (
+            "retry-throttle-bad-max",
+            json!({"max_tokens": 1001, "token_ratio": 0.1}),
+        ),
+        (
+            "retry-throttle-bad-ratio",
+            json!({"max_tokens": 10, "token_ratio": 0.0009}),
+        ),
+    ] {
+        out.push(BudgetCase {
+            name,
+            object: "retry_throttle",
+            args,
+            steps: vec![],
+        });
+    }
+    let admit = |now_ms: u64, random: u64| json!({"op": "admit", "now_ms": now_ms, "random": random.to_string()});
+    let mut sre = vec![at("rejection_ppb", 0)];
+    sre.extend((0..10).map(|i| admit(1000 + i, u64::MAX)));
+    sre.extend([
+        at("rejection_ppb", 2000),
+        admit(2000, 0),
+        admit(2000, 1 << 63),
+    ]);
+    sre.extend((0..3).map(|_| at("accepted", 3000)));
+    sre.extend([
+        at("rejection_ppb", 3000),
+        admit(3000, 1 << 62),
+        admit(3000, 3 << 62),
+    ]);
+    sre.extend([at("rejection_ppb", 12_500), at("rejection_ppb", 14_000)]);
+    out.push(BudgetCase {
+        name: "adaptive-throttle-sre",
+        object: "adaptive_throttle",
+        args: json!({"k": 2.0, "window_ms": 10_000, "created_ms": 0}),
+        steps: sre,
+    });
+    out.push(BudgetCase {
+        name: "adaptive-throttle-bad-k",
+        object: "adaptive_throttle",
+        args: json!({"k": 0.5, "window_ms": 10_000, "created_ms": 0}),
+        steps: vec![],
+    });
+    out
+}
+
+/// A budget or throttle a budget case describes.
+pub enum Policy {
+    /// `retry_budget`.
+    Budget(RetryBudget),
+    /// `retry_throttle`.
+    Throttle(RetryThrottle),
+    /// `adaptive_throttle`.
+    Adaptive(AdaptiveThrottle),
+}
+
+fn ns(ms: &Value) -> u64 {
+    ms.as_u64().expect("milliseconds") * 1_000_000
+}
+
+/// Builds the object of a budget case.
+pub fn build_policy(object: &str, args: &Value) -> Result<Policy, Error> {
+    let num = |name: &str| args[name].as_f64().expect("number");
+    let ms = |name: &str| Duration::from_millis(args[name].as_u64().expect("milliseconds"));
+    Ok(match object {
+        "retry_budget" => Policy::Budget(RetryBudget::new(
+            ms("ttl_ms"),
+            args["min_per_sec"].as_u64().expect("min_per_sec") as u32,
+            num("retry_percent"),
+            ns(&args["created_ms"]),
+        )?),
+        "retry_throttle" => Policy::Throttle(RetryThrottle::new(
+            args["max_tokens"].as_u64().expect("max_tokens") as u32,
+            num("token_ratio"),
+        )?),
+        "adaptive_throttle" => Policy::Adaptive(AdaptiveThrottle::new(
+            num("k"),
+            ms("window_ms"),
+            ns(&args["created_ms"]),
+        )?),
+        other => panic!("unknown budget object {other}"),
+    })
+}
+
+/// Runs one budget step; returns its answer (`Value::Null` for deposit, success, accepted).
+pub fn run_policy_step(policy: &Policy, step: &Value) -> Value {
+    let now = || ns(&step["now_ms"]);
+    match (policy, str_of(step, "op")) {
+        (Policy::Budget(b), "deposit") => {
+            b.deposit(now());
+            Value::Null
+        }
+        (Policy::Budget(b), "withdraw") => json!(b.withdraw(now())),
+        (Policy::Budget(b), "can_withdraw") => json!(b.can_withdraw(now())),
+        (Policy::Budget(b), "available") => json!(b.available(now())),
+        (Policy::Throttle(t), "failure") => json!(t.failure()),
+        (Policy::Throttle(t), "success") => {
+            t.success();
+            Value::Null
+        }
+        (Policy::Throttle(t), "allows") => json!(t.allows()),
+        (Policy::Throttle(t), "tokens_milli") => json!((t.tokens() * 1000.0).round() as u64),
+        (Policy::Adaptive(a), "rejection_ppb") => json!((a.rejection(now()) * 1e9).round() as u64),
+        (Policy::Adaptive(a), "admit") => {
+            let random = str_of(step, "random").parse().expect("random: decimal u64");
+            json!(a.admit(now(), random))
+        }
+        (Policy::Adaptive(a), "accepted") => {
+            a.accepted(now());
+            Value::Null
+        }
+        (_, op) => panic!("op {op} does not apply"),
+    }
+}
+
+/// The budget cases with every expectation computed by the core.
+fn generate_budgets() -> Vec<Value> {
+    budget_cases()
+        .into_iter()
+        .map(|c| {
+            let mut case = Map::new();
+            case.insert("name".into(), json!(c.name));
+            case.insert("object".into(), json!(c.object));
+            match build_policy(c.object, &c.args) {
+                Err(e) => {
+                    case.insert("args".into(), c.args);
+                    case.insert("expect_error".into(), json!(e.code()));
+                    case.insert("steps".into(), json!([]));
+                }
+                Ok(policy) => {
+                    let steps: Vec<Value> = (c.steps.into_iter())
+                        .map(|mut step| {
+                            let answer = run_policy_step(&policy, &step);
+                            if !answer.is_null() {
+                                step["expect"] = answer;
+                            }
+                            step
+                        })
+                        .collect();
+                    case.insert("args".into(), c.args);
+                    case.insert("steps".into(), Value::Array(steps));
+                }
+            }
+            Value::Object(case)
+        })
+        .collect()
+}
+
 /// Builds the balancer a case describes.
 pub fn build(algorithm: &str, options: &Value, nodes: &Value) -> Result<Balancer, Error> {
     build_with(algorithm, options, nodes, None)
@@ -926,7 +1163,7 @@ pub fn generate() -> Value {
             Value::Object(case)
         })
         .collect();
-    json!({"_comment": COMMENT, "version": 1, "cases": cases})
+    json!({"_comment": COMMENT, "version": 1, "cases": cases, "budgets": generate_budgets()})
 }
 
 /// The vectors as pretty-printed JSON text with a trailing newline (the checked-in form).

@@ -1,7 +1,9 @@
 //! The checked-in vectors are fresh, and replaying them through the Rust API gives exactly the
 //! recorded answers and errors, with every failed step leaving the balancer unchanged.
 
-use liblb_conformance::{Leases, Time, VECTORS_PATH, build, render, run_step};
+use liblb_conformance::{
+    Leases, Time, VECTORS_PATH, build, build_policy, render, run_policy_step, run_step,
+};
 use serde_json::Value;
 use std::path::Path;
 
@@ -62,4 +64,33 @@ fn vectors_replay_through_the_rust_api() {
         }
     }
     assert!(checked > 300, "only {checked} steps");
+}
+
+#[test]
+fn budget_vectors_replay_through_the_rust_api() {
+    let doc: Value = serde_json::from_str(&checked_in()).unwrap();
+    let cases = doc["budgets"].as_array().unwrap();
+    let mut checked = 0;
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let built = build_policy(case["object"].as_str().unwrap(), &case["args"]);
+        let policy = match (built, case.get("expect_error")) {
+            (Ok(policy), None) => policy,
+            (Err(e), Some(code)) => {
+                assert_eq!(e.code(), code.as_str().unwrap(), "{name}");
+                continue;
+            }
+            (got, want) => panic!("{name}: built {}, expected error {want:?}", got.is_ok()),
+        };
+        for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
+            let answer = run_policy_step(&policy, step);
+            assert_eq!(
+                answer,
+                *step.get("expect").unwrap_or(&Value::Null),
+                "{name} step {i}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 50, "only {checked} budget steps");
 }
