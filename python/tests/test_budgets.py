@@ -96,13 +96,14 @@ def test_retry_throttle_a6() -> None:
 def test_adaptive_throttle_sre_book() -> None:
     a = liblb.AdaptiveThrottle(now=0)
     assert a.rejection(now=0) == 0
-    # Ten requests, none accepted: p = 10 / 11.
-    assert all(a.admit(now=1, random=2**64 - 1) for _ in range(10))
-    assert a.rejection(now=1) == pytest.approx(10 / 11)
+    # Nothing is rejected until the window holds 100 requests (DEFAULT_MIN_REQUESTS); then,
+    # none accepted: p = 100 / 101.
+    assert all(a.admit(now=1, random=2**64 - 1) for _ in range(100))
+    assert a.rejection(now=1) == pytest.approx(100 / 101)
     assert a.admit(now=1, random=0) is False
-    for _ in range(6):
+    for _ in range(51):
         a.accepted(now=1)
-    assert a.rejection(now=1) == 0  # 11 requests < 2 x 6 accepts
+    assert a.rejection(now=1) == 0  # 101 requests < 2 x 51 accepts
     # 150 s later the 120 s window has forgotten them all.
     assert a.rejection(now=150) == 0
     with pytest.raises(ValueError, match="random must be an integer"):
