@@ -145,13 +145,25 @@ impl Lease {
     }
 }
 
+/// A request's lease collected unfinished is cancelled through its request, so the request
+/// does not count it as still out. Finalizers never run inside a call of this binding, so the
+/// request is not borrowed; if it were, the core lease simply drops (cancelled all the same).
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let (Some(lease), Some(request)) = (self.inner.get_mut().take(), &self.request) {
+            if let Ok(mut request) = request.try_borrow_mut() {
+                request.cancel(lease);
+            }
+        }
+    }
+}
+
 impl Lease {
     /// A lease that is an attempt of `request`.
     pub(crate) fn for_request(lease: liblb_core::Lease, request: request::Shared) -> Lease {
-        Lease {
-            request: Some(request),
-            ..Lease::from_core(lease)
-        }
+        let mut out = Lease::from_core(lease);
+        out.request = Some(request);
+        out
     }
 
     /// A lease of its own.

@@ -487,10 +487,9 @@ impl PyLease {
         lease: Lease,
         request: Py<request::PyRequest>,
     ) -> PyLease {
-        PyLease {
-            request: Some(request),
-            ..PyLease::new(py, lease)
-        }
+        let mut out = PyLease::new(py, lease);
+        out.request = Some(request);
+        out
     }
 
     /// Whether the lease has ended.
@@ -528,6 +527,16 @@ impl PyLease {
     fn open(&self, py: Python<'_>) -> PyResult<Lease> {
         self.take()
             .ok_or_else(|| error::lease_finished(self.id.bind(py).to_str().unwrap_or("?")))
+    }
+}
+
+/// A request's lease collected unfinished is cancelled through its request, so the request
+/// does not count it as still out (a plain lease cancels itself when the core lease drops).
+impl Drop for PyLease {
+    fn drop(&mut self) {
+        if let (Some(lease), Some(request)) = (self.take(), &self.request) {
+            request.get().cancel(lease);
+        }
     }
 }
 

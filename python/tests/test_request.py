@@ -335,3 +335,26 @@ def test_requests_from_many_threads_count_every_attempt() -> None:
     assert sum(r for r, _, _ in stats.values()) == 4 * calls * 2
     assert sum(f for _, f, _ in stats.values()) == 4 * calls
     assert all(i == 0 for _, _, i in stats.values())
+
+
+def test_a_request_lease_collected_unfinished_is_cancelled_through_its_request() -> None:
+    import gc
+
+    b = ring()
+    req = b.request("k", max_attempts=2)
+    lease = req.attempt()  # not next(req): the iterator keeps its last lease
+    assert lease is not None
+    first = lease.id
+    del lease
+    gc.collect()
+    # The request no longer counts the collected attempt as out: a finished next attempt
+    # decides as the only one (a stop at max_attempts, not a "wait" for the lost one).
+    second = req.attempt()
+    assert second is not None
+    second.finish(ok=False)
+    assert req.decision == "stop" and req.stopped == "max_attempts"
+    # The cancelled attempt counted nothing and released its in-flight slot; only the
+    # finished one counts (on the same node: a cancelled attempt is not a failed one).
+    stats = counted(b)
+    assert stats[second.id] == (1, 1, 0) and second.id == first
+    assert sum(r for r, _, _ in stats.values()) == 1
