@@ -78,22 +78,24 @@ export interface BalancerOptions {
   max_retry_after_ms?: number | bigint | string | null
   /** How often success-rate and failure-percentage ejection judge the last interval, in ms (default 10000). */
   interval_ms?: number | bigint | string | null
-  /** Success-rate ejection runs with at least this many nodes over the volume (default 5). */
+  /** Success-rate ejection needs at least this many nodes over the volume (default 5). */
   success_rate_minimum_hosts?: number | bigint | string | null
   /** Outcomes a node needs in an interval to be judged by success rate (default 100). */
   success_rate_request_volume?: number | bigint | string | null
-  /** Eject below mean − stdev × this / 1000 (default 1900). */
+  /** The bar: mean - stdev x this / 1000 (default 1900). */
   success_rate_stdev_factor?: number | bigint | string | null
-  /** Chance (%) a node below the success-rate bar is ejected (default 100; 0 = off). */
+  /** Chance (%) that a node below the success-rate bar is ejected (default 100; 0 = off). */
   enforcing_success_rate?: number | bigint | string | null
-  /** Eject a node whose failures are at least this % of its outcomes (default 85). */
+  /** Failure share (%) at which a node is ejected (default 85). */
   failure_percentage_threshold?: number | bigint | string | null
-  /** Failure-percentage ejection runs with at least this many nodes over the volume (default 5). */
+  /** Failure-percentage ejection needs at least this many nodes over the volume (default 5). */
   failure_percentage_minimum_hosts?: number | bigint | string | null
   /** Outcomes a node needs in an interval to be judged by failure percentage (default 50). */
   failure_percentage_request_volume?: number | bigint | string | null
-  /** Chance (%) a node over the failure-percentage threshold is ejected (default 0 = off). */
+  /** Chance (%) that a node at or over the failure threshold is ejected (default 0 = off). */
   enforcing_failure_percentage?: number | bigint | string | null
+  /** The default budget of this balancer's requests (see also `setBudget`). */
+  budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
 }
 
 /**
@@ -170,6 +172,27 @@ export interface Balancer {
    * if `fn` returned or resolved, a failure if it threw or rejected (the error is rethrown),
    * its latency measured by the balancer's clock. Resolves with `fn`'s result.
    */
-  run<T>(key: Key | null | undefined, fn: (node: string) => T | PromiseLike<T>): Promise<T>
+  run<T>(
+    key: Key | null | undefined,
+    fn: (node: string, signal: AbortSignal) => T | PromiseLike<T>,
+    options?: RequestOptions | null,
+  ): Promise<T>
+}
+
+/** Why a request gave up (`Request.stopped`; an `LB_REQUEST_FAILED` error's `stop`). */
+export type StopReason = 'max_attempts' | 'not_retryable' | 'budget' | 'deadline' | 'no_more_nodes' | 'throttled'
+
+/**
+ * A request's policy, for `Balancer.request` and `Balancer.run`: at most `maxAttempts`
+ * attempts (1 to 100, default 3) on distinct nodes, retrying the failure kinds in `retryOn`
+ * (default all), within `deadlineMs` of the first attempt, limited by `budget` (default: the
+ * balancer's) and hedged by `hedge`.
+ */
+export interface RequestOptions {
+  maxAttempts?: number | null
+  deadlineMs?: number | null
+  retryOn?: FailureKind[] | null
+  budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
+  hedge?: Hedging | null
 }
 

@@ -78,22 +78,24 @@ export interface BalancerOptions {
   max_retry_after_ms?: number | bigint | string | null
   /** How often success-rate and failure-percentage ejection judge the last interval, in ms (default 10000). */
   interval_ms?: number | bigint | string | null
-  /** Success-rate ejection runs with at least this many nodes over the volume (default 5). */
+  /** Success-rate ejection needs at least this many nodes over the volume (default 5). */
   success_rate_minimum_hosts?: number | bigint | string | null
   /** Outcomes a node needs in an interval to be judged by success rate (default 100). */
   success_rate_request_volume?: number | bigint | string | null
-  /** Eject below mean − stdev × this / 1000 (default 1900). */
+  /** The bar: mean - stdev x this / 1000 (default 1900). */
   success_rate_stdev_factor?: number | bigint | string | null
-  /** Chance (%) a node below the success-rate bar is ejected (default 100; 0 = off). */
+  /** Chance (%) that a node below the success-rate bar is ejected (default 100; 0 = off). */
   enforcing_success_rate?: number | bigint | string | null
-  /** Eject a node whose failures are at least this % of its outcomes (default 85). */
+  /** Failure share (%) at which a node is ejected (default 85). */
   failure_percentage_threshold?: number | bigint | string | null
-  /** Failure-percentage ejection runs with at least this many nodes over the volume (default 5). */
+  /** Failure-percentage ejection needs at least this many nodes over the volume (default 5). */
   failure_percentage_minimum_hosts?: number | bigint | string | null
   /** Outcomes a node needs in an interval to be judged by failure percentage (default 50). */
   failure_percentage_request_volume?: number | bigint | string | null
-  /** Chance (%) a node over the failure-percentage threshold is ejected (default 0 = off). */
+  /** Chance (%) that a node at or over the failure threshold is ejected (default 0 = off). */
   enforcing_failure_percentage?: number | bigint | string | null
+  /** The default budget of this balancer's requests (see also `setBudget`). */
+  budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
 }
 
 /**
@@ -170,7 +172,28 @@ export interface Balancer {
    * if `fn` returned or resolved, a failure if it threw or rejected (the error is rethrown),
    * its latency measured by the balancer's clock. Resolves with `fn`'s result.
    */
-  run<T>(key: Key | null | undefined, fn: (node: string) => T | PromiseLike<T>): Promise<T>
+  run<T>(
+    key: Key | null | undefined,
+    fn: (node: string, signal: AbortSignal) => T | PromiseLike<T>,
+    options?: RequestOptions | null,
+  ): Promise<T>
+}
+
+/** Why a request gave up (`Request.stopped`; an `LB_REQUEST_FAILED` error's `stop`). */
+export type StopReason = 'max_attempts' | 'not_retryable' | 'budget' | 'deadline' | 'no_more_nodes' | 'throttled'
+
+/**
+ * A request's policy, for `Balancer.request` and `Balancer.run`: at most `maxAttempts`
+ * attempts (1 to 100, default 3) on distinct nodes, retrying the failure kinds in `retryOn`
+ * (default all), within `deadlineMs` of the first attempt, limited by `budget` (default: the
+ * balancer's) and hedged by `hedge`.
+ */
+export interface RequestOptions {
+  maxAttempts?: number | null
+  deadlineMs?: number | null
+  retryOn?: FailureKind[] | null
+  budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
+  hedge?: Hedging | null
 }
 
 
@@ -283,6 +306,18 @@ export declare class Balancer {
    */
   acquire(key?: Key | null): Lease
   /**
+   * A request through this balancer: attempts on distinct nodes in the key's retry order
+   * under `{ maxAttempts (1 to 100, default 3), deadlineMs, retryOn (failure kinds, default
+   * all), budget (default: the balancer's), hedge (a Hedging) }`. Nothing is picked until
+   * `attempt()`. See also `run(key, fn, options)`.
+   */
+  request(key?: string | Uint8Array | null, options?: RequestOptions | null): Request
+  /**
+   * Sets (null: removes) the default budget of this balancer's requests: a RetryBudget,
+   * RetryThrottle or AdaptiveThrottle. A wrong type throws a TypeError and changes nothing.
+   */
+  setBudget(budget: RetryBudget | RetryThrottle | AdaptiveThrottle | null): void
+  /**
    * Records the outcome of a request routed after `pick` (in-flight is not touched):
    * `{ ok, latencyMs }`, and for a failure (`ok: false`) its `kind` (one of
    * `failureKinds()`, default 'error') and an overloaded node's `retryAfterMs`. A success
@@ -311,6 +346,20 @@ export declare class Balancer {
   attemptsHash(hash: bigint | number | string, limit?: number | null): string[]
   /** The algorithm's name. */
   get algorithm(): Algorithm
+}
+
+/**
+ * When a request sends a hedge: `Hedging.after(delayMs)` or `Hedging.percentile(maxExtraLoad)`.
+ * Share one between requests: the percentile rule learns from every request using it.
+ */
+export declare class Hedging {
+  /** Hedge after `delayMs` without an answer (gRPC's `hedgingDelay`). */
+  static after(delayMs: number): Hedging
+  /**
+   * Hedge after the `1 - maxExtraLoad` percentile of recent latencies (Finagle's backup
+   * requests): `maxExtraLoad` above 0 and below 1, else `LB_INVALID_OPTION_VALUE`.
+   */
+  static percentile(maxExtraLoad: number): Hedging
 }
 
 /**
@@ -344,6 +393,41 @@ export declare class Lease {
    * `LB_LEASE_FINISHED` if the lease already ended.
    */
   cancel(): void
+}
+
+/**
+ * One request's attempts: `attempt()` a lease, send, `finish(lease, outcome)`, and do what
+ * the decision says. Every decision is the core's; this object never waits.
+ */
+export declare class Request {
+  /**
+   * The next attempt's lease on an untried node, or null when the request is over (see
+   * `stopped`). Balancer errors (`LB_NO_NODES`, `LB_KEY_REQUIRED`) leave it as it was.
+   */
+  attempt(): Lease | null
+  /**
+   * Ends `lease`, an attempt of this request, with `outcome` (as `Lease.finish` takes it)
+   * and returns the decision. Throws `LB_LEASE_FINISHED` if it already ended.
+   */
+  finish(lease: Lease, outcome?: Outcome | null): RequestDecision
+  /** Cancels `lease` (a hedge's loser): in-flight released, nothing counted. */
+  cancel(lease: Lease): void
+  /** Sends a hedge now if the hedging policy and the budget allow: a lease, or null. */
+  hedge(): Lease | null
+  /** Milliseconds from the last attempt's start before `hedge()`; null: no hedge. */
+  hedgeAfterMs(): number | null
+  /** Milliseconds the last 'retry' decision said to wait (0 before any). */
+  backoffMs(): number
+  /** Why the request gave up (one of `stopReasons()`), or null. */
+  get stopped(): string | null
+  /** Whether the request is over (succeeded or gave up). */
+  get over(): boolean
+  /** Attempts started so far. */
+  get attempts(): number
+  /** Which attempt succeeded (1-based, in start order), once one has; else null. */
+  get winner(): number | null
+  /** Milliseconds left before the deadline, or null without one. */
+  get remainingMs(): number | null
 }
 
 /**
@@ -458,3 +542,19 @@ export declare function noop(): void
 
 /** The option names `new Balancer` accepts (the core's list; keys of `BalancerOptions`). */
 export declare function optionNames(): Array<keyof BalancerOptions>
+
+/** What an attempt's outcome decided. */
+export interface RequestDecision {
+  /**
+   * 'done' (a success), 'retry' (wait `delayMs`, then `attempt()`), 'stop' (gave up:
+   * `stop` says why) or 'wait' (a hedge is still out: wait for its answer).
+   */
+  decision: string
+  /** For 'retry': milliseconds to wait before the next attempt (else 0). */
+  delayMs: number
+  /** For 'stop': one of `stopReasons()`; else null. */
+  stop: string | null
+}
+
+/** Why a request gives up (`Request.stopped`, `LB_REQUEST_FAILED`'s `stop`): the core's list. */
+export declare function stopReasons(): StopReason[]

@@ -8,7 +8,9 @@ const binding = require('./index.js')
 export const {
   AdaptiveThrottle,
   Balancer,
+  Hedging,
   Lease,
+  Request,
   RetryBudget,
   RetryThrottle,
   MAX_BATCH,
@@ -19,5 +21,6 @@ export const {
   keyedAlgorithms,
   noop,
   optionNames,
+  stopReasons,
 } = binding
 export default binding

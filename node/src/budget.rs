@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 /// A number argument (`retryPercent`, `tokenRatio`, `k`): any number, the core checks its
 /// range; not a number: a `TypeError`.
-fn number(env: &Env, value: &Unknown<'_>, what: &str) -> Result<f64> {
+pub(crate) fn number(env: &Env, value: &Unknown<'_>, what: &str) -> Result<f64> {
     if value.get_type().or_throw()? != ValueType::Number {
         return Err(type_error(
             env,
@@ -48,7 +48,11 @@ fn now_ns(env: &Env, origin: Instant, now_ms: Option<Unknown<'_>>) -> Result<u64
 }
 
 /// The options object of a constructor (absent, `undefined` or `null`: every default).
-fn options<'e>(env: &Env, value: Option<Unknown<'e>>, what: &str) -> Result<Option<Object<'e>>> {
+pub(crate) fn options<'e>(
+    env: &Env,
+    value: Option<Unknown<'e>>,
+    what: &str,
+) -> Result<Option<Object<'e>>> {
     let Some(value) = present(value)? else {
         return Ok(None);
     };
@@ -63,7 +67,7 @@ fn options<'e>(env: &Env, value: Option<Unknown<'e>>, what: &str) -> Result<Opti
 }
 
 /// Property `name` of an options object, if given (not `undefined` / `null`).
-fn field<'e>(object: &Option<Object<'e>>, name: &str) -> Result<Option<Unknown<'e>>> {
+pub(crate) fn field<'e>(object: &Option<Object<'e>>, name: &str) -> Result<Option<Unknown<'e>>> {
     match object {
         Some(object) => present(object.get::<Unknown>(name).or_throw()?),
         None => Ok(None),
@@ -92,7 +96,7 @@ fn ms_field(
 /// `LB_INVALID_OPTION_VALUE`.
 #[napi]
 pub struct RetryBudget {
-    inner: CoreBudget,
+    pub(crate) inner: std::sync::Arc<CoreBudget>,
     origin: Instant,
 }
 
@@ -118,7 +122,10 @@ impl RetryBudget {
         };
         let now = now_ns(&env, origin, field(&o, "nowMs")?)?;
         let inner = CoreBudget::new(ttl, min_per_sec, percent, now).or_throw()?;
-        Ok(RetryBudget { inner, origin })
+        Ok(RetryBudget {
+            inner: inner.into(),
+            origin,
+        })
     }
 
     /// The budget's clock in milliseconds: monotonic, 0 at its creation.
@@ -162,7 +169,7 @@ impl RetryBudget {
 /// at most half are left.
 #[napi]
 pub struct RetryThrottle {
-    inner: CoreThrottle,
+    pub(crate) inner: std::sync::Arc<CoreThrottle>,
 }
 
 #[napi]
@@ -177,7 +184,7 @@ impl RetryThrottle {
         let max = integer(&env, &max_tokens, "maxTokens", f64::from(u32::MAX))? as u32;
         let ratio = number(&env, &token_ratio, "tokenRatio")?;
         Ok(RetryThrottle {
-            inner: CoreThrottle::new(max, ratio).or_throw()?,
+            inner: CoreThrottle::new(max, ratio).or_throw()?.into(),
         })
     }
 
@@ -211,7 +218,7 @@ impl RetryThrottle {
 /// `max(0, (requests - k * accepts) / (requests + 1))` (`k` 1 to 100, default 2).
 #[napi]
 pub struct AdaptiveThrottle {
-    inner: CoreAdaptive,
+    pub(crate) inner: std::sync::Arc<CoreAdaptive>,
     origin: Instant,
 }
 
@@ -233,7 +240,10 @@ impl AdaptiveThrottle {
         let window = ms_field(&env, &o, "windowMs", CoreAdaptive::DEFAULT_WINDOW)?;
         let now = now_ns(&env, origin, field(&o, "nowMs")?)?;
         let inner = CoreAdaptive::new(k, window, now).or_throw()?;
-        Ok(AdaptiveThrottle { inner, origin })
+        Ok(AdaptiveThrottle {
+            inner: inner.into(),
+            origin,
+        })
     }
 
     /// The throttle's clock in milliseconds: monotonic, 0 at its creation.

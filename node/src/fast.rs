@@ -87,28 +87,96 @@ napi::ctor::declarative::ctor! {
     }
 }
 
-/// `Balancer.prototype.run(key, fn)`: acquire a lease, await `fn(nodeId)`, finish the lease
-/// with `ok` = "fn did not throw or reject" and the latency the balancer's clock measured, and
-/// settle with fn's result or rethrow its error. It is JavaScript because it awaits a promise;
-/// every step is one call into the core through `acquire` and `Lease.finish`.
+/// `Balancer.prototype.run(key, fn, options)`: the request loop over `Balancer.request` for
+/// callers whose `fn(nodeId, signal)` returns a promise. Every decision (the next node, the
+/// delay, giving up, when to hedge) is the core's, through `Request`; this JavaScript owns what
+/// only JavaScript can: awaiting the promises, racing hedges (`Promise.race`), timers, aborting
+/// the losers' `AbortSignal`s, and the mapping of a rejection to a failure kind (`KIND`).
+/// Without `options` it makes one attempt and rethrows `fn`'s error, as before requests
+/// existed; with them, giving up rejects with an `LB_REQUEST_FAILED` error whose `cause` is
+/// the last attempt's error.
 const RUN: &str = r"(function (exports) {
+  const KINDS = ['error', 'timeout', 'overloaded']
+  // A rejection's failure kind: its own `kind` if it is one of ours, a timeout for the names
+  // and codes Node and undici give timeouts, else 'error'; `retryAfterMs` if a number >= 0.
+  const TIMEOUTS = new Set(['TimeoutError', 'ETIMEDOUT', 'ESOCKETTIMEDOUT', 'UND_ERR_CONNECT_TIMEOUT',
+    'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'ABORT_ERR_TIMEOUT'])
+  function failure(error) {
+    const e = error !== null && typeof error === 'object' ? error : {}
+    const kind = KINDS.includes(e.kind) ? e.kind
+      : (TIMEOUTS.has(e.name) || TIMEOUTS.has(e.code)) ? 'timeout' : 'error'
+    const after = kind === 'overloaded' && typeof e.retryAfterMs === 'number' &&
+      Number.isFinite(e.retryAfterMs) && e.retryAfterMs >= 0 ? e.retryAfterMs : null
+    return { ok: false, kind, retryAfterMs: after }
+  }
   Object.defineProperty(exports.Balancer.prototype, 'run', {
-    value: async function run(key, fn) {
+    value: async function run(key, fn, options) {
       if (typeof fn !== 'function') {
         const error = new TypeError(`fn must be a function, got ${fn === null ? 'null' : typeof fn}`)
         error.code = 'ERR_INVALID_ARG_TYPE'
         throw error
       }
-      const lease = this.acquire(key)
-      let result
-      try {
-        result = await fn(lease.id)
-      } catch (error) {
-        lease.finish({ ok: false })
-        throw error
+      const single = options === undefined || options === null
+      const request = this.request(key, single ? { maxAttempts: 1 } : options)
+      const out = new Map() // lease -> { controller, answer }
+      let last
+      let hedges = true
+      const start = (lease) => {
+        if (lease === null) return
+        const controller = new AbortController()
+        let answer
+        try {
+          answer = Promise.resolve(fn(lease.id, controller.signal))
+        } catch (error) {
+          answer = Promise.reject(error)
+        }
+        out.set(lease, {
+          controller,
+          answer: answer.then((value) => ({ lease, ok: true, value }), (error) => ({ lease, ok: false, error })),
+        })
       }
-      lease.finish({ ok: true })
-      return result
+      try {
+        start(request.attempt())
+        while (out.size > 0) {
+          const wait = hedges ? request.hedgeAfterMs() : null
+          const racers = [...out.values()].map((a) => a.answer)
+          let timer
+          if (wait !== null) racers.push(new Promise((resolve) => { timer = setTimeout(resolve, wait, null) }))
+          const event = await Promise.race(racers)
+          clearTimeout(timer)
+          if (event === null) {
+            const hedge = request.hedge()
+            hedges = hedge !== null // refused: no more hedges for this request
+            start(hedge)
+            continue
+          }
+          out.delete(event.lease)
+          if (event.ok) {
+            request.finish(event.lease, { ok: true })
+            return event.value
+          }
+          last = event.error
+          const next = request.finish(event.lease, failure(event.error))
+          if (next.decision === 'retry') {
+            if (next.delayMs > 0 && out.size === 0) await new Promise((resolve) => setTimeout(resolve, next.delayMs))
+            start(request.attempt())
+          } else if (next.decision === 'stop') {
+            break
+          }
+        }
+      } finally {
+        // The attempts still out lost (or the loop threw): abort them, nothing counted.
+        for (const [lease, a] of out) {
+          a.controller.abort()
+          if (!lease.done) request.cancel(lease)
+        }
+      }
+      if (single && request.attempts > 0) throw last
+      const error = new Error(`request gave up (${request.stopped}) after ${request.attempts} attempt(s)`, { cause: last })
+      error.code = 'LB_REQUEST_FAILED'
+      error.stop = request.stopped
+      error.attempts = request.attempts
+      throw error
     },
     writable: true,
     enumerable: true,

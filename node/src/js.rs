@@ -297,6 +297,9 @@ pub fn options(env: &Env, value: Option<Unknown<'_>>) -> Result<Options> {
     // SAFETY: the value was just checked to be an object.
     let object = unsafe { value.cast::<Object>() }.or_throw()?;
     for name in own_keys(&object)? {
+        if name == "budget" {
+            continue; // The balancer's default budget (`Balancer::new`), not a core option.
+        }
         let Some(item) = object.get::<Unknown>(&name).or_throw()? else {
             continue; // `{ seed: undefined }` means "not given".
         };
@@ -452,7 +455,7 @@ impl OutcomeArgs {
 
 /// A time in milliseconds (`latencyMs`, `retryAfterMs`): a finite number >= 0 (fractions
 /// allowed), else a `RangeError` (`ERR_OUT_OF_RANGE`); not a number: a `TypeError`.
-fn millis(env: &Env, value: &Unknown<'_>, what: &str) -> Result<Duration> {
+pub(crate) fn millis(env: &Env, value: &Unknown<'_>, what: &str) -> Result<Duration> {
     if value.get_type().or_throw()? != ValueType::Number {
         return Err(type_error(
             env,

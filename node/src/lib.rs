@@ -20,6 +20,7 @@ mod error;
 mod fast;
 mod ids;
 mod js;
+mod request;
 mod tasks;
 
 use error::{OrThrow, Result};
@@ -77,6 +78,8 @@ pub struct Lease {
     id: String,
     weight: u32,
     tag: u64,
+    /// The request this lease is an attempt of: its finish and cancel go through it.
+    request: Option<request::Shared>,
 }
 
 /// Code of the error thrown when a lease is finished twice (the binding's own: the core's
@@ -122,7 +125,10 @@ impl Lease {
         let args = js::outcome(&env, outcome, "outcome", false)?;
         let lease = self.open()?;
         let outcome = args.outcome(Some(lease.elapsed()));
-        lease.finish(outcome);
+        match &self.request {
+            Some(request) => drop(request::finish(request, lease, outcome)),
+            None => lease.finish(outcome),
+        }
         Ok(())
     }
 
@@ -130,12 +136,70 @@ impl Lease {
     /// `LB_LEASE_FINISHED` if the lease already ended.
     #[napi(catch_unwind)]
     pub fn cancel(&self) -> Result<()> {
-        drop(self.open()?);
+        let lease = self.open()?;
+        match &self.request {
+            Some(request) => request.borrow_mut().cancel(lease),
+            None => drop(lease),
+        }
         Ok(())
     }
 }
 
+/// A request's lease collected unfinished is cancelled through its request, so the request
+/// does not count it as still out. Finalizers never run inside a call of this binding, so the
+/// request is not borrowed; if it were, the core lease simply drops (cancelled all the same).
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let (Some(lease), Some(request)) = (self.inner.get_mut().take(), &self.request) {
+            if let Ok(mut request) = request.try_borrow_mut() {
+                request.cancel(lease);
+            }
+        }
+    }
+}
+
 impl Lease {
+    /// A lease that is an attempt of `request`.
+    pub(crate) fn for_request(lease: liblb_core::Lease, request: request::Shared) -> Lease {
+        let mut out = Lease::from_core(lease);
+        out.request = Some(request);
+        out
+    }
+
+    /// A lease of its own.
+    fn from_core(lease: liblb_core::Lease) -> Lease {
+        Lease {
+            id: lease.id().to_string(),
+            weight: lease.weight(),
+            tag: lease.tag(),
+            inner: std::cell::RefCell::new(Some(lease)),
+            request: None,
+        }
+    }
+
+    /// `Request.finish(lease, outcome)`: ends this lease, an attempt of `request`.
+    pub(crate) fn finish_for_request(
+        &self,
+        env: &Env,
+        outcome: Option<Unknown>,
+        request: &request::Shared,
+    ) -> Result<request::RequestDecision> {
+        if !self
+            .request
+            .as_ref()
+            .is_some_and(|r| std::rc::Rc::ptr_eq(r, request))
+        {
+            return Err(error::type_error(
+                env,
+                "lease is not an attempt of this request".into(),
+            ));
+        }
+        let args = js::outcome(env, outcome, "outcome", false)?;
+        let lease = self.open()?;
+        let outcome = args.outcome(Some(lease.elapsed()));
+        Ok(request::finish(request, lease, outcome))
+    }
+
     /// Takes the lease out, or the `LB_LEASE_FINISHED` error.
     fn open(&self) -> Result<liblb_core::Lease> {
         // Borrowed for the `take` only; no JavaScript runs meanwhile.
@@ -193,8 +257,18 @@ impl Balancer {
             Some(nodes) => js::nodes(&env, &nodes)?,
             None => Vec::new(),
         };
+        let budget = match js::present(options)? {
+            Some(o) if o.get_type().or_throw()? == napi::ValueType::Object => {
+                // SAFETY: just checked to be an object.
+                let o = unsafe { o.cast::<napi::bindgen_prelude::Object>() }.or_throw()?;
+                let budget = js::present(o.get::<Unknown>("budget").or_throw()?)?;
+                budget.map(|b| request::budget(&env, &b)).transpose()?
+            }
+            _ => None,
+        };
         let options = js::options(&env, options)?;
         let inner = liblb_core::Balancer::new(algorithm, nodes, options).or_throw()?;
+        inner.set_budget(budget);
         Ok(Balancer {
             inner: std::sync::Arc::new(inner),
         })
@@ -402,12 +476,44 @@ impl Balancer {
             None => None,
         };
         let lease = self.inner.acquire(key).or_throw()?;
-        Ok(Lease {
-            id: lease.id().to_string(),
-            weight: lease.weight(),
-            tag: lease.tag(),
-            inner: std::cell::RefCell::new(Some(lease)),
-        })
+        Ok(Lease::from_core(lease))
+    }
+
+    /// A request through this balancer: attempts on distinct nodes in the key's retry order
+    /// under `{ maxAttempts (1 to 100, default 3), deadlineMs, retryOn (failure kinds, default
+    /// all), budget (default: the balancer's), hedge (a Hedging) }`. Nothing is picked until
+    /// `attempt()`. See also `run(key, fn, options)`.
+    #[napi(
+        catch_unwind,
+        ts_args_type = "key?: string | Uint8Array | null, options?: RequestOptions | null"
+    )]
+    pub fn request(
+        &self,
+        env: Env,
+        key: Option<Unknown>,
+        options: Option<Unknown>,
+    ) -> Result<request::Request> {
+        let mut buf = KeyBuf::new();
+        let key = match key {
+            Some(key) => js::key_or_none(&env, &key, &mut buf)?.map(<[u8]>::to_vec),
+            None => None,
+        };
+        request::new(&env, &self.inner, key, options)
+    }
+
+    /// Sets (null: removes) the default budget of this balancer's requests: a RetryBudget,
+    /// RetryThrottle or AdaptiveThrottle. A wrong type throws a TypeError and changes nothing.
+    #[napi(
+        js_name = "setBudget",
+        catch_unwind,
+        ts_args_type = "budget: RetryBudget | RetryThrottle | AdaptiveThrottle | null"
+    )]
+    pub fn set_budget(&self, env: Env, budget: Option<Unknown>) -> Result<()> {
+        let budget = js::present(budget)?
+            .map(|b| request::budget(&env, &b))
+            .transpose()?;
+        self.inner.set_budget(budget);
+        Ok(())
     }
 
     /// Records the outcome of a request routed after `pick` (in-flight is not touched):
@@ -583,6 +689,12 @@ pub fn option_names() -> Vec<&'static str> {
 #[napi(catch_unwind, ts_return_type = "FailureKind[]")]
 pub fn failure_kinds() -> Vec<&'static str> {
     FailureKind::NAMES.to_vec()
+}
+
+/// Why a request gives up (`Request.stopped`, `LB_REQUEST_FAILED`'s `stop`): the core's list.
+#[napi(js_name = "stopReasons", catch_unwind, ts_return_type = "StopReason[]")]
+pub fn stop_reasons() -> Vec<&'static str> {
+    liblb_core::Stop::NAMES.to_vec()
 }
 
 /// The algorithm names `new Balancer` accepts.

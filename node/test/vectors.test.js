@@ -190,3 +190,27 @@ describe('budget vectors', () => {
     })
   }
 })
+
+describe('request vectors', () => {
+  it('the file has request cases', () => assert.ok(vectors.requests.length >= 5))
+  for (const kase of vectors.requests) {
+    it(kase.name, () => {
+      const balancer = new Balancer(kase.algorithm, toNodes(kase.nodes), kase.options)
+      const spec = kase.request
+      const req = balancer.request(spec.key, { maxAttempts: spec.max_attempts, retryOn: spec.retry_on })
+      const tried = []
+      const decisions = []
+      for (let lease = req.attempt(); lease !== null; lease = req.attempt()) {
+        tried.push(lease.id)
+        const d = req.finish(lease, outcomeOf(kase.outcomes[decisions.length]))
+        if (d.decision === 'retry') decisions.push(['retry', Math.round(d.delayMs)])
+        else if (d.decision === 'stop') decisions.push(['stop', d.stop])
+        else decisions.push([d.decision])
+      }
+      assert.deepEqual(
+        { tried, decisions, stopped: req.stopped, attempts: req.attempts, winner: req.winner },
+        kase.expect,
+      )
+    })
+  }
+})

@@ -3,7 +3,8 @@
 import datetime
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Final, Literal, TypedDict, final
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Final, Literal, TypedDict, TypeVar, final
 
 from typing_extensions import TypeAlias
 
@@ -12,6 +13,11 @@ _NodeSpec: TypeAlias = str | tuple[str, int] | tuple[str, int, int]
 _Nodes: TypeAlias = Iterable[_NodeSpec] | Mapping[str, int]
 _Latency: TypeAlias = float | datetime.timedelta
 _FailureKind: TypeAlias = Literal["error", "timeout", "overloaded"]
+_StopReason: TypeAlias = Literal[
+    "max_attempts", "not_retryable", "budget", "deadline", "no_more_nodes", "throttled"
+]
+_Budget: TypeAlias = RetryBudget | RetryThrottle | AdaptiveThrottle
+_T = TypeVar("_T")
 
 class _NodeStats(TypedDict):
     id: str
@@ -27,6 +33,10 @@ class _NodeStats(TypedDict):
 __all__ = [
     "Balancer",
     "Lease",
+    "Request",
+    "Hedging",
+    "AttemptOpenError",
+    "STOP_REASONS",
     "RetryBudget",
     "RetryThrottle",
     "AdaptiveThrottle",
@@ -68,6 +78,7 @@ __all__ = [
 ALGORITHMS: Final[tuple[str, ...]]
 HASHES: Final[tuple[str, ...]]
 FAILURE_KINDS: Final[tuple[str, ...]]
+STOP_REASONS: Final[tuple[str, ...]]
 KEYED_ALGORITHMS: Final[tuple[str, ...]]
 HASH_ALGORITHMS: Final[tuple[str, ...]]
 OPTIONS: Final[tuple[str, ...]]
@@ -133,7 +144,54 @@ class Balancer:
         failure_percentage_minimum_hosts: int | str | None = None,
         failure_percentage_request_volume: int | str | None = None,
         enforcing_failure_percentage: int | str | None = None,
+        budget: _Budget | None = None,
     ) -> Balancer: ...
+    def request(
+        self,
+        key: _Key | None = None,
+        *,
+        max_attempts: int | None = None,
+        deadline: _Latency | None = None,
+        budget: _Budget | None = None,
+        hedge: Hedging | None = None,
+        retry_on: Iterable[_FailureKind] | None = None,
+    ) -> Request:
+        """A request: attempts on distinct nodes in the key's retry order, at most
+        ``max_attempts`` (1 to 100; None: 3), retrying the kinds in ``retry_on`` (default all),
+        within ``deadline``, limited by ``budget`` (default: the balancer's), hedged by
+        ``hedge``. Nothing is picked until the first attempt."""
+    def call(
+        self,
+        key: _Key | None,
+        func: Callable[[str], _T],
+        *,
+        max_attempts: int | None = ...,
+        deadline: _Latency | None = ...,
+        budget: _Budget | None = ...,
+        hedge: Hedging | None = ...,
+        retry_on: Iterable[_FailureKind] | None = ...,
+    ) -> _T:
+        """``func(node_id)`` per attempt, sleeping between: its first successful value, or
+        ``RequestFailedError``. Exceptions are failures: ``Overloaded`` -> "overloaded",
+        ``TimeoutError`` -> "timeout", any other -> "error". Sends no hedges (see ``acall``)."""
+    def acall(
+        self,
+        key: _Key | None,
+        func: Callable[[str], Awaitable[_T]],
+        *,
+        max_attempts: int | None = ...,
+        deadline: _Latency | None = ...,
+        budget: _Budget | None = ...,
+        hedge: Hedging | None = ...,
+        retry_on: Iterable[_FailureKind] | None = ...,
+    ) -> Awaitable[_T]:
+        """``call`` on asyncio: retries after ``asyncio.sleep``; hedges race as tasks, the
+        first success wins, the losers' tasks and leases are cancelled (nothing counted)."""
+    @property
+    def budget(self) -> _Budget | None:
+        """The default budget of this balancer's requests, or None."""
+    @budget.setter
+    def budget(self, budget: _Budget | None) -> None: ...
     @property
     def algorithm(self) -> str:
         """The algorithm's name."""
@@ -242,6 +300,52 @@ class Lease:
         """Finishes the lease unless the block already did: a failure if an exception escaped."""
 
 @final
+class Hedging:
+    """When a request sends a hedge (another attempt while one is out)."""
+
+    @staticmethod
+    def after(delay: _Latency) -> Hedging:
+        """Hedge after ``delay`` without an answer (gRPC's ``hedgingDelay``)."""
+    @staticmethod
+    def percentile(max_extra_load: float) -> Hedging:
+        """Hedge after the ``1 - max_extra_load`` latency percentile (0 < max_extra_load < 1)."""
+
+@final
+class Request:
+    """One request's attempts: ``for lease in balancer.request(key):``, each lease finished
+    before the next; the iterator never sleeps (wait ``backoff()`` seconds between)."""
+
+    def attempt(self) -> Lease | None:
+        """The next attempt's lease (another one at once if one is out), or None when over."""
+    def __iter__(self) -> Iterator[Lease]: ...
+    def __next__(self) -> Lease:
+        """The next attempt; raises AttemptOpenError while the previous lease is open."""
+    def hedge(self) -> Lease | None:
+        """Sends a hedge now if the hedging policy and the budget allow, else None."""
+    def hedge_after(self) -> float | None:
+        """Seconds from the last attempt's start before ``hedge()``; None: no hedge."""
+    def backoff(self) -> float:
+        """Seconds to wait before the next attempt (0.0 before any retry)."""
+    @property
+    def stopped(self) -> _StopReason | None:
+        """Why the request gave up, or None."""
+    @property
+    def decision(self) -> Literal["done", "retry", "stop", "wait"] | None:
+        """What the last finished attempt decided, or None before any."""
+    @property
+    def over(self) -> bool:
+        """Whether the request is over (succeeded or gave up)."""
+    @property
+    def attempts(self) -> int:
+        """Attempts started so far."""
+    @property
+    def winner(self) -> int | None:
+        """Which attempt succeeded (1-based, in start order), once one has."""
+    @property
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline, or None without one."""
+
+@final
 class RetryBudget:
     """A retry budget (tower's TpsBudget, Finagle's RetryBudget): every request deposits, every
     retry withdraws; deposits count for ``ttl`` seconds (1 to 60, default 10), ``min_per_sec``
@@ -338,6 +442,9 @@ class TooManyNodesError(Error):
 
 class HashUnsupportedError(Error):
     """pick_hash / attempts_hash on an algorithm not in HASH_ALGORITHMS (LB_HASH_UNSUPPORTED)."""
+
+class AttemptOpenError(Error):
+    """next(request) while the previous attempt's lease is open (LB_ATTEMPT_OPEN)."""
 
 class LeaseFinishedError(Error):
     """A lease was finished twice (LB_LEASE_FINISHED): a lease ends exactly once."""

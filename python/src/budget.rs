@@ -84,7 +84,7 @@ fn count(option: &'static str, value: &Bound<'_, PyAny>, expected: &'static str)
 /// whose retries should share a limit.
 #[pyclass(frozen, module = "liblb", name = "RetryBudget")]
 pub(crate) struct PyRetryBudget {
-    inner: RetryBudget,
+    pub(crate) inner: std::sync::Arc<RetryBudget>,
     origin: Instant,
 }
 
@@ -109,7 +109,10 @@ impl PyRetryBudget {
         };
         let now = now_ns(origin, now)?;
         let inner = RetryBudget::new(ttl, min_per_sec, retry_percent, now).or_raise()?;
-        Ok(PyRetryBudget { inner, origin })
+        Ok(PyRetryBudget {
+            inner: std::sync::Arc::new(inner),
+            origin,
+        })
     }
 
     /// The budget's clock in seconds: monotonic, 0.0 at its creation.
@@ -148,7 +151,7 @@ impl PyRetryBudget {
 /// Thread-safe.
 #[pyclass(frozen, module = "liblb", name = "RetryThrottle")]
 pub(crate) struct PyRetryThrottle {
-    inner: RetryThrottle,
+    pub(crate) inner: std::sync::Arc<RetryThrottle>,
 }
 
 #[pymethods]
@@ -157,7 +160,9 @@ impl PyRetryThrottle {
     fn new(max_tokens: &Bound<'_, PyAny>, token_ratio: f64) -> PyResult<Self> {
         let max_tokens = count("max_tokens", max_tokens, "1 to 1000")?;
         let inner = RetryThrottle::new(max_tokens, token_ratio).or_raise()?;
-        Ok(PyRetryThrottle { inner })
+        Ok(PyRetryThrottle {
+            inner: std::sync::Arc::new(inner),
+        })
     }
 
     /// Records a failed attempt; returns whether retries are still allowed after it.
@@ -188,7 +193,7 @@ impl PyRetryThrottle {
 /// `max(0, (requests - k * accepts) / (requests + 1))`. Thread-safe.
 #[pyclass(frozen, module = "liblb", name = "AdaptiveThrottle")]
 pub(crate) struct PyAdaptiveThrottle {
-    inner: AdaptiveThrottle,
+    pub(crate) inner: std::sync::Arc<AdaptiveThrottle>,
     origin: Instant,
 }
 
@@ -207,7 +212,10 @@ impl PyAdaptiveThrottle {
             None => AdaptiveThrottle::DEFAULT_WINDOW,
         };
         let inner = AdaptiveThrottle::new(k, window, now_ns(origin, now)?).or_raise()?;
-        Ok(PyAdaptiveThrottle { inner, origin })
+        Ok(PyAdaptiveThrottle {
+            inner: std::sync::Arc::new(inner),
+            origin,
+        })
     }
 
     /// The throttle's clock in seconds: monotonic, 0.0 at its creation.

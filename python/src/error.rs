@@ -124,6 +124,30 @@ create_exception!(
     "An option value is out of range for its kind, e.g. a negative seed (LB_INVALID_OPTION_VALUE)."
 );
 
+create_exception!(
+    liblb,
+    AttemptOpenError,
+    Error,
+    "A request's iterator was asked for the next attempt while the previous attempt's lease is still open: finish or cancel it first (LB_ATTEMPT_OPEN)."
+);
+
+/// The code of [`AttemptOpenError`] (the binding's own: the core starts a parallel attempt).
+pub(crate) const ATTEMPT_OPEN: &str = "LB_ATTEMPT_OPEN";
+
+/// The error for `next(request)` with the last attempt's lease still open.
+pub(crate) fn attempt_open() -> PyErr {
+    Python::attach(|py| {
+        let message = "the previous attempt's lease is still open: finish or cancel it before the next attempt";
+        match py.get_type::<AttemptOpenError>().call1((message,)) {
+            Ok(instance) => {
+                let _ = instance.setattr(pyo3::intern!(py, "code"), ATTEMPT_OPEN);
+                PyErr::from_value(instance)
+            }
+            Err(e) => e,
+        }
+    })
+}
+
 /// The exception class for a core error.
 fn class_of<'py>(py: Python<'py>, error: &E) -> Bound<'py, PyType> {
     match error {
@@ -265,5 +289,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let finished = py.get_type::<LeaseFinishedError>();
     finished.setattr("code", LEASE_FINISHED)?;
     m.add(finished.name()?, finished)?;
+    let open = py.get_type::<AttemptOpenError>();
+    open.setattr("code", ATTEMPT_OPEN)?;
+    m.add(open.name()?, open)?;
     Ok(())
 }

@@ -18,6 +18,7 @@ mod bench;
 mod budget;
 mod convert;
 mod error;
+mod request;
 
 use convert::{KeyBatch, OutcomeArgs, with_key};
 use error::OrRaise;
@@ -48,6 +49,8 @@ const REPR_NODES: usize = 8;
 #[pyclass(frozen, module = "liblb", name = "Balancer")]
 struct PyBalancer {
     inner: Arc<Balancer>,
+    /// The Python object of the balancer's default budget (the core holds its `Arc`).
+    budget: Mutex<Option<Py<PyAny>>>,
 }
 
 #[pymethods]
@@ -61,14 +64,104 @@ impl PyBalancer {
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let algorithm = convert::algorithm(algorithm)?;
+        // `budget` is the balancer's default budget for its requests, not a core option.
+        let budget = match options {
+            Some(options) => options.get_item("budget")?,
+            None => None,
+        };
+        let budget = match budget {
+            Some(budget) => {
+                options.map(|o| o.del_item("budget")).transpose()?;
+                (!budget.is_none()).then_some(budget)
+            }
+            None => None,
+        };
+        let core_budget = budget.as_ref().map(request::budget).transpose()?;
         let options = convert::options(options)?;
         let nodes = convert::nodes(nodes)?;
         let inner = py
             .detach(|| Balancer::new(algorithm, nodes, options))
             .or_raise()?;
+        inner.set_budget(core_budget);
         Ok(PyBalancer {
             inner: Arc::new(inner),
+            budget: Mutex::new(budget.map(Bound::unbind)),
         })
+    }
+
+    /// A request through this balancer (see `liblb.Request`): attempts on distinct nodes in
+    /// the key's retry order, at most `max_attempts` (1 to 100), retrying the failure kinds in
+    /// `retry_on` (default all of `FAILURE_KINDS`), within `deadline` (seconds or a timedelta
+    /// from the first attempt), limited by `budget` (default: the balancer's) and hedged by
+    /// `hedge` (a `Hedging`). `max_attempts` None means 3. Nothing is picked until the first
+    /// attempt.
+    #[pyo3(signature = (key=None, *, max_attempts=None, deadline=None, budget=None, hedge=None, retry_on=None))]
+    #[allow(clippy::too_many_arguments, reason = "Python keywords")]
+    fn request(
+        &self,
+        py: Python<'_>,
+        key: Option<&Bound<'_, PyAny>>,
+        max_attempts: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
+        budget: Option<&Bound<'_, PyAny>>,
+        hedge: Option<&Bound<'_, PyAny>>,
+        retry_on: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<request::PyRequest> {
+        let three = 3u32.into_pyobject(py)?.into_any();
+        let max_attempts = max_attempts.unwrap_or(&three);
+        request::new(
+            &self.inner,
+            key,
+            max_attempts,
+            deadline,
+            budget,
+            hedge,
+            retry_on,
+        )
+    }
+
+    /// Runs `func(node_id)` through a request (same keywords as `request`), sleeping between
+    /// attempts: its first successful return value, or `RequestFailedError` (see liblb._request).
+    #[pyo3(signature = (key, func, **kwargs))]
+    fn call<'py>(
+        slf: &Bound<'py, Self>,
+        key: &Bound<'py, PyAny>,
+        func: &Bound<'py, PyAny>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let helper = slf.py().import("liblb._request")?.getattr("call")?;
+        helper.call((slf, key, func), kwargs)
+    }
+
+    /// `call` on asyncio: `await b.acall(key, coro_fn, ...)`, hedges racing (liblb._request).
+    #[pyo3(signature = (key, func, **kwargs))]
+    fn acall<'py>(
+        slf: &Bound<'py, Self>,
+        key: &Bound<'py, PyAny>,
+        func: &Bound<'py, PyAny>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let helper = slf.py().import("liblb._request")?.getattr("acall")?;
+        helper.call((slf, key, func), kwargs)
+    }
+
+    /// The default budget of this balancer's requests (a `RetryBudget`, `RetryThrottle`,
+    /// `AdaptiveThrottle`), or None.
+    #[getter]
+    fn get_budget(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        let slot = self.budget.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref().map(|b| b.clone_ref(py))
+    }
+
+    /// Sets (None: removes) the default budget of this balancer's requests.
+    #[setter]
+    fn set_budget(&self, budget: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let budget = budget.filter(|b| !b.is_none());
+        let core = budget.map(request::budget).transpose()?;
+        let mut slot = self.budget.lock().unwrap_or_else(|e| e.into_inner());
+        self.inner.set_budget(core);
+        *slot = budget.map(|b| b.clone().unbind());
+        Ok(())
     }
 
     /// The algorithm's name.
@@ -356,7 +449,7 @@ impl PyBalancer {
 }
 
 /// Nanoseconds of the balancer's clock as float seconds (`now`, `until`).
-fn secs(ns: u64) -> f64 {
+pub(crate) fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
@@ -367,12 +460,14 @@ fn secs(ns: u64) -> f64 {
 /// balancer's monotonic clock. Or finish it yourself with `finish(ok=..., latency=...)`. A lease
 /// that is garbage-collected unfinished is cancelled (in-flight released, nothing counted).
 #[pyclass(frozen, module = "liblb", name = "Lease")]
-struct PyLease {
+pub(crate) struct PyLease {
     /// `None` once ended; the lock is only contended if two threads end the same lease.
     lease: Mutex<Option<Lease>>,
     id: Py<PyString>,
     weight: u32,
     tag: u64,
+    /// The request this lease is an attempt of: its finish and cancel go through it.
+    request: Option<Py<request::PyRequest>>,
 }
 
 impl PyLease {
@@ -382,6 +477,44 @@ impl PyLease {
             weight: lease.weight(),
             tag: lease.tag(),
             lease: Mutex::new(Some(lease)),
+            request: None,
+        }
+    }
+
+    /// A lease that is an attempt of `request`.
+    pub(crate) fn for_request(
+        py: Python<'_>,
+        lease: Lease,
+        request: Py<request::PyRequest>,
+    ) -> PyLease {
+        let mut out = PyLease::new(py, lease);
+        out.request = Some(request);
+        out
+    }
+
+    /// Whether the lease has ended.
+    pub(crate) fn is_done(&self) -> bool {
+        self.lease
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
+    /// Ends the lease with `outcome`, through its request if it has one.
+    fn end(&self, lease: Lease, outcome: liblb_core::Outcome) {
+        match &self.request {
+            Some(request) => {
+                request.get().finish(lease, outcome);
+            }
+            None => lease.finish(outcome),
+        }
+    }
+
+    /// Ends the lease without an outcome, through its request if it has one.
+    fn drop_lease(&self, lease: Lease) {
+        match &self.request {
+            Some(request) => request.get().cancel(lease),
+            None => drop(lease),
         }
     }
 
@@ -394,6 +527,16 @@ impl PyLease {
     fn open(&self, py: Python<'_>) -> PyResult<Lease> {
         self.take()
             .ok_or_else(|| error::lease_finished(self.id.bind(py).to_str().unwrap_or("?")))
+    }
+}
+
+/// A request's lease collected unfinished is cancelled through its request, so the request
+/// does not count it as still out (a plain lease cancels itself when the core lease drops).
+impl Drop for PyLease {
+    fn drop(&mut self) {
+        if let (Some(lease), Some(request)) = (self.take(), &self.request) {
+            request.get().cancel(lease);
+        }
     }
 }
 
@@ -421,10 +564,7 @@ impl PyLease {
     /// Whether the lease has ended (finished or cancelled).
     #[getter]
     fn done(&self) -> bool {
-        self.lease
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_none()
+        self.is_done()
     }
 
     /// Ends the request: `ok` is its outcome, `latency` its duration in seconds (float) or a
@@ -445,14 +585,15 @@ impl PyLease {
         let lease = self.open(py)?;
         // With the lease measuring, `outcome` cannot fail: a lease always has a latency.
         let outcome = args.outcome(Some(lease.elapsed()))?;
-        lease.finish(outcome);
+        self.end(lease, outcome);
         Ok(())
     }
 
     /// Ends the request without an outcome (in-flight released, nothing counted). Raises
     /// `LeaseFinishedError` if the lease already ended.
     fn cancel(&self, py: Python<'_>) -> PyResult<()> {
-        drop(self.open(py)?);
+        let lease = self.open(py)?;
+        self.drop_lease(lease);
         Ok(())
     }
 
@@ -469,11 +610,13 @@ impl PyLease {
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> bool {
         if let Some(lease) = self.take() {
-            if exc_type.is_none_or(|t| t.is_none()) {
-                lease.success();
+            let elapsed = lease.elapsed();
+            let outcome = if exc_type.is_none_or(|t| t.is_none()) {
+                liblb_core::Outcome::Success(elapsed)
             } else {
-                lease.failure();
-            }
+                liblb_core::Outcome::Failure(elapsed)
+            };
+            self.end(lease, outcome);
         }
         false
     }
@@ -552,6 +695,9 @@ fn _liblb(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyBalancer>()?;
     m.add_class::<PyLease>()?;
+    m.add_class::<request::PyRequest>()?;
+    m.add_class::<request::PyHedging>()?;
+    m.add("STOP_REASONS", PyTuple::new(py, liblb_core::Stop::NAMES)?)?;
     m.add_class::<budget::PyRetryBudget>()?;
     m.add_class::<budget::PyRetryThrottle>()?;
     m.add_class::<budget::PyAdaptiveThrottle>()?;

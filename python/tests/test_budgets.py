@@ -96,12 +96,9 @@ def test_retry_throttle_a6() -> None:
 def test_adaptive_throttle_sre_book() -> None:
     a = liblb.AdaptiveThrottle(now=0)
     assert a.rejection(now=0) == 0
-    # Nothing is rejected below 100 requests (Kratos' minimum: the bare formula would reject
-    # a new client's second request half the time); from there on, the SRE book's formula.
-    assert all(a.admit(now=1, random=2**64 - 1) for _ in range(99))
-    assert a.rejection(now=1) == 0
-    assert a.admit(now=1, random=2**64 - 1)
-    # A hundred requests, none accepted: p = 100 / 101.
+    # Nothing is rejected until the window holds 100 requests (DEFAULT_MIN_REQUESTS); then,
+    # none accepted: p = 100 / 101.
+    assert all(a.admit(now=1, random=2**64 - 1) for _ in range(100))
     assert a.rejection(now=1) == pytest.approx(100 / 101)
     assert a.admit(now=1, random=0) is False
     for _ in range(51):

@@ -195,10 +195,10 @@ def test_every_core_option_is_accepted() -> None:
         "max_ejection_percent": 50, "panic_threshold": 30, "slow_start_window_ms": 2000,
         "slow_start_aggression": 1.5, "min_weight_percent": 20, "hash_balance_factor": 150,
         "thread_rounds": 2, "failure_penalty_ms": 250, "max_retry_after_ms": 30000,
-        "interval_ms": 5000, "success_rate_minimum_hosts": 3, "success_rate_request_volume": 50,
-        "success_rate_stdev_factor": 1000, "enforcing_success_rate": 50,
-        "failure_percentage_threshold": 90, "failure_percentage_minimum_hosts": 3,
-        "failure_percentage_request_volume": 20, "enforcing_failure_percentage": 100,
+        "interval_ms": 5000, "enforcing_success_rate": 90, "success_rate_minimum_hosts": 3,
+        "success_rate_request_volume": 50, "success_rate_stdev_factor": 1500,
+        "enforcing_failure_percentage": 10, "failure_percentage_threshold": 80,
+        "failure_percentage_minimum_hosts": 4, "failure_percentage_request_volume": 40,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
     for algorithm in liblb.ALGORITHMS:
@@ -262,10 +262,10 @@ def test_repr_evaluates_back_with_every_option() -> None:
         "max_ejection_percent": 50, "panic_threshold": 30, "slow_start_window_ms": 2000,
         "slow_start_aggression": 1.5, "min_weight_percent": 20, "hash_balance_factor": 150,
         "thread_rounds": 2, "failure_penalty_ms": 250, "max_retry_after_ms": 30000,
-        "interval_ms": 5000, "success_rate_minimum_hosts": 3, "success_rate_request_volume": 50,
-        "success_rate_stdev_factor": 1000, "enforcing_success_rate": 50,
-        "failure_percentage_threshold": 90, "failure_percentage_minimum_hosts": 3,
-        "failure_percentage_request_volume": 20, "enforcing_failure_percentage": 100,
+        "interval_ms": 5000, "enforcing_success_rate": 90, "success_rate_minimum_hosts": 3,
+        "success_rate_request_volume": 50, "success_rate_stdev_factor": 1500,
+        "enforcing_failure_percentage": 10, "failure_percentage_threshold": 80,
+        "failure_percentage_minimum_hosts": 4, "failure_percentage_request_volume": 40,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
     b = liblb.Balancer("maglev", NODES, **values)  # type: ignore[arg-type]

@@ -173,3 +173,36 @@ def test_budget_vector_case(case: dict[str, Any]) -> None:
     for i, step in enumerate(case["steps"]):
         got = run_policy_step(policy, step)
         assert got == step.get("expect"), f"{case['name']} step {i} {step}"
+
+
+REQUESTS: list[dict[str, Any]] = json.loads(VECTORS.read_text(encoding="utf-8"))["requests"]
+
+
+def test_the_file_has_request_cases() -> None:
+    assert len(REQUESTS) >= 5
+
+
+@pytest.mark.parametrize("case", REQUESTS, ids=[c["name"] for c in REQUESTS])
+def test_request_vector_case(case: dict[str, Any]) -> None:
+    b = liblb.Balancer(case["algorithm"], nodes_of(case["nodes"]), **case["options"])
+    spec = case["request"]
+    req = b.request(spec["key"], max_attempts=spec["max_attempts"], retry_on=spec["retry_on"])
+    tried: list[str] = []
+    decisions: list[list[Any]] = []
+    for lease in req:
+        tried.append(lease.id)
+        lease.finish(**outcome_of(case["outcomes"][len(decisions)]))
+        if req.decision == "retry":
+            decisions.append(["retry", round(req.backoff() * 1000)])
+        elif req.decision == "stop":
+            decisions.append(["stop", req.stopped])
+        else:
+            decisions.append([req.decision])
+    got = {
+        "tried": tried,
+        "decisions": decisions,
+        "stopped": req.stopped,
+        "attempts": req.attempts,
+        "winner": req.winner,
+    }
+    assert got == case["expect"]

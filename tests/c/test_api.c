@@ -945,7 +945,8 @@ static void test_budgets(void) {
     lb_retry_throttle_free(throttle);
     lb_retry_throttle_free(NULL);
 
-    /* The SRE book: K = 2 over 120 s; 10 requests, none accepted: p = 10 / 11. */
+    /* The SRE book: K = 2 over 120 s. Nothing is rejected until the window holds 100 requests
+     * (the core's minimum); then, none accepted: p = 100 / 101. */
     lb_adaptive_throttle *adaptive = NULL;
     CHECK_RESULT(lb_adaptive_throttle_new(0.5, 120000, 0, &adaptive),
                  LB_RESULT_INVALID_OPTION_VALUE);
@@ -957,17 +958,17 @@ static void test_budgets(void) {
     CHECK_OK(lb_adaptive_throttle_rejection(adaptive, 0, &p));
     CHECK(p == 0);
     bool admitted = false;
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 100; i++) {
         CHECK_OK(lb_adaptive_throttle_admit(adaptive, S, UINT64_MAX, &admitted));
         CHECK(admitted); /* the largest draw is always admitted */
     }
     CHECK_OK(lb_adaptive_throttle_rejection(adaptive, S, &p));
-    CHECK(p > 0.909 && p < 0.91);
+    CHECK(p > 0.9900 && p < 0.9901);
     CHECK_OK(lb_adaptive_throttle_admit(adaptive, S, 0, &admitted));
     CHECK(!admitted); /* the smallest draw is rejected whenever p > 0 */
-    for (int i = 0; i < 6; i++) CHECK_OK(lb_adaptive_throttle_accepted(adaptive, S));
+    for (int i = 0; i < 51; i++) CHECK_OK(lb_adaptive_throttle_accepted(adaptive, S));
     CHECK_OK(lb_adaptive_throttle_rejection(adaptive, S, &p));
-    CHECK(p == 0); /* 11 requests < 2 x 6 accepts */
+    CHECK(p == 0); /* 101 requests < 2 x 51 accepts */
     CHECK_RESULT(lb_adaptive_throttle_admit(adaptive, S, 0, NULL), LB_RESULT_NULL_PARAMETER);
     CHECK_RESULT(lb_adaptive_throttle_admit(NULL, S, 0, &admitted), LB_RESULT_NULL_PARAMETER);
     CHECK_RESULT(lb_adaptive_throttle_accepted(NULL, S), LB_RESULT_NULL_PARAMETER);

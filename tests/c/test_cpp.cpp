@@ -247,11 +247,12 @@ static void test_budgets() {
 
     EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::adaptive_throttle(200.0));
     lb::adaptive_throttle adaptive;
-    for (int i = 0; i < 10; i++) CHECK(adaptive.admit(seconds(1), UINT64_MAX));
+    // Nothing is rejected until the window holds 100 requests (the core's minimum).
+    for (int i = 0; i < 100; i++) CHECK(adaptive.admit(seconds(1), UINT64_MAX));
     double p = adaptive.rejection(seconds(1));
-    CHECK(p > 0.909 && p < 0.91);
+    CHECK(p > 0.9900 && p < 0.9901);
     CHECK(!adaptive.admit(seconds(1), 0));
-    for (int i = 0; i < 6; i++) adaptive.accepted(seconds(1));
+    for (int i = 0; i < 51; i++) adaptive.accepted(seconds(1));
     CHECK(adaptive.rejection(seconds(1)) == 0);
 }
 

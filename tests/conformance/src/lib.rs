@@ -10,6 +10,7 @@ use liblb_core::{
     AdaptiveThrottle, Algorithm, Balancer, Error, Failure, FailureKind, Lease, ManualClock, Node,
     OptionValue, Options, Outcome, RetryBudget, RetryThrottle,
 };
+use liblb_core::{Decision, RetryOn, RetryPolicy};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +35,12 @@ a margin of a second). A finish or report step of a failure (ok false) may name 
 latency_ms (a finish then measures it, a report records none). Keys are hashed as \
 their UTF-8 bytes. `expect` is the answer every language must give; `expect_error` is the \
 error code the step must fail with, leaving the balancer unchanged. Seeded random sequences \
-depend on every earlier step of the case.";
+depend on every earlier step of the case. Each of `requests` builds a fresh balancer the same \
+way and runs one request (key or null, max_attempts, retry_on: failure kinds or null for all): \
+while the request gives an attempt, finish it with the next of `outcomes`; `expect` holds the \
+node ids tried, each attempt's decision ([\"retry\", delay in whole ms] from the balancer's \
+seeded generator or the retry-after, [\"stop\", reason], [\"done\"]), the stop reason, the \
+attempt count and the winning attempt (1-based) or null.";
 
 /// The endpoints of seed 002.
 pub const SEED_002_ENDPOINTS: [&str; 7] = [
@@ -914,6 +920,147 @@ fn generate_budgets() -> Vec<Value> {
         .collect()
 }
 
+/// A request case: one request's loop through a fresh balancer (see [`run_request`]).
+struct RequestCase {
+    name: &'static str,
+    algorithm: &'static str,
+    options: Value,
+    nodes: Value,
+    /// The request: `key` (or null), `max_attempts`, `retry_on` (or null: all kinds).
+    request: Value,
+    /// Each attempt's outcome, in order (as a `finish` step's fields).
+    outcomes: Vec<Value>,
+}
+
+/// The request cases: the node sequence, the decisions and their delays (drawn from the
+/// seeded balancer's generator, so exact), and the stop reason. No deadline (it would read the
+/// real clock) and no budget (the budget vectors cover those).
+fn request_cases() -> Vec<RequestCase> {
+    let err = json!({"ok": false, "kind": "error", "latency_ms": 3});
+    let timeout = json!({"ok": false, "kind": "timeout", "latency_ms": 50});
+    let busy =
+        |ms: u64| json!({"ok": false, "kind": "overloaded", "latency_ms": 1, "retry_after_ms": ms});
+    let ok = json!({"ok": true, "latency_ms": 5});
+    let five = json!([["a", 1], ["b", 1], ["c", 1], ["d", 1], ["e", 1]]);
+    let req = |key: Value, max: u32, retry_on: Value| json!({"key": key, "max_attempts": max, "retry_on": retry_on});
+    vec![
+        RequestCase {
+            name: "request-ring-gives-up-after-max-attempts",
+            algorithm: "ring",
+            options: json!({"seed": 7, "vnodes": 40}),
+            nodes: five.clone(),
+            request: req(json!("user-42"), 3, Value::Null),
+            outcomes: vec![err.clone(), timeout.clone(), err.clone()],
+        },
+        RequestCase {
+            name: "request-ring-second-attempt-succeeds",
+            algorithm: "ring",
+            options: json!({"seed": 3, "vnodes": 40}),
+            nodes: five.clone(),
+            request: req(json!("user-7"), 3, Value::Null),
+            outcomes: vec![timeout.clone(), ok.clone()],
+        },
+        RequestCase {
+            name: "request-random-backoff-grows",
+            algorithm: "random",
+            options: json!({"seed": 11, "consecutive_failures": 0}),
+            nodes: five.clone(),
+            request: req(Value::Null, 5, Value::Null),
+            outcomes: vec![err.clone(); 5],
+        },
+        RequestCase {
+            name: "request-round-robin-no-more-nodes",
+            algorithm: "round_robin",
+            options: json!({"seed": 5}),
+            nodes: json!([["a", 1], ["b", 1], ["c", 1]]),
+            request: req(Value::Null, 10, Value::Null),
+            outcomes: vec![err.clone(); 3],
+        },
+        RequestCase {
+            name: "request-not-retryable-kind",
+            algorithm: "weighted_random",
+            options: json!({"seed": 9}),
+            nodes: json!([["a", 5], ["b", 1], ["c", 1]]),
+            request: req(Value::Null, 3, json!(["timeout", "overloaded"])),
+            outcomes: vec![timeout.clone(), err.clone()],
+        },
+        RequestCase {
+            name: "request-overloaded-retry-after-paces-and-resets",
+            algorithm: "source_hash",
+            options: json!({"seed": 1}),
+            nodes: five.clone(),
+            request: req(json!("10.0.0.1"), 4, Value::Null),
+            outcomes: vec![err.clone(), busy(300), err.clone(), ok.clone()],
+        },
+        RequestCase {
+            name: "request-maglev-first-attempt-succeeds",
+            algorithm: "maglev",
+            options: json!({"seed": 2}),
+            nodes: five,
+            request: req(json!("session-1"), 3, Value::Null),
+            outcomes: vec![ok],
+        },
+    ]
+}
+
+/// Runs one request through `b` the way every reader does: while `attempt()` gives a lease,
+/// finish it with the next outcome. Returns `{tried, decisions, stopped, attempts, winner}`:
+/// each decision is `["retry", delay_ms]`, `["stop", reason]` or `["done"]`.
+pub fn run_request(b: &Balancer, request: &Value, outcomes: &[Value]) -> Result<Value, Error> {
+    let key = request["key"].as_str().map(|k| k.as_bytes().to_vec());
+    let retry_on = match request["retry_on"].as_array() {
+        None => RetryOn::ALL,
+        Some(names) => RetryOn::from_names(names.iter().map(|n| n.as_str().expect("kind")))?,
+    };
+    let policy = RetryPolicy {
+        max_attempts: request["max_attempts"].as_u64().expect("max_attempts") as u32,
+        retry_on,
+        ..RetryPolicy::default()
+    };
+    let mut r = b.request(key).with_policy(policy)?;
+    let (mut tried, mut decisions) = (Vec::new(), Vec::new());
+    while let Some(lease) = r.attempt()? {
+        tried.push(json!(lease.id()));
+        let step = outcomes
+            .get(decisions.len())
+            .expect("an outcome per attempt");
+        let outcome = outcome(step, None)?;
+        decisions.push(match r.finish(lease, outcome) {
+            Decision::Done => json!(["done"]),
+            Decision::Retry(delay) => json!(["retry", delay.as_millis() as u64]),
+            Decision::Stop(stop) => json!(["stop", stop.name()]),
+            Decision::Wait => json!(["wait"]),
+        });
+    }
+    Ok(json!({
+        "tried": tried,
+        "decisions": decisions,
+        "stopped": r.stopped().map(|s| s.name()),
+        "attempts": r.attempts(),
+        "winner": r.winner(),
+    }))
+}
+
+/// The request cases with every expectation computed by the core.
+fn generate_requests() -> Vec<Value> {
+    request_cases()
+        .into_iter()
+        .map(|c| {
+            let b = build(c.algorithm, &c.options, &c.nodes).expect("case builds");
+            let expect = run_request(&b, &c.request, &c.outcomes).expect("request runs");
+            json!({
+                "name": c.name,
+                "algorithm": c.algorithm,
+                "options": c.options,
+                "nodes": c.nodes,
+                "request": c.request,
+                "outcomes": c.outcomes,
+                "expect": expect,
+            })
+        })
+        .collect()
+}
+
 /// Builds the balancer a case describes.
 pub fn build(algorithm: &str, options: &Value, nodes: &Value) -> Result<Balancer, Error> {
     build_with(algorithm, options, nodes, None)
@@ -1166,7 +1313,13 @@ pub fn generate() -> Value {
             Value::Object(case)
         })
         .collect();
-    json!({"_comment": COMMENT, "version": 1, "cases": cases, "budgets": generate_budgets()})
+    json!({
+        "_comment": COMMENT,
+        "version": 1,
+        "cases": cases,
+        "budgets": generate_budgets(),
+        "requests": generate_requests(),
+    })
 }
 
 /// The vectors as pretty-printed JSON text with a trailing newline (the checked-in form).

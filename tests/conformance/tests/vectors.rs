@@ -2,7 +2,7 @@
 //! recorded answers and errors, with every failed step leaving the balancer unchanged.
 
 use liblb_conformance::{
-    Leases, Time, VECTORS_PATH, build, build_policy, render, run_policy_step, run_step,
+    Leases, Time, VECTORS_PATH, build, build_policy, render, run_policy_step, run_request, run_step,
 };
 use serde_json::Value;
 use std::path::Path;
@@ -93,4 +93,23 @@ fn budget_vectors_replay_through_the_rust_api() {
         }
     }
     assert!(checked > 50, "only {checked} budget steps");
+}
+
+#[test]
+fn request_vectors_replay_through_the_rust_api() {
+    let doc: Value = serde_json::from_str(&checked_in()).unwrap();
+    let cases = doc["requests"].as_array().unwrap();
+    assert!(cases.len() >= 5, "only {} request cases", cases.len());
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let b = build(
+            case["algorithm"].as_str().unwrap(),
+            &case["options"],
+            &case["nodes"],
+        )
+        .unwrap();
+        let outcomes = case["outcomes"].as_array().unwrap();
+        let got = run_request(&b, &case["request"], outcomes).unwrap();
+        assert_eq!(got, case["expect"], "{name}");
+    }
 }
