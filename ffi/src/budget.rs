@@ -411,16 +411,21 @@ mod tests {
             lb_adaptive_throttle_new(2.0, 1000, 0, &mut adaptive),
             lb_result::Ok
         );
+        // Nothing is rejected below the 100-request minimum; then the SRE book's formula.
         let mut admitted = false;
-        let r = lb_adaptive_throttle_admit(adaptive, 0, u64::MAX, &mut admitted);
-        assert_eq!((r, admitted), (lb_result::Ok, true));
+        for _ in 0..100 {
+            let r = lb_adaptive_throttle_admit(adaptive, 0, u64::MAX, &mut admitted);
+            assert_eq!((r, admitted), (lb_result::Ok, true));
+        }
         let mut p = -1.0;
         assert_eq!(
             lb_adaptive_throttle_rejection(adaptive, 0, &mut p),
             lb_result::Ok
         );
-        assert_eq!(p, 0.5);
-        assert_eq!(lb_adaptive_throttle_accepted(adaptive, 0), lb_result::Ok);
+        assert_eq!(p, 100.0 / 101.0);
+        for _ in 0..51 {
+            assert_eq!(lb_adaptive_throttle_accepted(adaptive, 0), lb_result::Ok);
+        }
         assert_eq!(
             lb_adaptive_throttle_rejection(adaptive, 0, &mut p),
             lb_result::Ok
