@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{options, secs};
+use common::{ejected, options, secs, status};
 use liblb_core::{
     Algorithm, Balancer, Clock, Error, ManualClock, Node, Outcome, State, Status, Table,
 };
@@ -14,17 +14,6 @@ use std::time::Duration;
 
 fn ids(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("n{i}")).collect()
-}
-
-fn status(b: &Balancer, id: &str) -> Status {
-    b.stats().into_iter().find(|s| s.id == id).unwrap().status
-}
-
-fn ejected(b: &Balancer) -> Vec<String> {
-    (b.stats().into_iter())
-        .filter(|s| matches!(s.status, Status::Ejected { .. }))
-        .map(|s| s.id)
-        .collect()
 }
 
 /// Finding 1: failures racing on one node eject it once, for `base_ejection_time` (not twice,

@@ -9,31 +9,13 @@
 
 mod common;
 
-use common::{options, secs};
+use common::{balancer, ms, secs};
 use liblb_core::{
     Algorithm, Balancer, Clock, DEFAULT_FAILURE_PENALTY, Error, Failure, FailureKind, Load,
-    ManualClock, Node, NodeStats, Outcome, Penalty, Status,
+    NodeStats, Outcome, Penalty, Status,
 };
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn balancer(
-    algorithm: Algorithm,
-    n: usize,
-    pairs: &[(&str, &str)],
-) -> (Balancer, Arc<ManualClock>) {
-    let clock = Arc::new(ManualClock::new(secs(1000)));
-    let nodes: Vec<Node> = (0..n)
-        .map(|i| Node::new(format!("n{i}").as_str(), 1))
-        .collect();
-    let b = Balancer::with_clock(algorithm, nodes, options(pairs), clock.clone()).unwrap();
-    (b, clock)
-}
 
 fn stats(b: &Balancer, id: &str) -> NodeStats {
     b.stats().into_iter().find(|s| s.id == id).unwrap()

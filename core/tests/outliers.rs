@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{options, secs};
+use common::{ejected, options, secs, status};
 use liblb_core::{Algorithm, Balancer, Failure, ManualClock, Node, Outcome, Status};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,17 +30,6 @@ fn report(b: &Balancer, id: &str, outcome: Outcome, times: usize) {
     for _ in 0..times {
         b.report(id, outcome).unwrap();
     }
-}
-
-fn status(b: &Balancer, id: &str) -> Status {
-    b.stats().into_iter().find(|s| s.id == id).unwrap().status
-}
-
-fn ejected(b: &Balancer) -> Vec<String> {
-    (b.stats().into_iter())
-        .filter(|s| matches!(s.status, Status::Ejected { .. }))
-        .map(|s| s.id)
-        .collect()
 }
 
 /// Ends the interval: advances the clock to `to` seconds after the start (1000 s) and reports

@@ -3,34 +3,16 @@
 
 mod common;
 
-use common::{options, secs};
+use common::{balancer, ms, secs};
 use liblb_core::{
     AdaptiveThrottle, Algorithm, Balancer, Budget, Clock, Decision, Error, Failure, FailureKind,
-    Hedging, ManualClock, Node, Outcome, RetryBudget, RetryOn, RetryPolicy, RetryThrottle, Status,
-    Stop,
+    Hedging, Outcome, RetryBudget, RetryOn, RetryPolicy, RetryThrottle, Status, Stop,
 };
 use std::sync::Arc;
 use std::time::Duration;
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
 const OK: Outcome = Outcome::Success(Duration::from_millis(2));
 const ERR: Outcome = Outcome::Failure(Duration::from_millis(2));
-
-fn balancer(
-    algorithm: Algorithm,
-    n: usize,
-    pairs: &[(&str, &str)],
-) -> (Balancer, Arc<ManualClock>) {
-    let clock = Arc::new(ManualClock::new(secs(1000)));
-    let nodes: Vec<Node> = (0..n)
-        .map(|i| Node::new(format!("n{i}").as_str(), 1))
-        .collect();
-    let b = Balancer::with_clock(algorithm, nodes, options(pairs), clock.clone()).unwrap();
-    (b, clock)
-}
 
 fn in_flight(b: &Balancer) -> usize {
     b.stats().iter().map(|s| s.in_flight).sum()

@@ -1,6 +1,8 @@
-//! Helpers shared by the health tests (`health.rs`, `health_races.rs`).
+//! Helpers shared by the health and request tests (`health.rs`, `health_races.rs`,
+//! `outcomes.rs`, `outliers.rs`, `request.rs`); not every file uses every helper.
 
-use liblb_core::{OptionValue, Options};
+use liblb_core::{Algorithm, Balancer, ManualClock, Node, OptionValue, Options, Status};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub fn secs(n: u64) -> Duration {
@@ -17,4 +19,40 @@ pub fn options(pairs: &[(&str, &str)]) -> Options {
         options.set(name, OptionValue::Str(value)).unwrap();
     }
     options
+}
+
+#[allow(dead_code)]
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A balancer of `n` nodes `n0`, `n1`, ... (weight 1) on a manual clock at 1000 s, with
+/// [`options`]`(pairs)`.
+#[allow(dead_code)]
+pub fn balancer(
+    algorithm: Algorithm,
+    n: usize,
+    pairs: &[(&str, &str)],
+) -> (Balancer, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(secs(1000)));
+    let nodes: Vec<Node> = (0..n)
+        .map(|i| Node::new(format!("n{i}").as_str(), 1))
+        .collect();
+    let b = Balancer::with_clock(algorithm, nodes, options(pairs), clock.clone()).unwrap();
+    (b, clock)
+}
+
+/// Node `id`'s status now.
+#[allow(dead_code)]
+pub fn status(b: &Balancer, id: &str) -> Status {
+    b.stats().into_iter().find(|s| s.id == id).unwrap().status
+}
+
+/// The ids of the ejected nodes, in insertion order.
+#[allow(dead_code)]
+pub fn ejected(b: &Balancer) -> Vec<String> {
+    (b.stats().into_iter())
+        .filter(|s| matches!(s.status, Status::Ejected { .. }))
+        .map(|s| s.id)
+        .collect()
 }
