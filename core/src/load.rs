@@ -408,7 +408,9 @@ impl Load {
                 if current < sample {
                     return Some(sample.to_bits());
                 }
-                Some((current * w + sample * (1.0 - w)).to_bits())
+                // Between the two, whatever f32 rounding does (here `sample <= current`).
+                let mean = current * w + sample * (1.0 - w);
+                Some(mean.min(current).max(sample).to_bits())
             });
         self.stamp.store(now as _, Ordering::Relaxed);
     }
@@ -429,6 +431,35 @@ mod tests {
 
     const DECAY: Duration = Duration::from_secs(10);
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn the_estimate_never_leaves_the_range_of_its_samples() {
+        // A weighted mean of equal samples is that sample; in f32 `c * w + s * (1 - w)` can
+        // round one ulp above it (seen as 5,000,000,512 ns after two 5 s penalties, 1.1 s
+        // apart). Every interval up to 20 s, in 1 ms steps, for equal and unequal samples.
+        let penalty = Penalty {
+            base: Duration::from_secs(5),
+            max_pause: Duration::from_secs(60),
+        };
+        let timeout = Outcome::from(Failure::timeout());
+        for elapsed_ms in 1..20_000 {
+            let load = Load::default();
+            load.record_with(timeout, 0, DECAY, penalty);
+            load.record_with(timeout, elapsed_ms * MS, DECAY, penalty);
+            assert_eq!(
+                load.latency(),
+                Some(Duration::from_secs(5)),
+                "{elapsed_ms} ms"
+            );
+            load.record(
+                Outcome::Success(Duration::from_millis(3)),
+                2 * elapsed_ms * MS,
+                DECAY,
+            );
+            let after = load.latency().unwrap();
+            assert!(after <= Duration::from_secs(5) && after >= Duration::from_millis(3));
+        }
+    }
 
     #[test]
     fn peaks_at_once_and_decays_towards_lower_samples() {
