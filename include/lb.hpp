@@ -177,7 +177,7 @@ struct node_stats {
     std::optional<std::chrono::nanoseconds> latency;
     /// LB_NODE_HEALTHY, LB_NODE_WARMING, LB_NODE_EJECTED, LB_NODE_DOWN or LB_NODE_OVERLOADED.
     lb_node_status status = LB_NODE_HEALTHY;
-    /// When a warm-up, an ejection or an overload pause ends, on the balancer's monotonic clock (0 at its creation;
+    /// When a warm-up, an ejection or an overload pause ends, on liblb's monotonic clock (one per process;
     /// balancer::now() reads it, so `*until - b.now()` is the time left); empty otherwise.
     std::optional<std::chrono::nanoseconds> until;
 };
@@ -448,7 +448,7 @@ public:
         return out;
     }
 
-    /// The balancer's clock (lb_balancer_now_ns): monotonic, 0 when the balancer was created;
+    /// The balancer's clock (lb_balancer_now_ns): liblb's monotonic clock, one per process;
     /// the clock of node_stats::until, so `*s.until - b.now()` is the time left.
     std::chrono::nanoseconds now() const {
         uint64_t ns = 0;

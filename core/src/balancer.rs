@@ -172,13 +172,26 @@ pub trait Clock: Send + Sync + core::fmt::Debug {
     fn now_ns(&self) -> u64;
 }
 
-/// The default clock: `std::time::Instant`, from the balancer's creation.
+/// The default clock: `std::time::Instant`, from one origin per process (liblb's first
+/// reading of it). Every balancer and budget on this clock tells the same time, so a
+/// [`Budget`](crate::Budget) shared by several balancers, or fed by the caller between
+/// requests, sees one time line whichever balancer was made first.
 #[derive(Debug)]
 pub struct MonotonicClock(std::time::Instant);
 
+/// The process's origin for [`MonotonicClock`].
+static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
 impl Default for MonotonicClock {
     fn default() -> MonotonicClock {
-        MonotonicClock(std::time::Instant::now())
+        MonotonicClock(*ORIGIN.get_or_init(std::time::Instant::now))
+    }
+}
+
+impl MonotonicClock {
+    /// Nanoseconds since the process's origin: what every balancer's default clock reads.
+    pub fn now() -> u64 {
+        MonotonicClock::default().now_ns()
     }
 }
 

@@ -594,3 +594,19 @@ fn a_balancers_budget_is_every_requests_default() {
         "the request's own budget"
     );
 }
+
+/// One budget shared by two balancers made a while apart: both tell it the same time. (With a
+/// clock per balancer, 0 at its creation, the younger one's deposits would land in the budget's
+/// past and expire early, or an explicit `now` from one would be read on the other's scale.)
+#[test]
+fn every_balancer_and_budget_reads_one_clock() {
+    use liblb_core::MonotonicClock;
+    let older = Balancer::new(Algorithm::RoundRobin, ["a", "b"], Default::default()).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    let younger = Balancer::new(Algorithm::RoundRobin, ["c", "d"], Default::default()).unwrap();
+    let first = older.clock().now_ns();
+    let second = younger.clock().now_ns();
+    let third = MonotonicClock::now();
+    assert!(first <= second && second <= third, "{first} {second} {third}");
+    assert!(first >= 30_000_000, "the origin precedes the older balancer: {first}");
+}

@@ -1,7 +1,7 @@
 //! Retry budgets and throttles for JavaScript: `RetryBudget`, `RetryThrottle` and
 //! `AdaptiveThrottle`, over the core's lock-free objects (`liblb_core::budget`). Times are
-//! milliseconds on each object's own monotonic clock, 0 at its creation (like
-//! `Balancer.nowMs()`); every method that reads the clock also takes an explicit `nowMs`, so
+//! milliseconds on liblb's monotonic clock, the one every balancer reads (`Balancer.nowMs()`,
+//! one per process); every method that reads the clock also takes an explicit `nowMs`, so
 //! tests and the conformance vectors replay exact times. Argument conversion only: every
 //! decision is the core's. Like a `Balancer`, an object belongs to the JavaScript thread that
 //! made it (each worker makes its own).
@@ -9,11 +9,11 @@
 use crate::error::{OrThrow, RANGE_ERROR_CODE, Result, range_error, type_error};
 use crate::js::{describe, integer, js_number, present, u64_value};
 use liblb_core::RetryThrottle as CoreThrottle;
-use liblb_core::{AdaptiveThrottle as CoreAdaptive, RetryBudget as CoreBudget};
+use liblb_core::{AdaptiveThrottle as CoreAdaptive, MonotonicClock, RetryBudget as CoreBudget};
 use napi::bindgen_prelude::Object;
 use napi::{Env, JsValue, Unknown, ValueType};
 use napi_derive::napi;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A number argument (`retryPercent`, `tokenRatio`, `k`): any number, the core checks its
 /// range; not a number: a `TypeError`.
@@ -28,11 +28,11 @@ pub(crate) fn number(env: &Env, value: &Unknown<'_>, what: &str) -> Result<f64> 
     unsafe { value.cast::<f64>() }.or_throw()
 }
 
-/// A point on an object's clock in nanoseconds: `nowMs` (a finite number >= 0, fractions
-/// allowed, rounded to the nanosecond) if given, else the time since `origin`.
-fn now_ns(env: &Env, origin: Instant, now_ms: Option<Unknown<'_>>) -> Result<u64> {
+/// A point on liblb's clock in nanoseconds: `nowMs` (a finite number >= 0, fractions allowed,
+/// rounded to the nanosecond) if given, else the clock's reading.
+fn now_ns(env: &Env, now_ms: Option<Unknown<'_>>) -> Result<u64> {
     let Some(now) = present(now_ms)? else {
-        return Ok(u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        return Ok(MonotonicClock::now());
     };
     let ms = number(env, &now, "nowMs")?;
     let ns = (ms * 1e6).round();
@@ -97,7 +97,6 @@ fn ms_field(
 #[napi]
 pub struct RetryBudget {
     pub(crate) inner: std::sync::Arc<CoreBudget>,
-    origin: Instant,
 }
 
 #[napi]
@@ -109,7 +108,6 @@ impl RetryBudget {
         ts_args_type = "options?: { ttlMs?: number | null; minPerSec?: number | null; retryPercent?: number | null; nowMs?: number | null } | null"
     )]
     pub fn new(env: Env, options: Option<Unknown>) -> Result<Self> {
-        let origin = Instant::now();
         let o = self::options(&env, options, "options")?;
         let ttl = ms_field(&env, &o, "ttlMs", CoreBudget::DEFAULT_TTL)?;
         let min_per_sec = match field(&o, "minPerSec")? {
@@ -120,31 +118,31 @@ impl RetryBudget {
             Some(v) => number(&env, &v, "retryPercent")?,
             None => CoreBudget::DEFAULT_RETRY_PERCENT,
         };
-        let now = now_ns(&env, origin, field(&o, "nowMs")?)?;
+        let now = now_ns(&env, field(&o, "nowMs")?)?;
         let inner = CoreBudget::new(ttl, min_per_sec, percent, now).or_throw()?;
         Ok(RetryBudget {
             inner: inner.into(),
-            origin,
         })
     }
 
-    /// The budget's clock in milliseconds: monotonic, 0 at its creation.
+    /// liblb's clock in milliseconds (the same as `Balancer.nowMs()`): monotonic, one per
+    /// process.
     #[napi(js_name = "nowMs", catch_unwind)]
     pub fn now_ms(&self) -> f64 {
-        self.origin.elapsed().as_secs_f64() * 1000.0
+        MonotonicClock::now() as f64 / 1e6
     }
 
     /// Records a request (a first attempt).
     #[napi(catch_unwind, ts_args_type = "nowMs?: number | null")]
     pub fn deposit(&self, env: Env, now_ms: Option<Unknown>) -> Result<()> {
-        self.inner.deposit(now_ns(&env, self.origin, now_ms)?);
+        self.inner.deposit(now_ns(&env, now_ms)?);
         Ok(())
     }
 
     /// Takes one retry from the budget: true if it may be sent (and was taken).
     #[napi(catch_unwind, ts_args_type = "nowMs?: number | null")]
     pub fn withdraw(&self, env: Env, now_ms: Option<Unknown>) -> Result<bool> {
-        Ok(self.inner.withdraw(now_ns(&env, self.origin, now_ms)?))
+        Ok(self.inner.withdraw(now_ns(&env, now_ms)?))
     }
 
     /// Whether a retry could be withdrawn, without taking it.
@@ -154,13 +152,13 @@ impl RetryBudget {
         ts_args_type = "nowMs?: number | null"
     )]
     pub fn can_withdraw(&self, env: Env, now_ms: Option<Unknown>) -> Result<bool> {
-        Ok(self.inner.can_withdraw(now_ns(&env, self.origin, now_ms)?))
+        Ok(self.inner.can_withdraw(now_ns(&env, now_ms)?))
     }
 
     /// The retries available now.
     #[napi(catch_unwind, ts_args_type = "nowMs?: number | null")]
     pub fn available(&self, env: Env, now_ms: Option<Unknown>) -> Result<f64> {
-        Ok(self.inner.available(now_ns(&env, self.origin, now_ms)?) as f64)
+        Ok(self.inner.available(now_ns(&env, now_ms)?) as f64)
     }
 }
 
@@ -219,7 +217,6 @@ impl RetryThrottle {
 #[napi]
 pub struct AdaptiveThrottle {
     pub(crate) inner: std::sync::Arc<CoreAdaptive>,
-    origin: Instant,
 }
 
 #[napi]
@@ -231,31 +228,30 @@ impl AdaptiveThrottle {
         ts_args_type = "options?: { k?: number | null; windowMs?: number | null; nowMs?: number | null } | null"
     )]
     pub fn new(env: Env, options: Option<Unknown>) -> Result<Self> {
-        let origin = Instant::now();
         let o = self::options(&env, options, "options")?;
         let k = match field(&o, "k")? {
             Some(v) => number(&env, &v, "k")?,
             None => CoreAdaptive::DEFAULT_K,
         };
         let window = ms_field(&env, &o, "windowMs", CoreAdaptive::DEFAULT_WINDOW)?;
-        let now = now_ns(&env, origin, field(&o, "nowMs")?)?;
+        let now = now_ns(&env, field(&o, "nowMs")?)?;
         let inner = CoreAdaptive::new(k, window, now).or_throw()?;
         Ok(AdaptiveThrottle {
             inner: inner.into(),
-            origin,
         })
     }
 
-    /// The throttle's clock in milliseconds: monotonic, 0 at its creation.
+    /// liblb's clock in milliseconds (the same as `Balancer.nowMs()`): monotonic, one per
+    /// process.
     #[napi(js_name = "nowMs", catch_unwind)]
     pub fn now_ms(&self) -> f64 {
-        self.origin.elapsed().as_secs_f64() * 1000.0
+        MonotonicClock::now() as f64 / 1e6
     }
 
     /// The probability that `admit` rejects a request now.
     #[napi(catch_unwind, ts_args_type = "nowMs?: number | null")]
     pub fn rejection(&self, env: Env, now_ms: Option<Unknown>) -> Result<f64> {
-        Ok(self.inner.rejection(now_ns(&env, self.origin, now_ms)?))
+        Ok(self.inner.rejection(now_ns(&env, now_ms)?))
     }
 
     /// A request is about to be sent: true to send it, false to reject it locally; counted
@@ -271,7 +267,7 @@ impl AdaptiveThrottle {
         now_ms: Option<Unknown>,
         random: Option<Unknown>,
     ) -> Result<bool> {
-        let now = now_ns(&env, self.origin, now_ms)?;
+        let now = now_ns(&env, now_ms)?;
         let random = match present(random)? {
             Some(r) => u64_value(&env, &r, "random")?,
             None => entropy(),
@@ -282,7 +278,7 @@ impl AdaptiveThrottle {
     /// A backend accepted a request (any answer but an overload refusal).
     #[napi(catch_unwind, ts_args_type = "nowMs?: number | null")]
     pub fn accepted(&self, env: Env, now_ms: Option<Unknown>) -> Result<()> {
-        self.inner.accepted(now_ns(&env, self.origin, now_ms)?);
+        self.inner.accepted(now_ns(&env, now_ms)?);
         Ok(())
     }
 }

@@ -59,7 +59,7 @@ pub struct NodeStats {
     #[napi(ts_type = "'healthy' | 'warming' | 'ejected' | 'down' | 'overloaded'")]
     pub status: String,
     /// When an ejection, an overload pause or a warm-up ends, in milliseconds of the
-    /// balancer's monotonic clock (`nowMs()`, 0 when the balancer was created); null otherwise.
+    /// balancer's monotonic clock (`nowMs()`); null otherwise.
     pub until_ms: Either<f64, Null>,
     /// `untilMs` minus the time of the call (at least 0): the milliseconds left of the
     /// ejection, pause or warm-up; null otherwise.
@@ -528,8 +528,8 @@ impl Balancer {
         self.inner.report(&id, outcome).or_throw()
     }
 
-    /// The balancer's clock in milliseconds (fractions included): monotonic, 0 when the
-    /// balancer was created; the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the
+    /// The balancer's clock in milliseconds (fractions included): liblb's monotonic clock,
+    /// one per process (budgets read it too); the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the
     /// time left.
     #[napi(js_name = "nowMs", catch_unwind)]
     pub fn now_ms(&self) -> f64 {

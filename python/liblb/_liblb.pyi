@@ -233,7 +233,7 @@ class Balancer:
         ``kind`` (one of FAILURE_KINDS, default "error") and, when overloaded, a
         ``retry_after`` that keeps the node from picks until then."""
     def now(self) -> float:
-        """The balancer's clock in seconds: monotonic, 0.0 at its creation (``until``'s clock)."""
+        """The balancer's clock in seconds: liblb's monotonic clock, one per process (``until``'s clock; budgets read it too)."""
     def stats(self) -> list[_NodeStats]:
         """Each node's load, in insertion order (``latency`` in seconds, or None; ``until`` on
         the ``now()`` clock; ``remaining`` = ``until`` - the time of the call, or None)."""
@@ -350,8 +350,8 @@ class RetryBudget:
     """A retry budget (tower's TpsBudget, Finagle's RetryBudget): every request deposits, every
     retry withdraws; deposits count for ``ttl`` seconds (1 to 60, default 10), ``min_per_sec``
     retries per second are always allowed (default 10), each deposit allows ``retry_percent``
-    retries (0 to 1000, default 0.2). Times are seconds on the budget's own monotonic clock
-    (0.0 at creation), or an explicit ``now`` that never goes back. Thread-safe."""
+    retries (0 to 1000, default 0.2). Times are seconds on liblb's monotonic clock
+    (``Balancer.now()``'s, one per process), or an explicit ``now`` that never goes back. Thread-safe."""
 
     def __new__(
         cls,
@@ -362,7 +362,7 @@ class RetryBudget:
         now: float | None = None,
     ) -> RetryBudget: ...
     def now(self) -> float:
-        """The budget's clock in seconds: monotonic, 0.0 at its creation."""
+        """liblb's clock in seconds (the same as ``Balancer.now()``): monotonic, one per process."""
     def deposit(self, *, now: float | None = None) -> None:
         """Records a request (a first attempt)."""
     def withdraw(self, *, now: float | None = None) -> bool:
@@ -401,7 +401,7 @@ class AdaptiveThrottle:
         cls, k: float = ..., window: _Latency | None = None, *, now: float | None = None
     ) -> AdaptiveThrottle: ...
     def now(self) -> float:
-        """The throttle's clock in seconds: monotonic, 0.0 at its creation."""
+        """liblb's clock in seconds (the same as ``Balancer.now()``): monotonic, one per process."""
     def rejection(self, *, now: float | None = None) -> float:
         """The probability that ``admit`` rejects a request now."""
     def admit(self, *, now: float | None = None, random: int | None = None) -> bool:

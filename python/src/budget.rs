@@ -1,23 +1,23 @@
 //! Retry budgets and throttles for Python: `RetryBudget`, `RetryThrottle` and
 //! `AdaptiveThrottle`, frozen classes over the core's lock-free objects, so one object can be
-//! shared by any number of threads (free-threaded builds included). Times are seconds on each
-//! object's own monotonic clock, 0.0 at its creation (like `Balancer.now()`); every method
+//! shared by any number of threads (free-threaded builds included). Times are seconds on liblb's
+//! monotonic clock, the one every balancer reads (`Balancer.now()`, one per process); every method
 //! that reads the clock also takes an explicit `now`, so tests and the conformance vectors
 //! replay exact times. Every decision is the core's (`liblb_core::budget`).
 
 use crate::convert::{seconds, short_repr};
 use crate::error::{CoreError, OrRaise};
-use liblb_core::{AdaptiveThrottle, Error, RetryBudget, RetryThrottle};
+use liblb_core::{AdaptiveThrottle, Error, MonotonicClock, RetryBudget, RetryThrottle};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// A point on an object's clock in nanoseconds: `now` (seconds, a finite float or int >= 0)
-/// if given, else the time since `origin`. Never goes back is the caller's part.
-fn now_ns(origin: Instant, now: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+/// A point on liblb's clock in nanoseconds: `now` (seconds, a finite float or int >= 0) if
+/// given, else the clock's reading. Never goes back is the caller's part.
+fn now_ns(now: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
     let Some(now) = now else {
-        return Ok(u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        return Ok(MonotonicClock::now());
     };
     if !(now.is_instance_of::<PyFloat>() || now.is_instance_of::<PyInt>()) {
         return Err(pyo3::exceptions::PyTypeError::new_err(format!(
@@ -85,7 +85,6 @@ fn count(option: &'static str, value: &Bound<'_, PyAny>, expected: &'static str)
 #[pyclass(frozen, module = "liblb", name = "RetryBudget")]
 pub(crate) struct PyRetryBudget {
     pub(crate) inner: std::sync::Arc<RetryBudget>,
-    origin: Instant,
 }
 
 #[pymethods]
@@ -98,7 +97,6 @@ impl PyRetryBudget {
         retry_percent: f64,
         now: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let origin = Instant::now();
         let ttl = match ttl {
             Some(ttl) => span("ttl_ms", ttl, "1000 to 60000 (milliseconds)")?,
             None => RetryBudget::DEFAULT_TTL,
@@ -107,42 +105,41 @@ impl PyRetryBudget {
             Some(n) => count("min_per_sec", n, "below 2147483647")?,
             None => RetryBudget::DEFAULT_MIN_PER_SEC,
         };
-        let now = now_ns(origin, now)?;
+        let now = now_ns(now)?;
         let inner = RetryBudget::new(ttl, min_per_sec, retry_percent, now).or_raise()?;
         Ok(PyRetryBudget {
             inner: std::sync::Arc::new(inner),
-            origin,
         })
     }
 
-    /// The budget's clock in seconds: monotonic, 0.0 at its creation.
+    /// liblb's clock in seconds (the same as `Balancer.now()`): monotonic, one per process.
     fn now(&self) -> f64 {
-        self.origin.elapsed().as_secs_f64()
+        MonotonicClock::now() as f64 / 1e9
     }
 
     /// Records a request (a first attempt).
     #[pyo3(signature = (*, now=None))]
     fn deposit(&self, now: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        self.inner.deposit(now_ns(self.origin, now)?);
+        self.inner.deposit(now_ns(now)?);
         Ok(())
     }
 
     /// Takes one retry from the budget: True if it may be sent (and was taken).
     #[pyo3(signature = (*, now=None))]
     fn withdraw(&self, now: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-        Ok(self.inner.withdraw(now_ns(self.origin, now)?))
+        Ok(self.inner.withdraw(now_ns(now)?))
     }
 
     /// Whether a retry could be withdrawn, without taking it.
     #[pyo3(signature = (*, now=None))]
     fn can_withdraw(&self, now: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-        Ok(self.inner.can_withdraw(now_ns(self.origin, now)?))
+        Ok(self.inner.can_withdraw(now_ns(now)?))
     }
 
     /// The retries available now.
     #[pyo3(signature = (*, now=None))]
     fn available(&self, now: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
-        Ok(self.inner.available(now_ns(self.origin, now)?))
+        Ok(self.inner.available(now_ns(now)?))
     }
 }
 
@@ -194,7 +191,6 @@ impl PyRetryThrottle {
 #[pyclass(frozen, module = "liblb", name = "AdaptiveThrottle")]
 pub(crate) struct PyAdaptiveThrottle {
     pub(crate) inner: std::sync::Arc<AdaptiveThrottle>,
-    origin: Instant,
 }
 
 #[pymethods]
@@ -206,27 +202,25 @@ impl PyAdaptiveThrottle {
         window: Option<&Bound<'_, PyAny>>,
         now: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let origin = Instant::now();
         let window = match window {
             Some(window) => span("window_ms", window, "1000 to 3600000 (milliseconds)")?,
             None => AdaptiveThrottle::DEFAULT_WINDOW,
         };
-        let inner = AdaptiveThrottle::new(k, window, now_ns(origin, now)?).or_raise()?;
+        let inner = AdaptiveThrottle::new(k, window, now_ns(now)?).or_raise()?;
         Ok(PyAdaptiveThrottle {
             inner: std::sync::Arc::new(inner),
-            origin,
         })
     }
 
-    /// The throttle's clock in seconds: monotonic, 0.0 at its creation.
+    /// liblb's clock in seconds (the same as `Balancer.now()`): monotonic, one per process.
     fn now(&self) -> f64 {
-        self.origin.elapsed().as_secs_f64()
+        MonotonicClock::now() as f64 / 1e9
     }
 
     /// The probability that `admit` rejects a request now.
     #[pyo3(signature = (*, now=None))]
     fn rejection(&self, now: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
-        Ok(self.inner.rejection(now_ns(self.origin, now)?))
+        Ok(self.inner.rejection(now_ns(now)?))
     }
 
     /// A request is about to be sent: True to send it, False to reject it locally; counted
@@ -237,7 +231,7 @@ impl PyAdaptiveThrottle {
         now: Option<&Bound<'_, PyAny>>,
         random: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let now = now_ns(self.origin, now)?;
+        let now = now_ns(now)?;
         let random = match random {
             Some(r) => random_bits(r)?,
             None => entropy(),
@@ -248,7 +242,7 @@ impl PyAdaptiveThrottle {
     /// A backend accepted a request (any answer but an overload refusal).
     #[pyo3(signature = (*, now=None))]
     fn accepted(&self, now: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        self.inner.accepted(now_ns(self.origin, now)?);
+        self.inner.accepted(now_ns(now)?);
         Ok(())
     }
 }

@@ -309,7 +309,8 @@ impl PyBalancer {
         self.inner.report(convert::node_id(id)?, outcome).or_raise()
     }
 
-    /// The balancer's clock in seconds: monotonic, 0.0 when the balancer was created; the
+    /// The balancer's clock in seconds: liblb's monotonic clock, one per process (budgets read
+    /// it too); the
     /// clock of `stats()`'s `until`, so `until - now()` is the time left.
     fn now(&self) -> f64 {
         secs(self.inner.clock().now_ns())
