@@ -69,6 +69,21 @@
 #define LB_LATENCY_NONE UINT64_MAX
 
 /**
+ * `retry_on` bits (`lb_request_set_retry_on`): errors are retried.
+ */
+#define LB_RETRY_ON_ERROR 1
+
+/**
+ * Timeouts are retried.
+ */
+#define LB_RETRY_ON_TIMEOUT 2
+
+/**
+ * Overloaded answers are retried (after their retry-after, if any).
+ */
+#define LB_RETRY_ON_OVERLOADED 4
+
+/**
  * The result of every fallible liblb function. `LB_RESULT_OK` (0) is success; everything else
  * names one specific failure. After a failure the balancer is unchanged and every output
  * parameter is untouched, with one exception: `LB_RESULT_BUFFER_TOO_SMALL` writes the size
@@ -227,6 +242,15 @@ typedef struct lb_adaptive_throttle lb_adaptive_throttle;
 typedef struct lb_balancer lb_balancer;
 
 /**
+ * When a request sends a hedge: another attempt, on the next untried node, while the first is
+ * still out (gRPC's `hedgingPolicy`, Finagle's `BackupRequestFilter`). Create with
+ * `lb_hedging_new_after` or `lb_hedging_new_percentile`, give it to requests with
+ * `lb_request_set_hedging` (one policy may serve every request: a percentile policy learns
+ * from all of them), free with `lb_hedging_free`. Thread-safe.
+ */
+typedef struct lb_hedging lb_hedging;
+
+/**
  * A request in progress on one node, from `lb_balancer_acquire`: the node's in-flight count
  * is one higher until the lease ends. End it exactly once, with `lb_lease_finish` (success or
  * failure and the latency you measured) or `lb_lease_cancel` (nothing counted); either frees
@@ -268,6 +292,32 @@ typedef struct lb_lease lb_lease;
  * options (min/max ring size, base/max ejection time) are checked by `lb_balancer_new`.
  */
 typedef struct lb_options lb_options;
+
+/**
+ * One request's attempts. Create with `lb_request_new`, free with `lb_request_free`.
+ *
+ * The loop (see docs/retries.md):
+ *
+ * ```c
+ * lb_request *r = NULL;
+ * lb_request_new(b, key, key_len, &r);
+ * lb_lease *lease = NULL;
+ * while (lb_request_attempt(r, &lease) == LB_RESULT_OK && lease != NULL) {
+ *     // send to the lease's node (lb_lease_node), classify the answer into `outcome`
+ *     lb_decision d;
+ *     uint64_t delay_ns = 0;
+ *     lb_request_finish(r, lease, &outcome, &d, &delay_ns);
+ *     if (d != LB_DECISION_RETRY) break;   // DONE, or STOP: lb_request_state says why
+ *     sleep_ns(delay_ns);
+ * }
+ * lb_request_free(r);
+ * ```
+ *
+ * Not thread-safe: one thread at a time may use a request (it may move between threads).
+ * Its leases are ended through it (`lb_request_finish`, `lb_request_cancel`), never with
+ * `lb_lease_finish` or `lb_lease_cancel`, which it would not hear of.
+ */
+typedef struct lb_request lb_request;
 
 /**
  * A retry budget (tower's `TpsBudget`, Finagle's `RetryBudget`): every request deposits,
@@ -402,8 +452,7 @@ typedef struct lb_node_stats {
     lb_node_status status;
     /**
      * When a warm-up, an ejection or an overload pause ends, in nanoseconds of the balancer's
-     * monotonic clock (which starts at 0 when the balancer is created; read it with
-     * `lb_balancer_now_ns`, so `until_ns - now` is the time left); 0 for the other states.
+     * monotonic clock (liblb's, one per process; read it with `lb_balancer_now_ns`, so `until_ns - now` is the time left); 0 for the other states.
      */
     uint64_t until_ns;
 } lb_node_stats;
@@ -429,6 +478,46 @@ typedef struct lb_outcome_info {
      */
     uint64_t retry_after_ns;
 } lb_outcome_info;
+
+/**
+ * Why a request gave up (`lb_request_state`). A plain `uint32_t`; `lb_stop_name` names it.
+ */
+typedef uint32_t lb_stop;
+
+/**
+ * What to do after an attempt ended (`lb_request_finish`). A plain `uint32_t`.
+ */
+typedef uint32_t lb_decision;
+
+/**
+ * A request's state (`lb_request_state`).
+ */
+typedef struct lb_request_info {
+    /**
+     * Attempts started so far (hedges included).
+     */
+    uint32_t attempts;
+    /**
+     * Which attempt succeeded (1-based, in the order they started), 0 before one has.
+     */
+    uint32_t winner;
+    /**
+     * Whether the request is over (succeeded or gave up).
+     */
+    bool over;
+    /**
+     * Why it gave up (`LB_STOP_NONE` while going or after a success).
+     */
+    lb_stop stopped;
+    /**
+     * The delay the last `LB_DECISION_RETRY` gave, in nanoseconds (0 before any).
+     */
+    uint64_t backoff_ns;
+    /**
+     * Nanoseconds left before the deadline, or `LB_LATENCY_NONE` without one.
+     */
+    uint64_t remaining_ns;
+} lb_request_info;
 
 /**
  * In service at its full weight.
@@ -484,6 +573,61 @@ typedef struct lb_outcome_info {
  */
 #define LB_OUTCOME_OVERLOADED 3
 
+/**
+ * The attempt succeeded: the request is done.
+ */
+#define LB_DECISION_DONE 0
+
+/**
+ * Wait the delay given (`*delay_ns_out`), then make the next attempt (`lb_request_attempt`).
+ */
+#define LB_DECISION_RETRY 1
+
+/**
+ * Give up: the last attempt's failure is the request's (`lb_request_state` says why).
+ */
+#define LB_DECISION_STOP 2
+
+/**
+ * Another attempt (a hedge) is still out: wait for its answer.
+ */
+#define LB_DECISION_WAIT 3
+
+/**
+ * It has not given up (it is still going, or it succeeded).
+ */
+#define LB_STOP_NONE 0
+
+/**
+ * `max_attempts` attempts were made.
+ */
+#define LB_STOP_MAX_ATTEMPTS 1
+
+/**
+ * The failure's kind is not one the request retries (`lb_request_set_retry_on`).
+ */
+#define LB_STOP_NOT_RETRYABLE 2
+
+/**
+ * The budget refused the retry.
+ */
+#define LB_STOP_BUDGET 3
+
+/**
+ * The retry would start at or after the deadline.
+ */
+#define LB_STOP_DEADLINE 4
+
+/**
+ * Every node was tried.
+ */
+#define LB_STOP_NO_MORE_NODES 5
+
+/**
+ * The adaptive throttle rejected the request before its first attempt.
+ */
+#define LB_STOP_THROTTLED 6
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -524,7 +668,9 @@ lb_result lb_balancer_new(const char *algorithm,
 
 /**
  * Frees a balancer. Calling with NULL is fine. No other thread may be using it, and it must
- * not be used afterwards. Ids and tags already copied out stay valid (they are the caller's).
+ * not be used afterwards. Ids and tags already copied out stay valid (they are the caller's),
+ * and so do its leases and requests: a request still open keeps what it needs of the
+ * balancer alive until `lb_request_free`.
  */
 void lb_balancer_free(struct lb_balancer *balancer);
 
@@ -888,8 +1034,8 @@ lb_result lb_balancer_panic(const struct lb_balancer *balancer,
                             bool *panic_out);
 
 /**
- * Reads the balancer's clock into `*now_ns_out`: nanoseconds since the balancer was created,
- * monotonic (never goes back), the clock of `lb_node_stats.until_ns`. So the time left of an
+ * Reads the balancer's clock into `*now_ns_out`: liblb's monotonic clock (never goes back),
+ * nanoseconds since an origin shared by every balancer of the process (`lb_now_ns`), the clock of `lb_node_stats.until_ns`. So the time left of an
  * ejection or warm-up is `until_ns - now` (0 or less: it has ended; the next pick or stats
  * call sees it). Errors: `LB_RESULT_NULL_PARAMETER` (NULL `balancer` or `now_ns_out`; then
  * `*now_ns_out` is unchanged). Thread-safe.
@@ -1181,6 +1327,214 @@ lb_result lb_balancer_report_info(const struct lb_balancer *balancer,
                                   const char *id,
                                   size_t id_len,
                                   const struct lb_outcome_info *info);
+
+/**
+ * liblb's monotonic clock in nanoseconds: the clock every balancer reads
+ * (`lb_balancer_now_ns`), from one origin per process. Use it for the `now_ns` of budgets
+ * and hedging policies that balancers or requests also use, so all of them tell one time.
+ * Never fails; thread-safe.
+ */
+uint64_t lb_now_ns(void);
+
+/**
+ * Gives every request of `balancer` this retry budget (`lb_request_new` takes the balancer's
+ * budget at its creation; a request may choose another). The balancer keeps its own reference:
+ * the caller may free the budget whenever it likes. Replaces any budget set before.
+ * Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_balancer_set_retry_budget(const struct lb_balancer *balancer,
+                                       const struct lb_retry_budget *budget);
+
+/**
+ * `lb_balancer_set_retry_budget` with gRPC's retry throttling (gRFC A6) instead.
+ * Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_balancer_set_retry_throttle(const struct lb_balancer *balancer,
+                                         const struct lb_retry_throttle *throttle);
+
+/**
+ * `lb_balancer_set_retry_budget` with client-side adaptive throttling (the SRE book) instead:
+ * a request it rejects makes no attempt at all (`LB_STOP_THROTTLED`).
+ * Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_balancer_set_adaptive_throttle(const struct lb_balancer *balancer,
+                                            const struct lb_adaptive_throttle *throttle);
+
+/**
+ * Takes the balancer's budget away: later requests have none (unless they set one).
+ * Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_balancer_clear_budget(const struct lb_balancer *balancer);
+
+/**
+ * A hedging policy that sends a hedge after `delay_ns` nanoseconds without an answer (gRPC's
+ * `hedgingDelay`; 0 sends it at once), in `*hedging_out`. Free it with `lb_hedging_free`.
+ * Errors: `LB_RESULT_NULL_PARAMETER`.
+ */
+lb_result lb_hedging_new_after(uint64_t delay_ns,
+                               struct lb_hedging **hedging_out);
+
+/**
+ * A hedging policy (Finagle's `BackupRequestFilter`) that sends a hedge after the
+ * `1 - max_extra_load` percentile of the latencies its requests saw over the last 30 seconds,
+ * adding at most `max_extra_load` (above 0, below 1; e.g. 0.01 = the p99, at most 1% more
+ * requests) to the load; its clock starts at `now_ns` (use `lb_now_ns()`). It sends no hedge
+ * until it has latencies to go by. Free it with `lb_hedging_free`.
+ * Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OPTION_VALUE` (out of range, NaN).
+ */
+lb_result lb_hedging_new_percentile(double max_extra_load,
+                                    uint64_t now_ns,
+                                    struct lb_hedging **hedging_out);
+
+/**
+ * Frees the caller's reference to a hedging policy (requests using it keep theirs). NULL is
+ * fine. Do not use it afterwards.
+ */
+void lb_hedging_free(struct lb_hedging *hedging);
+
+/**
+ * The name of an `lb_stop` code, as every language spells it ("max_attempts", "budget",
+ * ...; "none" for `LB_STOP_NONE`, "unknown" for other values): a static NUL-terminated
+ * string, never NULL.
+ */
+const char *lb_stop_name(lb_stop stop);
+
+/**
+ * Starts a request through `balancer` for `key` (`key_len` bytes; NULL and 0: no key, for
+ * the algorithms that take none), in `*request_out`: up to 3 attempts, retrying every failure
+ * kind, with Envoy's backoff (25 ms base, 250 ms cap), limited by the balancer's budget if it
+ * has one (`lb_balancer_set_retry_budget`). The `lb_request_set_*` functions change that
+ * before the first attempt. Nothing is picked until `lb_request_attempt`. The request keeps
+ * the balancer alive until it is freed, and copies the key.
+ *
+ * The caller owns the request and must free it with `lb_request_free`. Errors (nothing
+ * allocated): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`.
+ */
+lb_result lb_request_new(const struct lb_balancer *balancer,
+                         const void *key,
+                         size_t key_len,
+                         struct lb_request **request_out);
+
+/**
+ * Frees a request. Leases it handed out and that are still open stay valid and yours (end
+ * them with `lb_lease_finish` or `lb_lease_cancel` now). NULL is fine.
+ */
+void lb_request_free(struct lb_request *request);
+
+/**
+ * Attempts in all, the first included (1 to 100; default 3). Errors:
+ * `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OPTION_VALUE` (then unchanged).
+ */
+lb_result lb_request_set_max_attempts(struct lb_request *request,
+                                      uint32_t max_attempts);
+
+/**
+ * The failure kinds retried: `LB_RETRY_ON_*` bits or-ed together (default all three; 0 retries
+ * nothing). Errors: `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OPTION_VALUE` (other bits).
+ */
+lb_result lb_request_set_retry_on(struct lb_request *request,
+                                  uint32_t retry_on);
+
+/**
+ * The whole request's time limit in nanoseconds from its first attempt (`LB_LATENCY_NONE`:
+ * none, the default): a retry whose delay would reach it is not made (`LB_STOP_DEADLINE`).
+ * Errors: `LB_RESULT_NULL_PARAMETER`.
+ */
+lb_result lb_request_set_deadline(struct lb_request *request,
+                                  uint64_t deadline_ns);
+
+/**
+ * Hedges the request by `hedging` (NULL: no hedges). The request keeps its own reference.
+ * Set it before the first attempt. Errors: `LB_RESULT_NULL_PARAMETER` (NULL request).
+ */
+lb_result lb_request_set_hedging(struct lb_request *request,
+                                 const struct lb_hedging *hedging);
+
+/**
+ * Limits this request by `budget` instead of the balancer's budget (the request keeps its own
+ * reference). Set it before the first attempt. Errors: `LB_RESULT_NULL_PARAMETER`.
+ */
+lb_result lb_request_set_retry_budget(struct lb_request *request,
+                                      const struct lb_retry_budget *budget);
+
+/**
+ * `lb_request_set_retry_budget` with a retry throttle. Errors: `LB_RESULT_NULL_PARAMETER`.
+ */
+lb_result lb_request_set_retry_throttle(struct lb_request *request,
+                                        const struct lb_retry_throttle *throttle);
+
+/**
+ * `lb_request_set_retry_budget` with an adaptive throttle. Errors: `LB_RESULT_NULL_PARAMETER`.
+ */
+lb_result lb_request_set_adaptive_throttle(struct lb_request *request,
+                                           const struct lb_adaptive_throttle *throttle);
+
+/**
+ * Limits this request by no budget at all, whatever the balancer's. Errors:
+ * `LB_RESULT_NULL_PARAMETER`.
+ */
+lb_result lb_request_clear_budget(struct lb_request *request);
+
+/**
+ * The next attempt: `*lease_out` = a lease on a node this request has not tried (read its
+ * node with `lb_lease_node`), or NULL when the request is over (`lb_request_state` says
+ * how). The first attempt is an ordinary `lb_balancer_acquire`. End each lease with
+ * `lb_request_finish` (or `lb_request_cancel`).
+ *
+ * Errors (the request is as it was; `*lease_out` unchanged): `LB_RESULT_NULL_PARAMETER`, and
+ * the balancer's: `LB_RESULT_NO_NODES`, `LB_RESULT_KEY_REQUIRED`, ...
+ */
+lb_result lb_request_attempt(struct lb_request *request,
+                             struct lb_lease **lease_out);
+
+/**
+ * Sends a hedge now, if the request's hedging policy, its budget and its attempts allow:
+ * `*lease_out` = the hedge's lease (on the next untried node) or NULL when none was sent.
+ * Keep the first answer that ends the request and cancel the other attempts' leases with
+ * `lb_request_cancel` (nothing counted). Errors: as `lb_request_attempt`.
+ */
+lb_result lb_request_hedge(struct lb_request *request,
+                           struct lb_lease **lease_out);
+
+/**
+ * How long to wait for an answer, from when the last attempt started, before calling
+ * `lb_request_hedge`, in `*delay_ns_out`; `LB_LATENCY_NONE`: send no hedge (no hedging
+ * policy, no attempt out, the attempts used up, or the policy says not now).
+ * Errors: `LB_RESULT_NULL_PARAMETER`.
+ */
+lb_result lb_request_hedge_after(const struct lb_request *request,
+                                 uint64_t *delay_ns_out);
+
+/**
+ * Ends `lease`, an attempt of this request, with `*outcome` (as `lb_lease_finish_info`:
+ * counted by the balancer like any lease's outcome; `LB_LATENCY_NONE` is measured) and frees
+ * it; `*decision_out` says what comes next, and `*delay_ns_out` (NULL: not wanted) how long to
+ * wait before the next attempt for `LB_DECISION_RETRY` (0 otherwise). An overloaded answer's
+ * retry-after becomes the delay (capped by `max_retry_after_ms`).
+ *
+ * Errors (the lease is then untouched and still yours, the request unchanged):
+ * `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OUTCOME`.
+ */
+lb_result lb_request_finish(struct lb_request *request,
+                            struct lb_lease *lease,
+                            const struct lb_outcome_info *outcome,
+                            lb_decision *decision_out,
+                            uint64_t *delay_ns_out);
+
+/**
+ * Cancels `lease`, an attempt of this request (a hedge that lost the race, or an attempt you
+ * abandon): nothing is counted, and the lease is freed. A NULL lease is fine.
+ * Errors: `LB_RESULT_NULL_PARAMETER` (NULL request; the lease is then untouched).
+ */
+lb_result lb_request_cancel(struct lb_request *request,
+                            struct lb_lease *lease);
+
+/**
+ * The request's state in `*info_out`: attempts, winner, whether it is over and why it gave
+ * up, the last backoff and the time left. Errors: `LB_RESULT_NULL_PARAMETER`.
+ */
+lb_result lb_request_state(const struct lb_request *request,
+                           struct lb_request_info *info_out);
 
 /**
  * A static, NUL-terminated description of `result`, e.g. "unknown node id". Never NULL; an

@@ -278,7 +278,7 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
 
     /// The same request, hedged by `hedging` (see [`Request::hedge`]).
     pub fn with_hedging(mut self, hedging: Arc<Hedging>) -> Request<B, K> {
-        self.hedging = Some(hedging);
+        self.set_hedging(Some(hedging));
         self
     }
 
@@ -335,15 +335,34 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
 
     /// The same request under `policy` (checked: see [`RetryPolicy::validate`]).
     pub fn with_policy(mut self, policy: RetryPolicy) -> Result<Request<B, K>> {
+        self.set_policy(policy)?;
+        Ok(self)
+    }
+
+    /// Puts the request under `policy` from its next decision on (checked: see
+    /// [`RetryPolicy::validate`]; on an error the request keeps its policy).
+    pub fn set_policy(&mut self, policy: RetryPolicy) -> Result<()> {
         policy.validate()?;
         self.policy = policy;
-        Ok(self)
+        Ok(())
     }
 
     /// The same request limited by `budget` (instead of the balancer's).
     pub fn with_budget(mut self, budget: Budget) -> Request<B, K> {
-        self.budget = Some(budget);
+        self.set_budget(Some(budget));
         self
+    }
+
+    /// Limits the request by `budget` instead of the balancer's (`None`: by no budget at all).
+    /// Set it before the first attempt: a retry budget's deposit is made then.
+    pub fn set_budget(&mut self, budget: Option<Budget>) {
+        self.budget = budget;
+    }
+
+    /// Hedges the request by `hedging` (`None`: no hedges). Set it before the first attempt:
+    /// a hedged request tracks every attempt's node from the start.
+    pub fn set_hedging(&mut self, hedging: Option<Arc<Hedging>>) {
+        self.hedging = hedging;
     }
 
     /// Its policy.

@@ -10,8 +10,8 @@ use crate::lb_result;
 use crate::outcome::{LB_LATENCY_NONE, lb_outcome, plain};
 use crate::panic::ffi_panic_boundary;
 use crate::ptr::{
-    Castable, OutSlice, free_handle, opt_out, opt_ref, to_handle, try_bytes, try_key, try_out,
-    try_out_slice, try_ref, try_slice, try_str,
+    Castable, OutSlice, free_handle, free_shared_handle, opt_out, opt_ref, to_handle,
+    to_shared_handle, try_bytes, try_key, try_out, try_out_slice, try_ref, try_slice, try_str,
 };
 use core::ffi::{c_char, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -29,6 +29,8 @@ use std::sync::Mutex;
 pub struct lb_balancer {
     _private: [u8; 0],
 }
+
+impl crate::ptr::Shared for lb_balancer {}
 
 impl Castable for lb_balancer {
     type Rust = FfiBalancer;
@@ -209,7 +211,7 @@ pub extern "C" fn lb_balancer_new(
             )
         };
         let algorithm: Algorithm = name.parse()?;
-        out.write(to_handle(FfiBalancer::new(Balancer::new(
+        out.write(to_shared_handle(FfiBalancer::new(Balancer::new(
             algorithm, nodes, options,
         )?)));
         Ok(())
@@ -217,11 +219,13 @@ pub extern "C" fn lb_balancer_new(
 }
 
 /// Frees a balancer. Calling with NULL is fine. No other thread may be using it, and it must
-/// not be used afterwards. Ids and tags already copied out stay valid (they are the caller's).
+/// not be used afterwards. Ids and tags already copied out stay valid (they are the caller's),
+/// and so do its leases and requests: a request still open keeps what it needs of the
+/// balancer alive until `lb_request_free`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_balancer_free(balancer: *mut lb_balancer) {
     // SAFETY: lb.h requires a NULL or live handle from `lb_balancer_new`, freed once, unshared.
-    ffi_panic_boundary!(unsafe { free_handle(balancer) })
+    ffi_panic_boundary!(unsafe { free_shared_handle(balancer) })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -837,6 +841,8 @@ pub struct lb_lease {
     _private: [u8; 0],
 }
 
+impl crate::ptr::Boxed for lb_lease {}
+
 impl Castable for lb_lease {
     type Rust = Lease;
 }
@@ -1115,13 +1121,12 @@ pub struct lb_node_stats {
     /// `LB_NODE_OVERLOADED`.
     pub status: lb_node_status,
     /// When a warm-up, an ejection or an overload pause ends, in nanoseconds of the balancer's
-    /// monotonic clock (which starts at 0 when the balancer is created; read it with
-    /// `lb_balancer_now_ns`, so `until_ns - now` is the time left); 0 for the other states.
+    /// monotonic clock (liblb's, one per process; read it with `lb_balancer_now_ns`, so `until_ns - now` is the time left); 0 for the other states.
     pub until_ns: u64,
 }
 
-/// Reads the balancer's clock into `*now_ns_out`: nanoseconds since the balancer was created,
-/// monotonic (never goes back), the clock of `lb_node_stats.until_ns`. So the time left of an
+/// Reads the balancer's clock into `*now_ns_out`: liblb's monotonic clock (never goes back),
+/// nanoseconds since an origin shared by every balancer of the process (`lb_now_ns`), the clock of `lb_node_stats.until_ns`. So the time left of an
 /// ejection or warm-up is `until_ns - now` (0 or less: it has ended; the next pick or stats
 /// call sees it). Errors: `LB_RESULT_NULL_PARAMETER` (NULL `balancer` or `now_ns_out`; then
 /// `*now_ns_out` is unchanged). Thread-safe.

@@ -12,7 +12,7 @@
 
 use crate::lb_result;
 use crate::panic::ffi_panic_boundary;
-use crate::ptr::{Castable, free_handle, to_handle, try_out, try_ref};
+use crate::ptr::{Castable, Shared, free_shared_handle, to_shared_handle, try_out, try_ref};
 use core::time::Duration;
 use liblb_core::{AdaptiveThrottle, RetryBudget, RetryThrottle};
 
@@ -23,6 +23,8 @@ use liblb_core::{AdaptiveThrottle, RetryBudget, RetryThrottle};
 pub struct lb_retry_budget {
     _private: [u8; 0],
 }
+
+impl Shared for lb_retry_budget {}
 
 impl Castable for lb_retry_budget {
     type Rust = RetryBudget;
@@ -36,6 +38,8 @@ pub struct lb_retry_throttle {
     _private: [u8; 0],
 }
 
+impl Shared for lb_retry_throttle {}
+
 impl Castable for lb_retry_throttle {
     type Rust = RetryThrottle;
 }
@@ -47,6 +51,8 @@ impl Castable for lb_retry_throttle {
 pub struct lb_adaptive_throttle {
     _private: [u8; 0],
 }
+
+impl Shared for lb_adaptive_throttle {}
 
 impl Castable for lb_adaptive_throttle {
     type Rust = AdaptiveThrottle;
@@ -81,7 +87,7 @@ pub extern "C" fn lb_retry_budget_new(
         // SAFETY: lb.h requires `budget_out` NULL or valid for one write.
         let out = unsafe { try_out(budget_out) }?;
         let ttl = Duration::from_millis(ttl_ms);
-        out.write(to_handle(RetryBudget::new(ttl, min_per_sec, retry_percent, now_ns)?));
+        out.write(to_shared_handle(RetryBudget::new(ttl, min_per_sec, retry_percent, now_ns)?));
         Ok(())
     }
 }
@@ -90,7 +96,7 @@ pub extern "C" fn lb_retry_budget_new(
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_retry_budget_free(budget: *mut lb_retry_budget) {
     // SAFETY: lb.h requires a NULL or live handle from `lb_retry_budget_new`, freed once.
-    ffi_panic_boundary!(unsafe { free_handle(budget) })
+    ffi_panic_boundary!(unsafe { free_shared_handle(budget) })
 }
 
 /// Records a request (a first attempt) at `now_ns`. Errors: `LB_RESULT_NULL_PARAMETER`.
@@ -172,7 +178,7 @@ pub extern "C" fn lb_retry_throttle_new(
     ffi_panic_boundary! {
         // SAFETY: lb.h requires `throttle_out` NULL or valid for one write.
         let out = unsafe { try_out(throttle_out) }?;
-        out.write(to_handle(RetryThrottle::new(max_tokens, token_ratio)?));
+        out.write(to_shared_handle(RetryThrottle::new(max_tokens, token_ratio)?));
         Ok(())
     }
 }
@@ -181,7 +187,7 @@ pub extern "C" fn lb_retry_throttle_new(
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_retry_throttle_free(throttle: *mut lb_retry_throttle) {
     // SAFETY: lb.h requires a NULL or live handle from `lb_retry_throttle_new`, freed once.
-    ffi_panic_boundary!(unsafe { free_handle(throttle) })
+    ffi_panic_boundary!(unsafe { free_shared_handle(throttle) })
 }
 
 /// Records a failed attempt (one token less, not below 0); `*allowed_out` (NULL: not wanted)
@@ -262,7 +268,7 @@ pub extern "C" fn lb_adaptive_throttle_new(
         // SAFETY: lb.h requires `throttle_out` NULL or valid for one write.
         let out = unsafe { try_out(throttle_out) }?;
         let window = Duration::from_millis(window_ms);
-        out.write(to_handle(AdaptiveThrottle::new(k, window, now_ns)?));
+        out.write(to_shared_handle(AdaptiveThrottle::new(k, window, now_ns)?));
         Ok(())
     }
 }
@@ -271,7 +277,7 @@ pub extern "C" fn lb_adaptive_throttle_new(
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_adaptive_throttle_free(throttle: *mut lb_adaptive_throttle) {
     // SAFETY: lb.h requires a NULL or live handle from `lb_adaptive_throttle_new`, freed once.
-    ffi_panic_boundary!(unsafe { free_handle(throttle) })
+    ffi_panic_boundary!(unsafe { free_shared_handle(throttle) })
 }
 
 /// The probability that `lb_adaptive_throttle_admit` rejects a request at `now_ns`, in

@@ -26,6 +26,7 @@ mod options;
 mod outcome;
 mod panic;
 mod ptr;
+mod request;
 mod result;
 #[cfg(test)]
 mod tests;
@@ -56,6 +57,19 @@ pub use outcome::{
     LB_LATENCY_NONE, LB_OUTCOME_ERROR, LB_OUTCOME_FAILURE, LB_OUTCOME_OVERLOADED,
     LB_OUTCOME_SUCCESS, LB_OUTCOME_TIMEOUT, lb_balancer_report_info, lb_lease_finish_info,
     lb_outcome, lb_outcome_info,
+};
+pub use request::{
+    LB_DECISION_DONE, LB_DECISION_RETRY, LB_DECISION_STOP, LB_DECISION_WAIT, LB_RETRY_ON_ERROR,
+    LB_RETRY_ON_OVERLOADED, LB_RETRY_ON_TIMEOUT, LB_STOP_BUDGET, LB_STOP_DEADLINE,
+    LB_STOP_MAX_ATTEMPTS, LB_STOP_NO_MORE_NODES, LB_STOP_NONE, LB_STOP_NOT_RETRYABLE,
+    LB_STOP_THROTTLED, lb_balancer_clear_budget, lb_balancer_set_adaptive_throttle,
+    lb_balancer_set_retry_budget, lb_balancer_set_retry_throttle, lb_decision, lb_hedging,
+    lb_hedging_free, lb_hedging_new_after, lb_hedging_new_percentile, lb_now_ns, lb_request,
+    lb_request_attempt, lb_request_cancel, lb_request_clear_budget, lb_request_finish,
+    lb_request_free, lb_request_hedge, lb_request_hedge_after, lb_request_info, lb_request_new,
+    lb_request_set_adaptive_throttle, lb_request_set_deadline, lb_request_set_hedging,
+    lb_request_set_max_attempts, lb_request_set_retry_budget, lb_request_set_retry_on,
+    lb_request_set_retry_throttle, lb_request_state, lb_stop, lb_stop_name,
 };
 pub use result::{lb_result, lb_result_name, lb_result_str};
 

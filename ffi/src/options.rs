@@ -40,6 +40,8 @@ pub struct lb_options {
     _private: [u8; 0],
 }
 
+impl crate::ptr::Boxed for lb_options {}
+
 impl Castable for lb_options {
     type Rust = Options;
 }

@@ -20,6 +20,13 @@ impl OnPanic for lb_result {
 }
 
 /// Functions without a result (`lb_balancer_free`) just return.
+impl OnPanic for u64 {
+    /// Only for the infallible readers (`lb_now_ns`), which cannot panic.
+    fn on_panic() -> Self {
+        0
+    }
+}
+
 impl OnPanic for () {
     fn on_panic() -> Self {}
 }

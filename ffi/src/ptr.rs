@@ -6,25 +6,79 @@ use crate::lb_result;
 use core::ffi::c_void;
 use core::mem::size_of;
 
-/// Ties an opaque C handle type to the Rust value it stands for. Handles are made by
-/// `Box::into_raw` in [`to_handle`] and only ever cast back to that same type.
+/// Ties an opaque C handle type to the Rust value it stands for. A handle points at that value
+/// and is only ever cast back to the same type; how it was made says how it is freed:
+/// [`Boxed`] handles by `Box` (the caller is the only owner), [`Shared`] ones by `Arc` (the
+/// caller's reference, plus those other liblb objects took with [`share`]).
 pub(crate) trait Castable {
     /// The Rust type behind the handle.
     type Rust;
 }
 
+/// A handle the caller owns alone: [`to_handle`], [`free_handle`], [`take_handle`], [`try_mut`].
+pub(crate) trait Boxed: Castable {}
+
+/// A handle liblb objects may hold too (a balancer its requests, a budget the balancers it
+/// limits): [`to_shared_handle`], [`free_shared_handle`], [`share`]. Never mutably borrowed.
+pub(crate) trait Shared: Castable {}
+
 /// Moves `value` to the heap and hands C an opaque pointer to it; [`free_handle`] takes it back.
-pub(crate) fn to_handle<C: Castable>(value: C::Rust) -> *mut C {
+pub(crate) fn to_handle<C: Boxed>(value: C::Rust) -> *mut C {
     Box::into_raw(Box::new(value)).cast()
+}
+
+/// Moves `value` into an `Arc` and hands C an opaque pointer to it (the caller's reference);
+/// [`free_shared_handle`] drops that reference.
+pub(crate) fn to_shared_handle<C: Shared>(value: C::Rust) -> *mut C {
+    std::sync::Arc::into_raw(std::sync::Arc::new(value))
+        .cast_mut()
+        .cast()
+}
+
+/// Another reference to the value behind a shared handle, for a liblb object to keep.
+///
+/// # Safety
+/// `handle` is NULL or came from [`to_shared_handle`] for the same `C`, and the caller's
+/// reference has not been freed.
+pub(crate) unsafe fn share<C: Shared>(
+    handle: *const C,
+) -> Result<std::sync::Arc<C::Rust>, lb_result> {
+    if handle.is_null() {
+        return Err(lb_result::NullParameter);
+    }
+    let value = handle.cast::<C::Rust>();
+    // SAFETY: by the caller's contract `value` came from `Arc::into_raw` of an `Arc<C::Rust>`
+    // whose caller's reference is alive, so the count is at least 1; taking one more and
+    // turning it into an `Arc` leaves the caller's reference untouched.
+    unsafe {
+        std::sync::Arc::increment_strong_count(value);
+        Ok(std::sync::Arc::from_raw(value))
+    }
+}
+
+/// Drops the caller's reference to a shared handle's value (freed once no liblb object holds
+/// it). NULL is fine and does nothing.
+///
+/// # Safety
+/// `handle` is NULL or came from [`to_shared_handle`] for the same `C`, and the caller's
+/// reference has not been freed; the caller does not use the handle again.
+pub(crate) unsafe fn free_shared_handle<C: Shared>(handle: *mut C) {
+    if !handle.is_null() {
+        // SAFETY: the caller's reference, made by `Arc::into_raw` in `to_shared_handle`, given
+        // back once.
+        drop(unsafe { std::sync::Arc::from_raw(handle.cast_const().cast::<C::Rust>()) });
+    }
 }
 
 /// Borrows the Rust value behind a handle.
 ///
 /// # Safety
-/// `handle` is NULL or came from [`to_handle`] for the same `C`, and has not been freed.
+/// `handle` is NULL or came from [`to_handle`] or [`to_shared_handle`] for the same `C`, and
+/// has not been freed.
 pub(crate) unsafe fn try_ref<'a, C: Castable>(handle: *const C) -> Result<&'a C::Rust, lb_result> {
     // SAFETY: by the caller's contract a non-NULL handle points to a live `C::Rust` made by
-    // `to_handle`; `as_ref` turns NULL into `None`.
+    // `to_handle` or `to_shared_handle` (both point at the value itself); `as_ref` turns NULL
+    // into `None`.
     unsafe { handle.cast::<C::Rust>().as_ref() }.ok_or(lb_result::NullParameter)
 }
 
@@ -41,9 +95,7 @@ pub(crate) unsafe fn opt_ref<'a, C: Castable>(handle: *const C) -> Option<&'a C:
 ///
 /// # Safety
 /// As [`try_ref`], and no other reference to the value exists during `'a`.
-pub(crate) unsafe fn try_mut<'a, C: Castable>(
-    handle: *mut C,
-) -> Result<&'a mut C::Rust, lb_result> {
+pub(crate) unsafe fn try_mut<'a, C: Boxed>(handle: *mut C) -> Result<&'a mut C::Rust, lb_result> {
     // SAFETY: as `try_ref`; exclusivity is the caller's contract (documented in lb.h).
     unsafe { handle.cast::<C::Rust>().as_mut() }.ok_or(lb_result::NullParameter)
 }
@@ -53,7 +105,7 @@ pub(crate) unsafe fn try_mut<'a, C: Castable>(
 /// # Safety
 /// `handle` is non-NULL, came from [`to_handle`] for the same `C`, and has not been freed; the
 /// caller does not use it again.
-pub(crate) unsafe fn take_handle<C: Castable>(handle: *mut C) -> C::Rust {
+pub(crate) unsafe fn take_handle<C: Boxed>(handle: *mut C) -> C::Rust {
     // SAFETY: the caller's contract: a live `Box<C::Rust>` turned into a raw pointer by
     // `to_handle`, not used again.
     *unsafe { Box::from_raw(handle.cast::<C::Rust>()) }
@@ -63,7 +115,7 @@ pub(crate) unsafe fn take_handle<C: Castable>(handle: *mut C) -> C::Rust {
 ///
 /// # Safety
 /// `handle` is NULL or came from [`to_handle`] for the same `C` and has not been freed.
-pub(crate) unsafe fn free_handle<C: Castable>(handle: *mut C) {
+pub(crate) unsafe fn free_handle<C: Boxed>(handle: *mut C) {
     if !handle.is_null() {
         // SAFETY: a non-NULL handle is a live `Box<C::Rust>` turned into a raw pointer by
         // `to_handle`; the caller promises not to use it again.
