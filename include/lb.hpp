@@ -76,6 +76,12 @@ struct retry_throttle_deleter {
 struct adaptive_throttle_deleter {
     void operator()(lb_adaptive_throttle *t) const noexcept { lb_adaptive_throttle_free(t); }
 };
+struct hedging_deleter {
+    void operator()(lb_hedging *h) const noexcept { lb_hedging_free(h); }
+};
+struct request_deleter {
+    void operator()(lb_request *r) const noexcept { lb_request_free(r); }
+};
 
 /// A time on the caller's monotonic clock as the C API's nanoseconds (negative throws
 /// std::out_of_range: the clock never reads before its start).
@@ -127,6 +133,12 @@ inline void check_batch(size_t n) {
     if (n > static_cast<size_t>(LB_MAX_BATCH)) throw error(LB_RESULT_BATCH_TOO_LARGE);
 }
 }  // namespace detail
+
+/// liblb's monotonic clock (lb_now_ns): the clock every balancer reads (balancer::now()), from
+/// one origin per process; the default `now` of budgets and hedging policies.
+inline std::chrono::nanoseconds now() {
+    return std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(lb_now_ns()));
+}
 
 /// liblb's version string, e.g. "0.1.0".
 inline std::string_view version() { return lb_version(); }
@@ -182,6 +194,13 @@ struct node_stats {
     std::optional<std::chrono::nanoseconds> until;
 };
 
+class retry_budget;
+class retry_throttle;
+class adaptive_throttle;
+class hedging;
+class request;
+struct request_options;
+
 /// A request in progress on one node, from balancer::acquire (its in-flight count is one
 /// higher until the lease ends). End it explicitly with success() or failure() — with the
 /// latency you measured, or without to use the time since acquire — or cancel(); a lease
@@ -235,6 +254,7 @@ public:
 
 private:
     friend class balancer;
+    friend class request;
     lease(lb_lease *handle, std::string id, uint64_t tag)
         : handle_(handle), id_(std::move(id)), tag_(tag) {}
 
@@ -410,6 +430,20 @@ public:
         detail::check(r);
         return lease(handle, std::string(buf.data(), size - 1), tag);
     }
+
+    /// A request for `key` (lb_request_new): attempts on distinct nodes in the key's retry
+    /// order, retried, backed off and limited as `opts` and the balancer's budget say. See
+    /// lb::request.
+    lb::request request(std::optional<std::string_view> key = std::nullopt) const;
+    lb::request request(std::optional<std::string_view> key, const request_options &opts) const;
+
+    /// Gives every later request this budget (the balancer keeps its own reference, so the
+    /// object may be destroyed first); replaces any budget set before.
+    void set_budget(const retry_budget &budget) const;
+    void set_budget(const retry_throttle &throttle) const;
+    void set_budget(const adaptive_throttle &throttle) const;
+    /// Later requests have no budget.
+    void clear_budget() const { detail::check(lb_balancer_clear_budget(get())); }
 
     /// Records the outcome of a request routed after pick() (in-flight untouched).
     /// A negative latency throws std::out_of_range (nothing recorded), as Python and Node refuse it.
@@ -604,14 +638,15 @@ private:
 };
 
 /// A retry budget (lb_retry_budget: tower's TpsBudget): every request deposit()s, every retry
-/// withdraw()s. Times are the caller's monotonic clock (`now`, e.g. balancer::now() or
-/// std::chrono::steady_clock since some start), one clock per budget, never going back.
+/// withdraw()s. Times are on liblb's monotonic clock (lb::now(), the same as balancer::now(),
+/// the clock requests use), or any clock of yours that never goes back if the budget is not
+/// given to balancers or requests.
 /// Owns its handle (move-only); every member function is thread-safe.
 class retry_budget {
 public:
     explicit retry_budget(std::chrono::milliseconds ttl = std::chrono::seconds(10),
                           uint32_t min_per_sec = 10, double retry_percent = 0.2,
-                          std::chrono::nanoseconds now = std::chrono::nanoseconds(0)) {
+                          std::chrono::nanoseconds now = lb::now()) {
         if (ttl.count() < 0) throw error(LB_RESULT_INVALID_OPTION_VALUE);
         lb_retry_budget *raw = nullptr;
         detail::check(lb_retry_budget_new(static_cast<uint64_t>(ttl.count()), min_per_sec,
@@ -679,7 +714,7 @@ class adaptive_throttle {
 public:
     explicit adaptive_throttle(double k = 2.0,
                                std::chrono::milliseconds window = std::chrono::seconds(120),
-                               std::chrono::nanoseconds now = std::chrono::nanoseconds(0)) {
+                               std::chrono::nanoseconds now = lb::now()) {
         if (window.count() < 0) throw error(LB_RESULT_INVALID_OPTION_VALUE);
         lb_adaptive_throttle *raw = nullptr;
         detail::check(lb_adaptive_throttle_new(k, static_cast<uint64_t>(window.count()),
@@ -704,6 +739,190 @@ public:
 private:
     std::unique_ptr<lb_adaptive_throttle, detail::adaptive_throttle_deleter> handle_;
 };
+
+/// When a request sends a hedge (lb_hedging): after a fixed delay (gRPC's hedgingDelay) or after
+/// a latency percentile its requests keep (Finagle's BackupRequestFilter). One policy may serve
+/// many requests. Move-only; thread-safe.
+class hedging {
+public:
+    /// Hedge after `delay` without an answer.
+    static hedging after(std::chrono::nanoseconds delay) {
+        lb_hedging *raw = nullptr;
+        detail::check(lb_hedging_new_after(detail::latency_ns(delay), &raw));
+        return hedging(raw);
+    }
+    /// Hedge after the `1 - max_extra_load` percentile of recent latencies (0 < x < 1).
+    static hedging percentile(double max_extra_load, std::chrono::nanoseconds now = lb::now()) {
+        lb_hedging *raw = nullptr;
+        detail::check(lb_hedging_new_percentile(max_extra_load, detail::now_ns(now), &raw));
+        return hedging(raw);
+    }
+    lb_hedging *get() const noexcept { return handle_.get(); }
+
+private:
+    explicit hedging(lb_hedging *raw) : handle_(raw) {}
+    std::unique_ptr<lb_hedging, detail::hedging_deleter> handle_;
+};
+
+/// What a request does after an attempt ended (lb_decision).
+enum class decision : lb_decision {
+    done = LB_DECISION_DONE,    ///< it succeeded
+    retry = LB_DECISION_RETRY,  ///< wait request::backoff(), then attempt() again
+    stop = LB_DECISION_STOP,    ///< give up: request::stopped() says why
+    wait = LB_DECISION_WAIT,    ///< a hedge is still out: wait for its answer
+};
+
+/// A request's policy (every field has the default of lb_request_new).
+struct request_options {
+    uint32_t max_attempts = 3;
+    /// The failure kinds retried, LB_RETRY_ON_* bits.
+    uint32_t retry_on = LB_RETRY_ON_ERROR | LB_RETRY_ON_TIMEOUT | LB_RETRY_ON_OVERLOADED;
+    /// The whole request's time limit from its first attempt; empty: none.
+    std::optional<std::chrono::nanoseconds> deadline;
+    /// Hedges, if any (the request keeps its own reference).
+    const hedging *hedge = nullptr;
+};
+
+/// One request's attempts (lb_request), from balancer::request:
+///
+///     auto r = b.request("user-42");
+///     while (lb::lease l = r.attempt()) {
+///         bool ok = send(l.id());
+///         lb::decision d = ok ? r.success(l) : r.failure(l, lb::failure_kind::error);
+///         if (d != lb::decision::retry) break;
+///         std::this_thread::sleep_for(r.backoff());
+///     }
+///
+/// End each attempt's lease through the request (success(), failure(), cancel()); a lease
+/// dropped open is cancelled without the request hearing of it. Move-only; one thread at a
+/// time. It keeps the balancer's core alive, so it may outlive the lb::balancer.
+class request {
+public:
+    /// The next attempt (lb_request_attempt), or an empty lease when the request is over.
+    lease attempt() { return take(lb_request_attempt); }
+    /// A hedge now if the policy, the budget and the attempts allow, else an empty lease.
+    lease hedge() { return take(lb_request_hedge); }
+    /// How long after the last attempt started to call hedge(); empty: no hedge.
+    std::optional<std::chrono::nanoseconds> hedge_after() const {
+        uint64_t ns = 0;
+        detail::check(lb_request_hedge_after(get(), &ns));
+        if (ns == LB_LATENCY_NONE) return std::nullopt;
+        return std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(ns));
+    }
+
+    /// Ends `l` (an attempt of this request) as a success after `latency` (empty: measured).
+    decision success(lease &l, std::optional<std::chrono::nanoseconds> latency = std::nullopt) {
+        return finish(l, LB_OUTCOME_SUCCESS, latency, std::nullopt);
+    }
+    /// Ends `l` as a failure of `kind` after `latency` (empty: measured), with an overloaded
+    /// node's `retry_after` (empty: none), which becomes the delay before the retry.
+    decision failure(lease &l, failure_kind kind = failure_kind::error,
+                     std::optional<std::chrono::nanoseconds> latency = std::nullopt,
+                     std::optional<std::chrono::nanoseconds> retry_after = std::nullopt) {
+        return finish(l, static_cast<lb_outcome>(kind), latency, retry_after);
+    }
+    /// Cancels `l`, an attempt of this request (a hedge that lost): nothing counted.
+    void cancel(lease &l) {
+        detail::check(lb_request_cancel(get(), l.handle_.get()));
+        (void)l.handle_.release();  // freed by lb_request_cancel
+    }
+
+    /// The delay the last decision::retry gave.
+    std::chrono::nanoseconds backoff() const { return ns(state().backoff_ns); }
+    /// Why it gave up ("max_attempts", "budget", ...); empty while going or after a success.
+    std::string_view stopped() const {
+        lb_stop stop = state().stopped;
+        return stop == LB_STOP_NONE ? std::string_view() : lb_stop_name(stop);
+    }
+    uint32_t attempts() const { return state().attempts; }
+    /// Which attempt succeeded (1-based), 0 before one has.
+    uint32_t winner() const { return state().winner; }
+    bool over() const { return state().over; }
+    /// Time left before the deadline; empty without one.
+    std::optional<std::chrono::nanoseconds> remaining() const {
+        uint64_t left = state().remaining_ns;
+        if (left == LB_LATENCY_NONE) return std::nullopt;
+        return ns(left);
+    }
+    lb_request_info state() const {
+        lb_request_info info{};
+        detail::check(lb_request_state(get(), &info));
+        return info;
+    }
+    lb_request *get() const noexcept { return handle_.get(); }
+
+private:
+    friend class balancer;
+    explicit request(lb_request *raw) : handle_(raw) {}
+
+    static std::chrono::nanoseconds ns(uint64_t ns) {
+        return std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(
+            std::min<uint64_t>(ns, std::numeric_limits<std::chrono::nanoseconds::rep>::max())));
+    }
+
+    template <class Start>
+    lease take(Start start) {
+        lb_lease *raw = nullptr;
+        detail::check(start(get(), &raw));
+        if (!raw) return lease();
+        lease l(raw, std::string(), 0);
+        std::string id(64, '\0');
+        size_t size = 0;
+        uint64_t tag = 0;
+        lb_result r = lb_lease_node(raw, &tag, id.data(), id.size(), &size);
+        if (r == LB_RESULT_BUFFER_TOO_SMALL) {
+            id.resize(size);
+            r = lb_lease_node(raw, &tag, id.data(), id.size(), &size);
+        }
+        if (r != LB_RESULT_OK) {
+            cancel(l);
+            throw error(r);
+        }
+        id.resize(size - 1);
+        l.id_ = std::move(id);
+        l.tag_ = tag;
+        return l;
+    }
+
+    decision finish(lease &l, lb_outcome outcome, std::optional<std::chrono::nanoseconds> latency,
+                    std::optional<std::chrono::nanoseconds> retry_after) {
+        if (!l) throw error(LB_RESULT_LEASE_FINISHED);
+        lb_outcome_info info{outcome, detail::time_ns(latency, "latency"),
+                             detail::time_ns(retry_after, "retry_after")};
+        lb_decision d = LB_DECISION_STOP;
+        detail::check(lb_request_finish(get(), l.handle_.get(), &info, &d, nullptr));
+        (void)l.handle_.release();  // lb_request_finish freed it
+        return static_cast<decision>(d);
+    }
+
+    std::unique_ptr<lb_request, detail::request_deleter> handle_;
+};
+
+inline lb::request balancer::request(std::optional<std::string_view> key) const {
+    return request(key, request_options{});
+}
+
+inline lb::request balancer::request(std::optional<std::string_view> key,
+                                     const request_options &opts) const {
+    lb_request *raw = nullptr;
+    detail::check(lb_request_new(get(), detail::key_ptr(key), detail::key_len(key), &raw));
+    lb::request r(raw);
+    detail::check(lb_request_set_max_attempts(raw, opts.max_attempts));
+    detail::check(lb_request_set_retry_on(raw, opts.retry_on));
+    detail::check(lb_request_set_deadline(raw, detail::time_ns(opts.deadline, "deadline")));
+    if (opts.hedge) detail::check(lb_request_set_hedging(raw, opts.hedge->get()));
+    return r;
+}
+
+inline void balancer::set_budget(const retry_budget &budget) const {
+    detail::check(lb_balancer_set_retry_budget(get(), budget.get()));
+}
+inline void balancer::set_budget(const retry_throttle &throttle) const {
+    detail::check(lb_balancer_set_retry_throttle(get(), throttle.get()));
+}
+inline void balancer::set_budget(const adaptive_throttle &throttle) const {
+    detail::check(lb_balancer_set_adaptive_throttle(get(), throttle.get()));
+}
 
 }  // namespace lb
 

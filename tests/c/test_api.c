@@ -1140,6 +1140,81 @@ static void test_pick_hash(void) {
     lb_balancer_free(empty);
 }
 
+/* The request loop as lb.h documents it: attempts on distinct nodes until one succeeds; a
+ * budget, a hedging policy and the balancer all freed by the caller while requests still use
+ * them (valgrind and LeakSanitizer check that nothing leaks or dangles); a hedge's loser
+ * cancelled uncounted. */
+static void test_requests(void) {
+    lb_node abc[] = {node("a", 1, 1), node("b", 1, 2), node("c", 1, 3)};
+    lb_balancer *b = make("ring", NULL, abc, 3);
+    lb_request *r = NULL;
+    CHECK_OK(lb_request_new(b, "user-42", 7, &r));
+    lb_lease *lease = NULL;
+    uint64_t tags[3] = {0, 0, 0};
+    size_t n = 0;
+    lb_decision d = LB_DECISION_STOP;
+    while (lb_request_attempt(r, &lease) == LB_RESULT_OK && lease != NULL) {
+        CHECK_OK(lb_lease_node(lease, &tags[n], NULL, 0, NULL));
+        n++;
+        lb_outcome_info outcome = {n < 3 ? LB_OUTCOME_ERROR : LB_OUTCOME_SUCCESS, 1000000,
+                                   LB_LATENCY_NONE};
+        uint64_t delay_ns = UINT64_MAX;
+        CHECK_OK(lb_request_finish(r, lease, &outcome, &d, &delay_ns));
+        if (d != LB_DECISION_RETRY) break;
+        CHECK(delay_ns < UINT64_C(250000000)); /* Envoy's cap, 250 ms */
+    }
+    CHECK(d == LB_DECISION_DONE && n == 3);
+    CHECK(tags[0] != tags[1] && tags[1] != tags[2] && tags[0] != tags[2]);
+    lb_request_info info;
+    CHECK_OK(lb_request_state(r, &info));
+    CHECK(info.attempts == 3 && info.winner == 3 && info.over && info.stopped == LB_STOP_NONE);
+    CHECK_OK(lb_request_attempt(r, &lease));
+    CHECK(lease == NULL);
+    lb_request_free(r);
+
+    /* A budget that allows no retry, given to the balancer and freed by the caller at once. */
+    lb_retry_budget *budget = NULL;
+    CHECK_OK(lb_retry_budget_new(1000, 0, 0.0, lb_now_ns(), &budget));
+    CHECK_OK(lb_balancer_set_retry_budget(b, budget));
+    lb_retry_budget_free(budget);
+    CHECK_OK(lb_request_new(b, "user-42", 7, &r));
+    CHECK_OK(lb_request_attempt(r, &lease));
+    lb_outcome_info failed = {LB_OUTCOME_TIMEOUT, LB_LATENCY_NONE, LB_LATENCY_NONE};
+    CHECK_OK(lb_request_finish(r, lease, &failed, &d, NULL));
+    CHECK_OK(lb_request_state(r, &info));
+    CHECK(d == LB_DECISION_STOP && info.stopped == LB_STOP_BUDGET);
+    CHECK(strcmp(lb_stop_name(info.stopped), "budget") == 0);
+    lb_request_free(r);
+    CHECK_OK(lb_balancer_clear_budget(b));
+
+    /* A hedge: freed policy, freed balancer, the request keeps both. */
+    lb_hedging *hedging = NULL;
+    CHECK_RESULT(lb_hedging_new_percentile(1.5, 0, &hedging), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK(hedging == NULL);
+    CHECK_OK(lb_hedging_new_after(0, &hedging));
+    CHECK_OK(lb_request_new(b, "user-42", 7, &r));
+    CHECK_OK(lb_request_set_hedging(r, hedging));
+    lb_hedging_free(hedging);
+    CHECK_RESULT(lb_request_set_retry_on(r, 8), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_request_set_max_attempts(r, 0), LB_RESULT_INVALID_OPTION_VALUE);
+    lb_lease *first = NULL, *second = NULL;
+    CHECK_OK(lb_request_attempt(r, &first));
+    lb_balancer_free(b);
+    uint64_t after = 0;
+    CHECK_OK(lb_request_hedge_after(r, &after));
+    CHECK(after == 0);
+    CHECK_OK(lb_request_hedge(r, &second));
+    CHECK(first != NULL && second != NULL);
+    lb_outcome_info ok = {LB_OUTCOME_SUCCESS, LB_LATENCY_NONE, LB_LATENCY_NONE};
+    CHECK_OK(lb_request_finish(r, second, &ok, &d, NULL));
+    CHECK_OK(lb_request_cancel(r, first));
+    CHECK_OK(lb_request_state(r, &info));
+    CHECK(d == LB_DECISION_DONE && info.winner == 2 && info.attempts == 2);
+    lb_request_free(r);
+    lb_request_free(NULL);
+    CHECK_RESULT(lb_request_new(NULL, NULL, 0, &r), LB_RESULT_NULL_PARAMETER);
+}
+
 int main(void) {
     test_version_and_names();
     test_options();
@@ -1159,5 +1234,6 @@ int main(void) {
     test_health();
     test_outcome_kinds();
     test_budgets();
+    test_requests();
     return check_report("test_api");
 }

@@ -222,7 +222,7 @@ static void test_budgets() {
     static_assert(!std::is_copy_constructible_v<lb::retry_budget>);
     static_assert(std::is_nothrow_move_constructible_v<lb::retry_budget>);
     EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::retry_budget(std::chrono::milliseconds(10)));
-    lb::retry_budget budget(seconds(1), 1, 1.0);
+    lb::retry_budget budget(seconds(1), 1, 1.0, seconds(0));  // explicit times from 0 on
     CHECK(budget.available(seconds(0)) == 1 && budget.can_withdraw(seconds(0)));
     CHECK(budget.withdraw(seconds(0)) && !budget.withdraw(seconds(0)));
     budget.deposit(seconds(0));
@@ -246,7 +246,7 @@ static void test_budgets() {
     CHECK(throttle.tokens() == 5.5 && throttle.allows());
 
     EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::adaptive_throttle(200.0));
-    lb::adaptive_throttle adaptive;
+    lb::adaptive_throttle adaptive(2.0, seconds(120), seconds(0));
     // Nothing is rejected until the window holds 100 requests (the core's minimum).
     for (int i = 0; i < 100; i++) CHECK(adaptive.admit(seconds(1), UINT64_MAX));
     double p = adaptive.rejection(seconds(1));
@@ -256,12 +256,69 @@ static void test_budgets() {
     CHECK(adaptive.rejection(seconds(1)) == 0);
 }
 
+// The request loop through lb::request: retries on distinct nodes, a budget shared with the
+// balancer (it outlives the caller's object), hedges whose loser is cancelled uncounted.
+static void test_requests() {
+    using std::chrono::milliseconds;
+    using std::chrono::seconds;
+    static_assert(!std::is_copy_constructible_v<lb::request>);
+    static_assert(std::is_nothrow_move_constructible_v<lb::request>);
+    lb::balancer b("ring", {{"a"}, {"b"}, {"c"}});
+    EXPECT_ERROR(LB_RESULT_KEY_REQUIRED, b.request().attempt());
+    lb::request r = b.request("user-42");
+    std::vector<std::string> tried;
+    lb::decision d = lb::decision::stop;
+    while (lb::lease l = r.attempt()) {
+        tried.push_back(l.id());
+        d = tried.size() < 3 ? r.failure(l, lb::failure_kind::timeout, milliseconds(2))
+                             : r.success(l);
+        if (d != lb::decision::retry) break;
+        CHECK(r.backoff() < milliseconds(250));
+    }
+    CHECK(d == lb::decision::done && r.winner() == 3 && r.over() && r.stopped().empty());
+    CHECK(tried.size() == 3 && tried[0] != tried[1] && tried[1] != tried[2] && tried[0] != tried[2]);
+    std::vector<lb::picked> order = b.attempts("user-42", 3);
+    CHECK(order.size() == 3 && order[0].id == tried[0] && order[1].id == tried[1]);
+
+    {
+        lb::retry_budget none(seconds(1), 0, 0.0);  // no retries at all
+        b.set_budget(none);
+    }
+    lb::request limited = b.request("user-42");
+    lb::lease l = limited.attempt();
+    CHECK(limited.failure(l) == lb::decision::stop && limited.stopped() == "budget");
+    CHECK(!l);
+    EXPECT_ERROR(LB_RESULT_LEASE_FINISHED, limited.success(l));
+    b.clear_budget();
+
+    lb::request options = b.request("user-42", {1, LB_RETRY_ON_TIMEOUT, milliseconds(100), nullptr});
+    l = options.attempt();
+    CHECK(options.failure(l) == lb::decision::stop && options.stopped() == "not_retryable");
+    CHECK(options.remaining() && *options.remaining() <= milliseconds(100));
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, b.request("k", {0, 0, std::nullopt, nullptr}));
+
+    lb::hedging now = lb::hedging::after(milliseconds(0));
+    lb::request hedged = b.request("user-42", {3, LB_RETRY_ON_ERROR, std::nullopt, &now});
+    lb::lease first = hedged.attempt();
+    CHECK(hedged.hedge_after() == milliseconds(0));
+    lb::lease second = hedged.hedge();
+    CHECK(second && second.id() != first.id());
+    CHECK(hedged.success(second, milliseconds(1)) == lb::decision::done);
+    hedged.cancel(first);
+    CHECK(hedged.winner() == 2 && !first);
+    size_t in_flight = 0;
+    for (const lb::node_stats &s : b.stats()) in_flight += s.in_flight;
+    CHECK(in_flight == 0);
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::hedging::percentile(0.0));
+}
+
 int main() {
     CHECK(lb::version() == std::to_string(LB_VERSION_MAJOR) + "." +
                                std::to_string(LB_VERSION_MINOR) + "." +
                                std::to_string(LB_VERSION_PATCH));
     test_outcome_kinds();
     test_budgets();
+    test_requests();
     auto names = lb::algorithms();
     CHECK(names.size() == 15 && names.front() == "random" && names.back() == "jump");
 

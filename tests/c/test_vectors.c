@@ -473,6 +473,90 @@ static size_t run_budget(const json *c) {
     return steps->len;
 }
 
+/* Replays one request case ("requests" in the vectors): a request over the case's balancer,
+ * each attempt finished with the next outcome; the nodes tried, the decisions (a retry's delay
+ * in whole milliseconds, rounded), why it stopped, the attempts and the winner must match. */
+static void run_request(const json *c) {
+    lb_balancer *b = build(c);
+    if (!b) return;
+    const json *spec = json_get(c, "request");
+    const json *key = json_get(spec, "key");
+    const json *retry_on = json_get(spec, "retry_on");
+    const json *outcomes = json_get(c, "outcomes");
+    const json *expect = json_get(c, "expect");
+    lb_request *req = NULL;
+    bool keyed = key && key->kind == JSON_STRING;
+    lb_result r = lb_request_new(b, keyed ? key->str : NULL, keyed ? key->len : 0, &req);
+    if (r != LB_RESULT_OK) FAIL("lb_request_new: %s", lb_result_name(r));
+    lb_balancer_free(b); /* the request keeps what it needs */
+    if (!req) return;
+    r = lb_request_set_max_attempts(req, (uint32_t)json_get(spec, "max_attempts")->integer);
+    if (r != LB_RESULT_OK) FAIL("max_attempts: %s", lb_result_name(r));
+    if (retry_on && retry_on->kind == JSON_ARRAY) {
+        uint32_t bits = 0;
+        for (size_t i = 0; i < retry_on->len; i++) {
+            const char *kind = retry_on->items[i].str;
+            bits |= strcmp(kind, "error") == 0     ? LB_RETRY_ON_ERROR
+                    : strcmp(kind, "timeout") == 0 ? LB_RETRY_ON_TIMEOUT
+                                                   : LB_RETRY_ON_OVERLOADED;
+        }
+        r = lb_request_set_retry_on(req, bits);
+        if (r != LB_RESULT_OK) FAIL("retry_on: %s", lb_result_name(r));
+    }
+    const json *tried = json_get(expect, "tried");
+    const json *decisions = json_get(expect, "decisions");
+    size_t n = 0;
+    lb_lease *lease = NULL;
+    char id[256];
+    size_t size = 0;
+    while ((r = lb_request_attempt(req, &lease)) == LB_RESULT_OK && lease) {
+        step_index = n;
+        if (lb_lease_node(lease, NULL, id, sizeof id, &size) != LB_RESULT_OK)
+            FAIL("lb_lease_node failed");
+        if (!tried || n >= tried->len || !same_bytes(id, size - 1, &tried->items[n]))
+            FAIL("attempt %zu went to %s", n + 1, id);
+        if (!outcomes || n >= outcomes->len) {
+            FAIL("more attempts than outcomes");
+            lb_request_cancel(req, lease);
+            break;
+        }
+        lb_outcome_info info = outcome_of(&outcomes->items[n]);
+        lb_decision d = UINT32_MAX;
+        uint64_t delay_ns = UINT64_MAX;
+        r = lb_request_finish(req, lease, &info, &d, &delay_ns);
+        if (r != LB_RESULT_OK) FAIL("lb_request_finish: %s", lb_result_name(r));
+        const json *want = decisions && n < decisions->len ? &decisions->items[n] : NULL;
+        const char *name = d == LB_DECISION_DONE    ? "done"
+                           : d == LB_DECISION_RETRY ? "retry"
+                           : d == LB_DECISION_STOP  ? "stop"
+                                                    : "wait";
+        if (!want || strcmp(want->items[0].str, name) != 0) FAIL("decision %s", name);
+        lb_request_info state;
+        lb_request_state(req, &state);
+        if (want && d == LB_DECISION_RETRY &&
+            (delay_ns + 500000) / 1000000 != want->items[1].integer)
+            FAIL("retry after %llu ns, expected %llu ms", (unsigned long long)delay_ns,
+                 (unsigned long long)want->items[1].integer);
+        if (want && d == LB_DECISION_STOP && strcmp(lb_stop_name(state.stopped), want->items[1].str))
+            FAIL("stopped: %s", lb_stop_name(state.stopped));
+        n++;
+        if (d != LB_DECISION_RETRY) break;
+    }
+    if (r != LB_RESULT_OK) FAIL("lb_request_attempt: %s", lb_result_name(r));
+    lb_request_info state;
+    lb_request_state(req, &state);
+    const json *stopped = json_get(expect, "stopped");
+    const json *winner = json_get(expect, "winner");
+    const char *want_stop = stopped && stopped->kind == JSON_STRING ? stopped->str : "none";
+    if (!decisions || n != decisions->len) FAIL("%zu decisions", n);
+    if (strcmp(lb_stop_name(state.stopped), want_stop) != 0)
+        FAIL("stopped %s, expected %s", lb_stop_name(state.stopped), want_stop);
+    if (state.attempts != json_get(expect, "attempts")->integer) FAIL("%u attempts", state.attempts);
+    uint64_t want_winner = winner && winner->kind == JSON_NUMBER ? winner->integer : 0;
+    if (state.winner != want_winner || !state.over) FAIL("winner %u, over %d", state.winner, state.over);
+    lb_request_free(req);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s tests/vectors/vectors.json\n", argv[0]);
@@ -532,8 +616,19 @@ int main(int argc, char **argv) {
         step_index = 0;
         budget_steps += run_budget(&budgets->items[ci]);
     }
-    printf("test_vectors: %zu cases, %zu steps (%zu expected errors); %zu budget cases, %zu steps\n",
-           cases->len, steps_run, errors_checked, budgets ? budgets->len : 0, budget_steps);
+    const json *requests = json_get(&root, "requests");
+    if (!requests || requests->kind != JSON_ARRAY || !requests->len) {
+        fprintf(stderr, "%s: no requests\n", argv[1]);
+        check_failures++;
+    }
+    for (size_t ci = 0; requests && ci < requests->len; ci++) {
+        case_name = json_get(&requests->items[ci], "name")->str;
+        run_request(&requests->items[ci]);
+    }
+    printf("test_vectors: %zu cases, %zu steps (%zu expected errors); %zu budget cases, %zu steps; "
+           "%zu request cases\n",
+           cases->len, steps_run, errors_checked, budgets ? budgets->len : 0, budget_steps,
+           requests ? requests->len : 0);
     free(ids);
     json_free(&root);
     return check_report("test_vectors");
