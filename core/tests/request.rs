@@ -607,6 +607,12 @@ fn every_balancer_and_budget_reads_one_clock() {
     let first = older.clock().now_ns();
     let second = younger.clock().now_ns();
     let third = MonotonicClock::now();
-    assert!(first <= second && second <= third, "{first} {second} {third}");
-    assert!(first >= 30_000_000, "the origin precedes the older balancer: {first}");
+    assert!(
+        first <= second && second <= third,
+        "{first} {second} {third}"
+    );
+    assert!(
+        first >= 30_000_000,
+        "the origin precedes the older balancer: {first}"
+    );
 }
