@@ -327,8 +327,14 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
         self.next()
     }
 
-    /// Cancels `lease`, an attempt of this request (a hedge's loser): nothing is counted.
+    /// Cancels `lease`, an attempt of this request (a hedge's loser, or an attempt the caller
+    /// abandons): nothing is counted, and a later attempt still goes to another node.
     pub fn cancel(&mut self, lease: Lease) {
+        // With hedging every attempt's node is already in `tried`; without, it is kept here
+        // (as a failure's is), so an abandoned attempt's node is not tried again.
+        if self.hedging.is_none() && !self.tried.iter().any(|t| t == lease.id()) {
+            self.tried.push(String::from(lease.id()));
+        }
         drop(lease);
         self.outstanding = self.outstanding.saturating_sub(1);
     }

@@ -616,3 +616,22 @@ fn every_balancer_and_budget_reads_one_clock() {
         "the origin precedes the older balancer: {first}"
     );
 }
+
+/// An attempt the caller abandons (cancelled: nothing counted) is not retried on its node.
+#[test]
+fn a_cancelled_attempt_is_not_retried_on_its_node() {
+    for algorithm in [Algorithm::RoundRobin, Algorithm::Random] {
+        let b = Balancer::new(algorithm, ["a", "b", "c"], Default::default()).unwrap();
+        for _ in 0..20 {
+            let mut request = b.request(None::<&[u8]>);
+            let first = request.attempt().unwrap().unwrap();
+            let abandoned = first.id().to_string();
+            request.cancel(first);
+            let second = request.attempt().unwrap().unwrap();
+            assert_ne!(second.id(), abandoned, "{algorithm:?}");
+            assert_eq!(request.finish(second, OK), Decision::Done);
+            assert_eq!(in_flight(&b), 0);
+            assert_eq!(request.attempts(), 2);
+        }
+    }
+}
