@@ -729,7 +729,7 @@ mod tests {
 
     #[test]
     fn a_failed_attempt_is_retried_on_another_node_after_a_backoff() {
-        let b = balancer("ring", &["a", "b", "c"]);
+        let b = balancer("source_hash", &["a", "b", "c"]);
         let r = request(b, Some("user-42"));
         let (first, a) = attempt(r).unwrap();
         let (decision, delay) = finish(r, first, err());
@@ -883,7 +883,7 @@ mod tests {
 
     #[test]
     fn errors_of_the_balancer_leave_the_request_as_it_was() {
-        let b = balancer("ring", &["a", "b"]);
+        let b = balancer("source_hash", &["a", "b"]);
         let r = request(b, None);
         let mut lease = null_mut();
         assert_eq!(lb_request_attempt(r, &mut lease), lb_result::KeyRequired);

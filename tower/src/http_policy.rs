@@ -1,0 +1,282 @@
+//! [`HttpPolicy`]: `http::Request`s and `http::Response`s for [`Balance`](crate::Balance).
+//!
+//! Routing keeps the logical authority in `Host` and sends to the node's `host:port` (a node id
+//! `https://host:port` also picks the scheme). Answers map to outcomes as docs/retries.md says:
+//! 429 and 503 are *overloaded* (with `Retry-After`, RFC 9110 10.2.3: seconds or an HTTP date),
+//! other 5xx are errors, and so are the inner service's errors; everything else (2xx, 3xx and
+//! the caller's own 4xx mistakes) is a success. Only idempotent methods (RFC 9110 9.2.2: GET,
+//! HEAD, OPTIONS, TRACE, PUT, DELETE) are replayed unless [`HttpPolicy::retry_any_method`].
+
+use crate::Policy;
+use core::time::Duration;
+use http::header::{HOST, HeaderValue, RETRY_AFTER};
+use http::uri::{Authority, Scheme};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
+use liblb_core::Failure;
+use std::sync::Arc;
+
+/// A request's head, as [`HttpPolicy::key`]'s function sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Head<'a> {
+    /// The method.
+    pub method: &'a Method,
+    /// The URI as the caller wrote it (its authority the logical service's).
+    pub uri: &'a Uri,
+    /// The headers.
+    pub headers: &'a HeaderMap,
+}
+
+type KeyFn = dyn Fn(Head<'_>) -> Option<Vec<u8>> + Send + Sync;
+
+/// The [`Policy`] for HTTP (see the module docs).
+#[derive(Clone, Default)]
+pub struct HttpPolicy {
+    key: Option<Arc<KeyFn>>,
+    any_method: bool,
+}
+
+impl core::fmt::Debug for HttpPolicy {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HttpPolicy")
+            .field("key", &self.key.is_some())
+            .field("any_method", &self.any_method)
+            .finish()
+    }
+}
+
+impl HttpPolicy {
+    /// No key (for the unkeyed algorithms), idempotent methods retried.
+    pub fn new() -> HttpPolicy {
+        HttpPolicy::default()
+    }
+
+    /// Keys each request by `key(head)` (a header, a cookie, a path segment...), for the
+    /// keyed algorithms; `None` from it: no key.
+    pub fn key(
+        mut self,
+        key: impl Fn(Head<'_>) -> Option<Vec<u8>> + Send + Sync + 'static,
+    ) -> HttpPolicy {
+        self.key = Some(Arc::new(key));
+        self
+    }
+
+    /// Replays (retries, hedges) every method, not only the idempotent ones: for services
+    /// whose non-idempotent requests are safe to repeat (idempotency keys).
+    pub fn retry_any_method(mut self) -> HttpPolicy {
+        self.any_method = true;
+        self
+    }
+}
+
+/// Whether RFC 9110 (9.2.2) calls `method` idempotent.
+fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// A `Retry-After` value (RFC 9110 10.2.3): delay-seconds, or an HTTP date (the time left
+/// until it, zero if past).
+pub(crate) fn retry_after(value: &HeaderValue) -> Option<Duration> {
+    let text = value.to_str().ok()?.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// The node's scheme (if its id has one) and authority: `host:port`, `[v6]:port`, or
+/// `scheme://` followed by one of those.
+fn node_address(node: &str) -> Result<(Option<Scheme>, Authority), String> {
+    let (scheme, authority) = match node.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, node),
+    };
+    let bad =
+        || format!("node id {node:?} is not host:port, http://host:port or https://host:port");
+    let scheme = match scheme {
+        None => None,
+        Some("http") => Some(Scheme::HTTP),
+        Some("https") => Some(Scheme::HTTPS),
+        Some(_) => return Err(bad()),
+    };
+    let authority = authority.parse::<Authority>().map_err(|_| bad())?;
+    if authority.port_u16().is_none() || authority.as_str().contains('@') {
+        return Err(bad());
+    }
+    Ok((scheme, authority))
+}
+
+impl<B, ResB, E> Policy<Request<B>, Response<ResB>, E> for HttpPolicy
+where
+    B: Clone + Send + 'static,
+{
+    fn key(&self, request: &Request<B>) -> Option<Vec<u8>> {
+        let key = self.key.as_ref()?;
+        key(Head {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+        })
+    }
+
+    fn route(&self, mut request: Request<B>, node: &str) -> Result<Request<B>, String> {
+        let (scheme, authority) = node_address(node)?;
+        let uri = request.uri().clone();
+        if !request.headers().contains_key(HOST) {
+            if let Some(logical) = uri.authority() {
+                let host = HeaderValue::from_str(logical.as_str()).map_err(|e| e.to_string())?;
+                request.headers_mut().insert(HOST, host);
+            }
+        }
+        let mut parts = uri.into_parts();
+        parts.scheme = Some(scheme.or(parts.scheme).unwrap_or(Scheme::HTTP));
+        parts.authority = Some(authority);
+        if parts.path_and_query.is_none() {
+            parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+        }
+        *request.uri_mut() = Uri::from_parts(parts).map_err(|e| format!("node {node:?}: {e}"))?;
+        Ok(request)
+    }
+
+    fn replay(&self, request: &Request<B>) -> Option<Request<B>> {
+        if !self.any_method && !idempotent(request.method()) {
+            return None;
+        }
+        let mut copy = Request::new(request.body().clone());
+        *copy.method_mut() = request.method().clone();
+        *copy.uri_mut() = request.uri().clone();
+        *copy.version_mut() = request.version();
+        *copy.headers_mut() = request.headers().clone();
+        Some(copy)
+    }
+
+    fn classify(&self, result: &Result<Response<ResB>, E>) -> Option<Failure> {
+        let response = match result {
+            Ok(response) => response,
+            Err(_) => return Some(Failure::error()),
+        };
+        let status = response.status();
+        if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
+            let overloaded = Failure::overloaded();
+            let after = response.headers().get(RETRY_AFTER).and_then(retry_after);
+            return Some(after.map_or(overloaded, |after| overloaded.retry_after(after)));
+        }
+        status.is_server_error().then(Failure::error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_seconds_or_a_date() {
+        let value = |text: &'static str| HeaderValue::from_static(text);
+        assert_eq!(retry_after(&value("5")), Some(Duration::from_secs(5)));
+        assert_eq!(retry_after(&value(" 120 ")), Some(Duration::from_secs(120)));
+        assert_eq!(
+            retry_after(&value("Sun, 06 Nov 1994 08:49:37 GMT")),
+            Some(Duration::ZERO)
+        );
+        let later = std::time::SystemTime::now() + Duration::from_secs(3600);
+        let date = HeaderValue::from_str(&httpdate::fmt_http_date(later)).unwrap();
+        let left = retry_after(&date).unwrap();
+        assert!(left > Duration::from_secs(3590) && left <= Duration::from_secs(3600));
+        assert_eq!(retry_after(&value("soon")), None);
+        assert_eq!(retry_after(&value("-1")), None);
+    }
+
+    #[test]
+    fn node_ids_are_host_port_with_an_optional_scheme() {
+        let (scheme, authority) = node_address("10.0.0.1:8080").unwrap();
+        assert_eq!((scheme, authority.as_str()), (None, "10.0.0.1:8080"));
+        let (scheme, authority) = node_address("https://[::1]:8443").unwrap();
+        assert_eq!(
+            (scheme, authority.as_str()),
+            (Some(Scheme::HTTPS), "[::1]:8443")
+        );
+        for bad in [
+            "10.0.0.1",
+            "a b:80",
+            "user@host:80",
+            "://x:1",
+            "ftp://x:1",
+            "http://",
+            "",
+        ] {
+            let error = node_address(bad).unwrap_err();
+            assert!(error.contains("is not host:port"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn routing_keeps_the_logical_host_and_path() {
+        let policy = HttpPolicy::new();
+        let request = Request::get("http://api.internal/users/42?x=1")
+            .body(())
+            .unwrap();
+        let routed =
+            <HttpPolicy as Policy<_, Response<()>, ()>>::route(&policy, request, "10.0.0.2:9000")
+                .unwrap();
+        assert_eq!(routed.uri(), "http://10.0.0.2:9000/users/42?x=1");
+        assert_eq!(routed.headers()[HOST], "api.internal");
+        let request = Request::get("/plain").header(HOST, "svc").body(()).unwrap();
+        let routed =
+            <HttpPolicy as Policy<_, Response<()>, ()>>::route(&policy, request, "https://n:1")
+                .unwrap();
+        assert_eq!(
+            (routed.uri().to_string(), &routed.headers()[HOST]),
+            ("https://n:1/plain".into(), &HeaderValue::from_static("svc"))
+        );
+    }
+
+    #[test]
+    fn only_idempotent_methods_are_replayed_unless_told() {
+        let post = Request::post("http://s/")
+            .header("x-id", "7")
+            .body(String::from("b"))
+            .unwrap();
+        let get = Request::get("http://s/").body(String::from("b")).unwrap();
+        let replay = |p: &HttpPolicy, r| <HttpPolicy as Policy<_, Response<()>, ()>>::replay(p, r);
+        assert!(replay(&HttpPolicy::new(), &post).is_none());
+        assert!(replay(&HttpPolicy::new(), &get).is_some());
+        let copy = replay(&HttpPolicy::new().retry_any_method(), &post).unwrap();
+        assert_eq!(
+            (copy.method(), copy.uri(), copy.body()),
+            (&Method::POST, post.uri(), &String::from("b"))
+        );
+        assert_eq!(copy.headers()["x-id"], "7");
+    }
+
+    #[test]
+    fn answers_map_to_outcomes() {
+        let classify = |status: u16, after: Option<&'static str>| {
+            let mut response = Response::builder().status(status);
+            if let Some(after) = after {
+                response = response.header(RETRY_AFTER, after);
+            }
+            let result: Result<Response<()>, ()> = Ok(response.body(()).unwrap());
+            <HttpPolicy as Policy<Request<()>, _, _>>::classify(&HttpPolicy::new(), &result)
+        };
+        assert_eq!(classify(200, None), None);
+        assert_eq!(classify(404, None), None);
+        assert_eq!(classify(500, None), Some(Failure::error()));
+        assert_eq!(classify(502, Some("3")), Some(Failure::error()));
+        assert_eq!(classify(503, None), Some(Failure::overloaded()));
+        let busy = Failure::overloaded().retry_after(Duration::from_secs(3));
+        assert_eq!(classify(429, Some("3")), Some(busy));
+        assert_eq!(classify(503, Some("3")), Some(busy));
+        let err: Result<Response<()>, ()> = Err(());
+        let classify_err = <HttpPolicy as Policy<Request<()>, _, _>>::classify;
+        assert_eq!(
+            classify_err(&HttpPolicy::new(), &err),
+            Some(Failure::error())
+        );
+    }
+}
