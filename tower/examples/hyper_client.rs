@@ -52,15 +52,16 @@ async fn serve(status: u16) -> std::io::Result<String> {
     let address = listener.local_addr()?;
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            let handler = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                let host = request.headers().get(http::header::HOST).cloned();
-                let host = host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or("?");
-                let body = format!("served by {} for {host}", address.port());
-                let response = http::Response::builder()
-                    .status(status)
-                    .body(Full::new(Bytes::from(body)));
-                async move { response }
-            });
+            let handler =
+                hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let host = request.headers().get(http::header::HOST).cloned();
+                    let host = host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or("?");
+                    let body = format!("served by {} for {host}", address.port());
+                    let response = http::Response::builder()
+                        .status(status)
+                        .body(Full::new(Bytes::from(body)));
+                    async move { response }
+                });
             tokio::spawn(async move {
                 let connection = hyper::server::conn::http1::Builder::new();
                 let _ = connection
