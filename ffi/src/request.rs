@@ -36,6 +36,18 @@ pub extern "C" fn lb_now_ns() -> u64 {
 // ---------------------------------------------------------------------------------------------
 // Budgets on a balancer
 
+/// Gives every later request of `balancer` the budget `budget` made (after the handles
+/// are checked: a NULL one is `LB_RESULT_NULL_PARAMETER` and changes nothing).
+fn set_balancer_budget(
+    balancer: *const lb_balancer,
+    budget: impl FnOnce() -> Result<Budget, lb_result>,
+) -> Result<(), lb_result> {
+    // SAFETY: lb.h requires a NULL or live balancer.
+    let balancer = unsafe { try_ref(balancer) }?;
+    balancer.set_budget(Some(budget()?));
+    Ok(())
+}
+
 /// Gives every request of `balancer` this retry budget (`lb_request_new` takes the balancer's
 /// budget at its creation; a request may choose another). The balancer keeps its own reference:
 /// the caller may free the budget whenever it likes. Replaces any budget set before.
@@ -45,12 +57,10 @@ pub extern "C" fn lb_balancer_set_retry_budget(
     balancer: *const lb_balancer,
     budget: *const lb_retry_budget,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires NULL or live handles.
-        let (balancer, budget) = unsafe { (try_ref(balancer)?, share(budget)?) };
-        balancer.set_budget(Some(Budget::Retry(budget)));
-        Ok(())
-    }
+    // SAFETY: lb.h requires a NULL or live budget.
+    ffi_panic_boundary!(set_balancer_budget(balancer, || Ok(Budget::Retry(
+        unsafe { share(budget) }?
+    ))))
 }
 
 /// `lb_balancer_set_retry_budget` with gRPC's retry throttling (gRFC A6) instead.
@@ -60,12 +70,10 @@ pub extern "C" fn lb_balancer_set_retry_throttle(
     balancer: *const lb_balancer,
     throttle: *const lb_retry_throttle,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires NULL or live handles.
-        let (balancer, throttle) = unsafe { (try_ref(balancer)?, share(throttle)?) };
-        balancer.set_budget(Some(Budget::Throttle(throttle)));
-        Ok(())
-    }
+    // SAFETY: lb.h requires a NULL or live throttle.
+    ffi_panic_boundary!(set_balancer_budget(balancer, || Ok(Budget::Throttle(
+        unsafe { share(throttle) }?
+    ))))
 }
 
 /// `lb_balancer_set_retry_budget` with client-side adaptive throttling (the SRE book) instead:
@@ -76,12 +84,10 @@ pub extern "C" fn lb_balancer_set_adaptive_throttle(
     balancer: *const lb_balancer,
     throttle: *const lb_adaptive_throttle,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires NULL or live handles.
-        let (balancer, throttle) = unsafe { (try_ref(balancer)?, share(throttle)?) };
-        balancer.set_budget(Some(Budget::Adaptive(throttle)));
-        Ok(())
-    }
+    // SAFETY: lb.h requires a NULL or live throttle.
+    ffi_panic_boundary!(set_balancer_budget(balancer, || Ok(Budget::Adaptive(
+        unsafe { share(throttle) }?
+    ))))
 }
 
 /// Takes the balancer's budget away: later requests have none (unless they set one).

@@ -99,6 +99,15 @@ fn client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
+/// Sends `request` once `service` is ready; its answer (the test fails on an error).
+async fn ask<S, R>(service: &mut S, request: R) -> S::Response
+where
+    S: Service<R>,
+    S::Error: std::fmt::Debug,
+{
+    service.ready().await.unwrap().call(request).await.unwrap()
+}
+
 fn get(path: &str) -> Request<Full<Bytes>> {
     Request::get(format!("http://api.internal{path}"))
         .body(Full::default())
@@ -122,13 +131,7 @@ async fn requests_follow_the_balancers_own_picks_and_keep_their_host() {
     let mut service = BalanceLayer::new(b.clone(), HttpPolicy::new()).layer(client());
     for _ in 0..9 {
         let expected = twin.pick(None).unwrap().id().to_string();
-        let response = service
-            .ready()
-            .await
-            .unwrap()
-            .call(get("/x"))
-            .await
-            .unwrap();
+        let response = ask(&mut service, get("/x")).await;
         let (status, body) = text(response).await;
         let index = ids.iter().position(|id| *id == expected).unwrap();
         assert_eq!(
@@ -157,13 +160,7 @@ async fn failures_are_retried_on_distinct_nodes_and_counted_by_kind() {
             order.ids().last() == Some(ok.as_str())
         })
         .unwrap();
-    let response = service
-        .ready()
-        .await
-        .unwrap()
-        .call(get(&path))
-        .await
-        .unwrap();
+    let response = ask(&mut service, get(&path)).await;
     assert_eq!(
         text(response).await,
         (StatusCode::OK, "0 api.internal".into())
@@ -199,7 +196,7 @@ async fn an_overloaded_node_gets_nothing_until_its_retry_after_passes() {
     let mut service = Balance::new(b.clone(), client(), HttpPolicy::new()).retry_on(retry_on);
     let mut statuses = Vec::new();
     for _ in 0..8 {
-        let response = service.ready().await.unwrap().call(get("/")).await.unwrap();
+        let response = ask(&mut service, get("/")).await;
         statuses.push(text(response).await.0);
     }
     assert_eq!(busy_hits.load(Ordering::Relaxed), 1);
@@ -235,7 +232,7 @@ async fn a_failing_node_is_ejected_and_the_last_answer_is_returned_when_retries_
         .unwrap();
     let mut statuses = Vec::new();
     for _ in 0..2 {
-        let response = once.ready().await.unwrap().call(get("/")).await.unwrap();
+        let response = ask(&mut once, get("/")).await;
         statuses.push(text(response).await.0);
     }
     statuses.sort();
@@ -250,7 +247,7 @@ async fn a_failing_node_is_ejected_and_the_last_answer_is_returned_when_retries_
     );
     let mut service = Balance::new(b.clone(), client(), HttpPolicy::new());
     for _ in 0..4 {
-        let response = service.ready().await.unwrap().call(get("/")).await.unwrap();
+        let response = ask(&mut service, get("/")).await;
         assert_eq!(text(response).await.0, StatusCode::OK);
     }
     let stats = b.stats();
@@ -276,7 +273,7 @@ async fn a_budget_caps_retries_and_non_idempotent_requests_are_sent_once() {
     let none = RetryBudget::new(Duration::from_secs(1), 0, 0.0, b.clock().now_ns()).unwrap();
     b.set_budget(Some(Budget::Retry(Arc::new(none))));
     let mut service = Balance::new(b.clone(), client(), HttpPolicy::new());
-    let response = service.ready().await.unwrap().call(get("/")).await.unwrap();
+    let response = ask(&mut service, get("/")).await;
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(
         hits.load(Ordering::Relaxed) + hits2.load(Ordering::Relaxed),
@@ -284,7 +281,7 @@ async fn a_budget_caps_retries_and_non_idempotent_requests_are_sent_once() {
     );
     // Without the budget a GET is retried on the other node; a POST is not.
     b.set_budget(None);
-    let response = service.ready().await.unwrap().call(get("/")).await.unwrap();
+    let response = ask(&mut service, get("/")).await;
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(
         hits.load(Ordering::Relaxed) + hits2.load(Ordering::Relaxed),
@@ -293,7 +290,7 @@ async fn a_budget_caps_retries_and_non_idempotent_requests_are_sent_once() {
     let post = Request::post("http://api.internal/")
         .body(Full::from("x"))
         .unwrap();
-    let response = service.ready().await.unwrap().call(post).await.unwrap();
+    let response = ask(&mut service, post).await;
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(
         hits.load(Ordering::Relaxed) + hits2.load(Ordering::Relaxed),
@@ -320,7 +317,7 @@ async fn keyed_requests_go_where_the_key_says() {
                 .header("x-user", user)
                 .body(Full::default())
                 .unwrap();
-            let response = service.ready().await.unwrap().call(request).await.unwrap();
+            let response = ask(&mut service, request).await;
             assert_eq!(text(response).await.1, format!("{index} api.internal"));
         }
     }
@@ -353,7 +350,7 @@ async fn a_hedge_answers_for_a_slow_node_whose_attempt_is_cancelled_uncounted() 
     let mut service = Balance::new(b.clone(), client(), HttpPolicy::new())
         .hedging(Hedging::after(Duration::from_millis(20)));
     for _ in 0..2 {
-        let response = service.ready().await.unwrap().call(get("/")).await.unwrap();
+        let response = ask(&mut service, get("/")).await;
         assert_eq!(
             text(response).await,
             (StatusCode::OK, "1 api.internal".into())
@@ -421,15 +418,7 @@ async fn per_node_services_are_made_once_and_dropped_with_their_node() {
     );
     let mut answers = Vec::new();
     for _ in 0..6 {
-        answers.push(
-            service
-                .ready()
-                .await
-                .unwrap()
-                .call("hi".to_string())
-                .await
-                .unwrap(),
-        );
+        answers.push(ask(&mut service, "hi".to_string()).await);
     }
     assert!(
         answers.iter().all(|a| a == "hi@a" || a == "hi@c"),
@@ -439,15 +428,7 @@ async fn per_node_services_are_made_once_and_dropped_with_their_node() {
     // A request that cannot be replayed gets one attempt: b's failure is the answer.
     let mut once = Vec::new();
     for _ in 0..3 {
-        once.push(
-            service
-                .ready()
-                .await
-                .unwrap()
-                .call("once".to_string())
-                .await
-                .unwrap(),
-        );
+        once.push(ask(&mut service, "once".to_string()).await);
     }
     assert_eq!(
         once.iter().filter(|a| a.starts_with("fail")).count(),
@@ -457,13 +438,7 @@ async fn per_node_services_are_made_once_and_dropped_with_their_node() {
     b.remove("c").unwrap();
     b.add("d").unwrap();
     for _ in 0..4 {
-        service
-            .ready()
-            .await
-            .unwrap()
-            .call("hi".to_string())
-            .await
-            .unwrap();
+        ask(&mut service, "hi".to_string()).await;
     }
     assert_eq!(*made.lock().unwrap(), ["a", "b", "c", "d"]);
     // Errors of the route: an error on that node, retried elsewhere.
@@ -479,13 +454,7 @@ async fn per_node_services_are_made_once_and_dropped_with_their_node() {
     .max_attempts(5)
     .unwrap();
     for _ in 0..5 {
-        let answer = strict
-            .ready()
-            .await
-            .unwrap()
-            .call("x".to_string())
-            .await
-            .unwrap();
+        let answer = ask(&mut strict, "x".to_string()).await;
         assert!(!answer.contains("bad id"));
     }
     assert_eq!(in_flight(&b), 0);
