@@ -1,6 +1,6 @@
 //! What `Balance` adds per request: the same hyper client sending GETs to one loopback server
 //! (keep-alive, a 2-byte body), directly and through `BalanceLayer` over a one-node balancer,
-//! in alternating rounds so both see the same machine. Prints the median round of each, the
+//! in interleaved rounds (each going first every other round) so both see the same machine. Prints the median round of each, the
 //! difference in microseconds and the ratio (BENCHMARKS.md, "Integrations").
 //!
 //!     cargo run --release -p liblb-tower --example overhead
@@ -32,23 +32,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let uri = format!("http://{address}/");
     let (mut plain, mut through) = (Vec::new(), Vec::new());
     for round in 0..=ROUNDS {
-        let start = Instant::now();
-        for _ in 0..PER_ROUND {
-            let request = http::Request::get(&uri).body(Full::default())?;
-            let response = direct.ready().await?.call(request).await?;
-            response.into_body().collect().await?;
-        }
-        let direct_time = start.elapsed();
-        let start = Instant::now();
-        for _ in 0..PER_ROUND {
-            let request = http::Request::get("http://svc.internal/").body(Full::default())?;
-            let response = balanced.ready().await?.call(request).await?;
-            response.into_body().collect().await?;
+        // Which one goes first alternates, so neither always runs on a warmer machine.
+        let mut times = [Duration::ZERO; 2];
+        for turn in 0..2 {
+            let which = (round + turn) % 2;
+            let start = Instant::now();
+            for _ in 0..PER_ROUND {
+                let response = if which == 0 {
+                    let request = http::Request::get(&uri).body(Full::default())?;
+                    direct.ready().await?.call(request).await?
+                } else {
+                    let request =
+                        http::Request::get("http://svc.internal/").body(Full::default())?;
+                    balanced.ready().await?.call(request).await?
+                };
+                response.into_body().collect().await?;
+            }
+            times[which] = start.elapsed();
         }
         if round > 0 {
             // Round 0 warms the connection pool and the allocator.
-            plain.push(direct_time);
-            through.push(start.elapsed());
+            plain.push(times[0]);
+            through.push(times[1]);
         }
     }
     let median = |times: &mut Vec<Duration>| {
