@@ -354,7 +354,9 @@ def test_a_request_lease_collected_unfinished_is_cancelled_through_its_request()
     second.finish(ok=False)
     assert req.decision == "stop" and req.stopped == "max_attempts"
     # The cancelled attempt counted nothing and released its in-flight slot; only the
-    # finished one counts (on the same node: a cancelled attempt is not a failed one).
+    # finished one counts, on another node (a request's attempts go to distinct nodes, an
+    # abandoned one's included).
     stats = counted(b)
-    assert stats[second.id] == (1, 1, 0) and second.id == first
+    assert stats[second.id] == (1, 1, 0) and second.id != first
+    assert stats[first] == (0, 0, 0)
     assert sum(r for r, _, _ in stats.values()) == 1
