@@ -213,7 +213,10 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 export declare class AdaptiveThrottle {
   /** `new AdaptiveThrottle({ k?, windowMs?, nowMs? })`. */
   constructor(options?: { k?: number | null; windowMs?: number | null; nowMs?: number | null } | null)
-  /** The throttle's clock in milliseconds: monotonic, 0 at its creation. */
+  /**
+   * liblb's clock in milliseconds (the same as `Balancer.nowMs()`): monotonic, one per
+   * process.
+   */
   nowMs(): number
   /** The probability that `admit` rejects a request now. */
   rejection(nowMs?: number | null): number
@@ -326,8 +329,8 @@ export declare class Balancer {
    */
   report(id: string, outcome: ReportOutcome): void
   /**
-   * The balancer's clock in milliseconds (fractions included): monotonic, 0 when the
-   * balancer was created; the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the
+   * The balancer's clock in milliseconds (fractions included): liblb's monotonic clock,
+   * one per process (budgets read it too); the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the
    * time left.
    */
   nowMs(): number
@@ -440,7 +443,10 @@ export declare class Request {
 export declare class RetryBudget {
   /** `new RetryBudget({ ttlMs?, minPerSec?, retryPercent?, nowMs? })`. */
   constructor(options?: { ttlMs?: number | null; minPerSec?: number | null; retryPercent?: number | null; nowMs?: number | null } | null)
-  /** The budget's clock in milliseconds: monotonic, 0 at its creation. */
+  /**
+   * liblb's clock in milliseconds (the same as `Balancer.nowMs()`): monotonic, one per
+   * process.
+   */
   nowMs(): number
   /** Records a request (a first attempt). */
   deposit(nowMs?: number | null): void
@@ -524,7 +530,7 @@ export interface NodeStats {
   status: 'healthy' | 'warming' | 'ejected' | 'down' | 'overloaded'
   /**
    * When an ejection, an overload pause or a warm-up ends, in milliseconds of the
-   * balancer's monotonic clock (`nowMs()`, 0 when the balancer was created); null otherwise.
+   * balancer's monotonic clock (`nowMs()`); null otherwise.
    */
   untilMs: number | null
   /**
