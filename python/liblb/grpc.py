@@ -1,0 +1,259 @@
+"""liblb for gRPC (grpcio, which has no load-balancing API of its own): ``Channel`` keeps one
+``grpc.Channel`` per node of a ``liblb.Balancer`` and routes every call through the balancer's
+request loop, so the node choice, retries on distinct nodes, backoff, budgets and health are
+liblb's. What this module owns is the mapping of gRPC status codes to outcomes:
+
+- ``RESOURCE_EXHAUSTED`` is *overloaded*, and so is ``UNAVAILABLE`` when the server sent
+  ``grpc-retry-pushback-ms`` (gRFC A6); the pushback is the retry-after.
+- ``UNAVAILABLE`` otherwise (the node is down or unreachable), ``INTERNAL``, ``UNKNOWN`` and
+  ``DATA_LOSS`` are *errors*; ``DEADLINE_EXCEEDED`` is a *timeout*.
+- Every other status (``INVALID_ARGUMENT``, ``NOT_FOUND``, ``PERMISSION_DENIED``...) is the
+  node answering: a success for its health, never retried, raised to the caller as is.
+
+Calls are retried on another node only while nothing has reached the caller: a unary call
+until it has an answer, a server-streaming call until its first message. gRPC methods are not
+known to be idempotent: give non-idempotent ones ``max_attempts=1``.
+
+    import liblb, liblb.grpc
+
+    b = liblb.Balancer("peak_ewma", ["10.0.0.1:50051", "10.0.0.2:50051"])
+    with liblb.grpc.Channel(b) as channel:
+        say = channel.unary_unary("/echo.Echo/Say", request_serializer=..., response_deserializer=...)
+        reply = say(request, timeout=2.0)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Generic, Literal, TypeVar
+
+import grpc
+
+from ._liblb import Balancer, Lease, Request, RetryBudget, RetryThrottle, AdaptiveThrottle
+from ._request import RequestFailedError
+
+__all__ = ["Channel", "UnaryUnary", "UnaryStream", "outcome_of"]
+
+Req = TypeVar("Req")
+Res = TypeVar("Res")
+_Kind = Literal["error", "timeout", "overloaded"]
+_Metadata = Sequence[tuple[str, str | bytes]]
+_KeyFn = Callable[[str, Any, "_Metadata | None"], "str | bytes | None"]
+_Budget = RetryBudget | RetryThrottle | AdaptiveThrottle
+
+_ERRORS = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DATA_LOSS}
+
+
+def _pushback(error: grpc.RpcError) -> float | None:
+    """The server's ``grpc-retry-pushback-ms`` in seconds, if it sent a valid one."""
+    trailing: Any = error.trailing_metadata() if isinstance(error, grpc.Call) else None
+    for name, value in trailing or ():
+        if name == "grpc-retry-pushback-ms":
+            text = str(value.decode() if isinstance(value, bytes) else value)
+            return int(text) / 1000 if text.isdigit() else None
+    return None
+
+
+def outcome_of(error: grpc.RpcError) -> tuple[_Kind, float | None] | None:
+    """The failure kind and retry-after (seconds) a gRPC error means for its node, or None when
+    the node answered (a status the caller must handle; not retried)."""
+    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+    pushback = _pushback(error)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED or (code == grpc.StatusCode.UNAVAILABLE and pushback is not None):
+        return "overloaded", pushback
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return "timeout", None
+    if code in _ERRORS:
+        return "error", None
+    return None
+
+
+def _tuple(metadata: _Metadata | None) -> tuple[tuple[str, str | bytes], ...] | None:
+    return None if metadata is None else tuple(metadata)
+
+
+class Channel:
+    """A pool of ``grpc.Channel``s, one per node of ``balancer`` (made on a node's first call,
+    closed once it has left the balancer or when this channel closes), whose calls go through
+    the balancer's request loop. ``key(method, request, metadata)`` keys calls for the keyed
+    algorithms; ``credentials`` makes secure channels; ``options`` are grpc channel options;
+    ``max_attempts``, ``budget`` and ``retry_on`` are the request loop's (``Balancer.request``).
+    Thread-safe."""
+
+    def __init__(
+        self,
+        balancer: Balancer,
+        *,
+        key: _KeyFn | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+        max_attempts: int | None = None,
+        budget: _Budget | None = None,
+        retry_on: Sequence[_Kind] | None = None,
+    ) -> None:
+        self.balancer = balancer
+        self._key = key
+        self._credentials = credentials
+        self._options = list(options)
+        self._policy: dict[str, Any] = {"max_attempts": max_attempts, "budget": budget, "retry_on": retry_on}
+        self._channels: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        balancer.request(None if key is None else b"", **self._policy)  # checks the policy now
+
+    def channel(self, node: str) -> grpc.Channel:
+        """The ``grpc.Channel`` to ``node`` (a target such as ``host:port``), made on first use.
+        Channels of nodes no longer in the balancer are closed here."""
+        with self._lock:
+            if self._closed:
+                raise ValueError("the liblb.grpc.Channel is closed")
+            channel = self._channels.get(node)
+            # Departed nodes are looked for when there are more channels than nodes, or a
+            # new node shows up (a membership change that kept the count).
+            if channel is None or len(self._channels) > len(self.balancer):
+                for gone in [n for n in self._channels if n not in self.balancer]:
+                    self._channels.pop(gone).close()
+            if channel is None:
+                if self._credentials is None:
+                    channel = grpc.insecure_channel(node, self._options)
+                else:
+                    channel = grpc.secure_channel(node, self._credentials, self._options)
+                self._channels[node] = channel
+            return channel
+
+    def request(self, method: str, request: Any, metadata: _Metadata | None, timeout: float | None, **policy: Any) -> Request:
+        """The balancer's request for one call (the channel's policy, overridden by ``policy``)."""
+        key = self._key(method, request, metadata) if self._key is not None else None
+        return self.balancer.request(key, deadline=timeout, **{**self._policy, **policy})
+
+    def unary_unary(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+    ) -> UnaryUnary[Any, Any]:
+        """A callable for a unary method, as ``grpc.Channel.unary_unary``."""
+        return UnaryUnary(self, method, request_serializer, response_deserializer)
+
+    def unary_stream(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+    ) -> UnaryStream[Any, Any]:
+        """A callable for a server-streaming method, as ``grpc.Channel.unary_stream``."""
+        return UnaryStream(self, method, request_serializer, response_deserializer)
+
+    def close(self) -> None:
+        """Closes every node's channel; later calls raise ValueError."""
+        with self._lock:
+            self._closed = True
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
+
+    def __enter__(self) -> Channel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Method(Generic[Req, Res]):
+    def __init__(
+        self,
+        channel: Channel,
+        method: str,
+        serializer: Callable[[Req], bytes] | None,
+        deserializer: Callable[[bytes], Res] | None,
+    ) -> None:
+        self._channel = channel
+        self._method = method
+        self._serializer = serializer
+        self._deserializer = deserializer
+
+    def _attempt_timeout(self, request: Request) -> float | None:
+        return request.remaining
+
+    @staticmethod
+    def _failed(lease: Lease, request: Request, error: grpc.RpcError) -> None:
+        """Ends `lease` with what `error` means; raises it when the node answered (or when the
+        request is over); else sleeps the backoff before the next attempt."""
+        outcome = outcome_of(error)
+        if outcome is None:
+            lease.finish(ok=True)
+            raise error
+        kind, retry_after = outcome
+        lease.finish(ok=False, kind=kind, retry_after=retry_after)
+        if request.over:
+            raise error
+        time.sleep(request.backoff())
+
+
+class UnaryUnary(_Method[Req, Res]):
+    """A unary method of a ``Channel``: ``call(request, timeout=None, metadata=None)``."""
+
+    def __call__(self, request: Req, timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any) -> Res:
+        """Calls the method on the balancer's nodes until one answers (the reply), a status
+        that is the node's answer is raised as is, or the request gives up (its last error
+        raised, chained from ``RequestFailedError``). ``timeout`` bounds the whole call;
+        ``policy`` overrides the channel's (``max_attempts=``, ``budget=``, ``retry_on=``)."""
+        req = self._channel.request(self._method, request, metadata, timeout, **policy)
+        for lease in req:
+            stub = self._channel.channel(lease.id).unary_unary(
+                self._method, request_serializer=self._serializer, response_deserializer=self._deserializer
+            )
+            try:
+                reply: Res = stub(request, timeout=self._attempt_timeout(req), metadata=_tuple(metadata))
+            except grpc.RpcError as error:
+                self._failed(lease, req, error)
+                continue
+            except BaseException:
+                lease.cancel()
+                raise
+            lease.finish(ok=True)
+            return reply
+        raise RequestFailedError(req.stopped, req.attempts)
+
+
+class UnaryStream(_Method[Req, Res]):
+    """A server-streaming method of a ``Channel``: ``call(request, ...)`` is an iterator of
+    the replies. The attempt's lease ends when the stream ends (or fails, or the iterator is
+    closed or collected: then it is cancelled, nothing counted)."""
+
+    def __call__(
+        self, request: Req, timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any
+    ) -> Iterator[Res]:
+        req = self._channel.request(self._method, request, metadata, timeout, **policy)
+        return self._stream(req, request, metadata)
+
+    def _stream(self, req: Request, request: Req, metadata: _Metadata | None) -> Iterator[Res]:
+        for lease in req:
+            stub = self._channel.channel(lease.id).unary_stream(
+                self._method, request_serializer=self._serializer, response_deserializer=self._deserializer
+            )
+            replies = stub(request, timeout=self._attempt_timeout(req), metadata=_tuple(metadata))
+            started = False
+            try:
+                for reply in replies:
+                    started = True
+                    yield reply
+            except grpc.RpcError as error:
+                if started:  # the caller has messages: no retry, the node's outcome counts
+                    outcome = outcome_of(error)
+                    if outcome is None:
+                        lease.finish(ok=True)
+                    else:
+                        lease.finish(ok=False, kind=outcome[0], retry_after=outcome[1])
+                    raise
+                self._failed(lease, req, error)
+                continue
+            except BaseException:  # GeneratorExit (closed or collected) and the like
+                replies.cancel()
+                lease.cancel()
+                raise
+            lease.finish(ok=True)
+            return
+        raise RequestFailedError(req.stopped, req.attempts)

@@ -1,0 +1,259 @@
+"""liblb.grpc against real grpcio servers on 127.0.0.1 (OS-picked ports): the calls follow the
+balancer's picks, failures are retried on distinct nodes and counted with their kind, a node's
+own answers are not retried, pushback pauses a node, streams retry only before their first
+message, and every attempt's lease ends exactly once (in-flight back to 0)."""
+
+from __future__ import annotations
+
+import gc
+import socket
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+
+import liblb
+import liblb.grpc
+
+SERVICE = "test.Echo"
+
+
+def counted(b: liblb.Balancer) -> dict[str, tuple[int, int, int]]:
+    """(requests, failures, in_flight) per node."""
+    return {s["id"]: (s["requests"], s["failures"], s["in_flight"]) for s in b.stats()}
+
+
+def abort(context: grpc.ServicerContext, code: grpc.StatusCode, pushback_ms: int | None = None) -> None:
+    if pushback_ms is not None:
+        context.set_trailing_metadata((("grpc-retry-pushback-ms", str(pushback_ms)),))
+    context.abort(code, code.name)
+
+
+class Server:
+    """One grpcio server answering Say (unary) and Count (server streaming) as `behaviour` says:
+    "ok", "unavailable", "exhausted" (RESOURCE_EXHAUSTED with a 30 s pushback), "invalid"
+    (INVALID_ARGUMENT), "slow" (2 s), "break" (one message, then INTERNAL)."""
+
+    def __init__(self, index: int, behaviour: str) -> None:
+        self.index, self.behaviour, self.calls = index, behaviour, 0
+        handler = grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "Say": grpc.unary_unary_rpc_method_handler(self.say),
+                "Count": grpc.unary_stream_rpc_method_handler(self.count),
+            },
+        )
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self.server.add_generic_rpc_handlers((handler,))
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.address = f"127.0.0.1:{port}"
+        self.server.start()
+
+    def fail(self, context: grpc.ServicerContext) -> None:
+        if self.behaviour == "unavailable":
+            abort(context, grpc.StatusCode.UNAVAILABLE)
+        elif self.behaviour == "exhausted":
+            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, 30_000)
+        elif self.behaviour == "invalid":
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT)
+        elif self.behaviour == "slow":
+            time.sleep(2)
+
+    def say(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        self.calls += 1
+        self.fail(context)
+        user = dict(context.invocation_metadata()).get("x-user", "-")
+        return b"%d %s %s" % (self.index, str(user).encode(), request)
+
+    def count(self, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        self.calls += 1
+        self.fail(context)
+        for i in range(int(request)):
+            yield b"%d:%d" % (self.index, i)
+            if self.behaviour == "break":
+                abort(context, grpc.StatusCode.INTERNAL)
+
+
+@pytest.fixture
+def servers() -> Iterator[Callable[..., list[Server]]]:
+    started: list[Server] = []
+
+    def start(*behaviours: str) -> list[Server]:
+        made = [Server(len(started) + i, b) for i, b in enumerate(behaviours)]
+        started.extend(made)
+        return made
+
+    yield start
+    for s in started:
+        s.server.stop(grace=None)
+
+
+def refused() -> str:
+    """A loopback address that refuses connections (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def say(channel: liblb.grpc.Channel) -> liblb.grpc.UnaryUnary[Any, Any]:
+    return channel.unary_unary(f"/{SERVICE}/Say")
+
+
+def test_calls_follow_the_balancers_own_picks(servers: Callable[..., list[Server]]) -> None:
+    nodes = servers("ok", "ok", "ok")
+    ids = [s.address for s in nodes]
+    b = liblb.Balancer("round_robin", ids, seed=4)
+    twin = liblb.Balancer("round_robin", ids, seed=4)
+    with liblb.grpc.Channel(b) as channel:
+        for _ in range(6):
+            expected = ids.index(twin.pick())
+            assert say(channel)(b"hi", timeout=5) == b"%d - hi" % expected
+    assert counted(b) == {i: (2, 0, 0) for i in ids}
+
+
+def test_failures_are_retried_on_distinct_nodes_with_their_kind(servers: Callable[..., list[Server]]) -> None:
+    down, ok = servers("unavailable", "ok")
+    closed = refused()
+    ids = [down.address, closed, ok.address]
+    b = liblb.Balancer("ring", ids, seed=1)
+    # A key whose retry order ends at the working node.
+    key = next(k for k in map(str, range(1000)) if b.attempts(k, 3)[-1] == ok.address)
+    with liblb.grpc.Channel(b, key=lambda method, request, metadata: key) as channel:
+        assert say(channel)(b"x", timeout=5) == b"1 - x"
+    assert counted(b) == {down.address: (1, 1, 0), closed: (1, 1, 0), ok.address: (1, 0, 0)}
+    assert (down.calls, ok.calls) == (1, 1)
+
+
+def test_a_nodes_own_answer_is_raised_not_retried_and_not_a_failure(servers: Callable[..., list[Server]]) -> None:
+    (bad,) = servers("invalid")
+    (ok,) = servers("ok")
+    b = liblb.Balancer("round_robin", [bad.address, ok.address], seed=2)
+    with liblb.grpc.Channel(b) as channel:
+        codes = []
+        for _ in range(2):
+            try:
+                say(channel)(b"x", timeout=5)
+                codes.append(grpc.StatusCode.OK)
+            except grpc.RpcError as error:
+                assert isinstance(error, grpc.Call)
+                codes.append(error.code())
+    assert sorted(c.name for c in codes) == ["INVALID_ARGUMENT", "OK"]
+    assert counted(b) == {bad.address: (1, 0, 0), ok.address: (1, 0, 0)}
+    assert bad.calls == 1
+
+
+def test_pushback_pauses_the_node_and_deadlines_are_timeouts(servers: Callable[..., list[Server]]) -> None:
+    busy, ok, slow = servers("exhausted", "ok", "slow")
+    b = liblb.Balancer("round_robin", [busy.address, ok.address], seed=3)
+    # Overloaded answers not retried here (the retry would wait out the 30 s pushback).
+    with liblb.grpc.Channel(b, retry_on=["error", "timeout"]) as channel:
+        outcomes = []
+        for _ in range(6):
+            try:
+                outcomes.append(say(channel)(b"x", timeout=5))
+            except grpc.RpcError as error:
+                assert isinstance(error, grpc.Call)
+                outcomes.append(error.code().name.encode())
+    assert outcomes.count(b"RESOURCE_EXHAUSTED") == 1 and busy.calls == 1
+    stats = {s["id"]: s for s in b.stats()}
+    assert stats[busy.address]["status"] == "overloaded"
+    until = stats[busy.address]["until"]
+    assert until is not None and 29 < until - b.now() <= 30
+    slow_b = liblb.Balancer("round_robin", [slow.address])
+    with liblb.grpc.Channel(slow_b) as channel, pytest.raises(grpc.RpcError) as raised:
+        say(channel)(b"x", timeout=0.3)
+    assert isinstance(raised.value, grpc.Call)
+    assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert counted(slow_b) == {slow.address: (1, 1, 0)}
+
+
+def test_a_budget_caps_retries(servers: Callable[..., list[Server]]) -> None:
+    down, down2 = servers("unavailable", "unavailable")
+    b = liblb.Balancer("round_robin", [down.address, down2.address], consecutive_failures=0)
+    never = liblb.RetryBudget(ttl=1.0, min_per_sec=0, retry_percent=0.0)
+    with liblb.grpc.Channel(b, budget=never) as channel:
+        with pytest.raises(grpc.RpcError):
+            say(channel)(b"x", timeout=5)
+        assert down.calls + down2.calls == 1
+        with pytest.raises(grpc.RpcError):
+            say(channel)(b"x", timeout=5, budget=liblb.RetryBudget())  # per call: retried
+        assert down.calls + down2.calls == 3
+
+
+def test_streams_retry_only_before_their_first_message(servers: Callable[..., list[Server]]) -> None:
+    down, ok, breaking = servers("unavailable", "ok", "break")
+    b = liblb.Balancer("round_robin", [down.address, ok.address], seed=5)
+    with liblb.grpc.Channel(b) as channel:
+        count = channel.unary_stream(f"/{SERVICE}/Count")
+        for _ in range(2):
+            assert list(count(b"3", timeout=5)) == [b"1:0", b"1:1", b"1:2"]
+        # Abandoned after one message: the answering attempt is cancelled, nothing counted
+        # for its node (the down node's failure before it counts).
+        before = counted(b)[ok.address]
+        replies = count(b"3", timeout=5)
+        assert next(replies) == b"1:0"
+        del replies
+        gc.collect()
+        assert counted(b)[ok.address] == before
+    assert counted(b)[ok.address] == (2, 0, 0) and counted(b)[down.address][2] == 0
+    # A stream that fails after its first message: raised to the caller, no retry.
+    b2 = liblb.Balancer("round_robin", [breaking.address, ok.address], seed=5)
+    with liblb.grpc.Channel(b2) as channel:
+        count = channel.unary_stream(f"/{SERVICE}/Count")
+        got: list[bytes] = []
+        with pytest.raises(grpc.RpcError):
+            for _ in range(2):
+                got.extend(count(b"3", timeout=5))
+    assert got.count(b"2:0") == 1 and ok.calls >= 2
+    assert counted(b2)[breaking.address] == (1, 1, 0)
+
+
+def test_keys_route_calls_and_departed_nodes_lose_their_channel(servers: Callable[..., list[Server]]) -> None:
+    nodes = servers("ok", "ok", "ok")
+    ids = [s.address for s in nodes]
+    b = liblb.Balancer("maglev", ids)
+
+    def user(method: str, request: Any, metadata: Any) -> str | None:
+        return dict(metadata or ()).get("x-user")
+
+    with liblb.grpc.Channel(b, key=user) as channel:
+        for name in ["alice", "bob", "carol", "dave"]:
+            index = ids.index(b.pick(name))
+            for _ in range(2):
+                reply = say(channel)(b"x", timeout=5, metadata=(("x-user", name),))
+                assert reply == b"%d %s x" % (index, name.encode())
+        with pytest.raises(liblb.KeyRequiredError):
+            say(channel)(b"x", timeout=5)
+        gone = channel.channel(ids[0])
+        assert channel.channel(ids[0]) is gone
+        for i in ids:
+            channel.channel(i)
+        b.remove(ids[0])
+        channel.channel(ids[1])  # 3 channels for 2 nodes: the departed one's is closed
+        with pytest.raises(ValueError, match="closed channel"):
+            closed_say: Any = gone.unary_unary(f"/{SERVICE}/Say")
+            closed_say(b"x", timeout=5)
+        with pytest.raises(ValueError, match="closed"):
+            channel.close()
+            channel.channel(ids[1])
+    assert sum(i for _, _, i in counted(b).values()) == 0
+
+
+def test_the_quickstart_runs() -> None:
+    """docs/grpc.md's quickstart, as examples/python/grpc_quickstart.py runs it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "python" / "grpc_quickstart.py"
+    run = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=60, check=True)
+    lines = run.stdout.splitlines()
+    assert sum(line.startswith("hello from ") for line in lines) == 10
+    assert not any("hello from 2" in line for line in lines)
+    import re
+
+    broken = [m for m in (re.search(r": (\d+) requests, (\d+) failures", line) for line in lines) if m and m[2] != "0"]
+    assert len(broken) == 1 and broken[0][1] == broken[0][2] and int(broken[0][1]) >= 3, run.stdout
