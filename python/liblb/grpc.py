@@ -27,7 +27,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, Literal, TypeVar
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import grpc
 
@@ -38,21 +39,26 @@ __all__ = ["Channel", "UnaryUnary", "UnaryStream", "outcome_of"]
 
 Req = TypeVar("Req")
 Res = TypeVar("Res")
-_Kind = Literal["error", "timeout", "overloaded"]
-_Metadata = Sequence[tuple[str, str | bytes]]
-_KeyFn = Callable[[str, Any, "_Metadata | None"], "str | bytes | None"]
-_Budget = RetryBudget | RetryThrottle | AdaptiveThrottle
+if TYPE_CHECKING:  # annotations only (stubtest checks runtime aliases against the stubs)
+    _Kind = Literal["error", "timeout", "overloaded"]
+    _Metadata = Sequence[tuple[str, str | bytes]]
+    _KeyFn = Callable[[str, Any, _Metadata | None], str | bytes | None]
+    _Budget = RetryBudget | RetryThrottle | AdaptiveThrottle
 
 _ERRORS = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DATA_LOSS}
 
 
+_INVALID = -1.0  # a pushback that says "do not retry" (gRFC A6: negative or unparseable)
+
+
 def _pushback(error: grpc.RpcError) -> float | None:
-    """The server's ``grpc-retry-pushback-ms`` in seconds, if it sent a valid one."""
+    """The server's ``grpc-retry-pushback-ms`` in seconds, ``_INVALID`` when it sent one that is
+    negative or unparseable, None when it sent none."""
     trailing: Any = error.trailing_metadata() if isinstance(error, grpc.Call) else None
     for name, value in trailing or ():
         if name == "grpc-retry-pushback-ms":
             text = str(value.decode() if isinstance(value, bytes) else value)
-            return int(text) / 1000 if text.isdigit() else None
+            return int(text) / 1000 if text.isdigit() else _INVALID
     return None
 
 
@@ -62,12 +68,17 @@ def outcome_of(error: grpc.RpcError) -> tuple[_Kind, float | None] | None:
     code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
     pushback = _pushback(error)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED or (code == grpc.StatusCode.UNAVAILABLE and pushback is not None):
-        return "overloaded", pushback
+        return "overloaded", None if pushback == _INVALID else pushback
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return "timeout", None
     if code in _ERRORS:
         return "error", None
     return None
+
+
+def _may_retry(error: grpc.RpcError) -> bool:
+    """False when the server's pushback says not to retry (gRFC A6)."""
+    return _pushback(error) != _INVALID
 
 
 def _tuple(metadata: _Metadata | None) -> tuple[tuple[str, str | bytes], ...] | None:
@@ -99,32 +110,57 @@ class Channel:
         self._options = list(options)
         self._policy: dict[str, Any] = {"max_attempts": max_attempts, "budget": budget, "retry_on": retry_on}
         self._channels: dict[str, grpc.Channel] = {}
+        self._users: dict[str, int] = {}  # calls of this pool using each node's channel now
         self._lock = threading.Lock()
         self._closed = False
         balancer.request(None if key is None else b"", **self._policy)  # checks the policy now
 
     def channel(self, node: str) -> grpc.Channel:
-        """The ``grpc.Channel`` to ``node`` (a target such as ``host:port``), made on first use.
-        Channels of nodes no longer in the balancer are closed here."""
+        """The ``grpc.Channel`` to ``node`` (a target such as ``host:port``), made on first use
+        (for calls of your own). Once the node has left the balancer its channel is closed, as
+        soon as no call of this pool uses it."""
         with self._lock:
-            if self._closed:
-                raise ValueError("the liblb.grpc.Channel is closed")
-            channel = self._channels.get(node)
-            # Departed nodes are looked for when there are more channels than nodes, or a
-            # new node shows up (a membership change that kept the count).
-            if channel is None or len(self._channels) > len(self.balancer):
-                for gone in [n for n in self._channels if n not in self.balancer]:
-                    self._channels.pop(gone).close()
-            if channel is None:
-                if self._credentials is None:
-                    channel = grpc.insecure_channel(node, self._options)
-                else:
-                    channel = grpc.secure_channel(node, self._credentials, self._options)
-                self._channels[node] = channel
-            return channel
+            return self._get(node)
+
+    def _get(self, node: str) -> grpc.Channel:
+        """`channel` under the lock; closes departed nodes' channels that no call uses."""
+        if self._closed:
+            raise ValueError("the liblb.grpc.Channel is closed")
+        channel = self._channels.get(node)
+        # Departed nodes are looked for when there are more channels than nodes, or a new node
+        # shows up (a membership change that kept the count).
+        if channel is None or len(self._channels) > len(self.balancer):
+            for gone in [n for n in self._channels if n not in self.balancer and not self._users.get(n)]:
+                self._channels.pop(gone).close()
+        if channel is None:
+            if self._credentials is None:
+                channel = grpc.insecure_channel(node, self._options)
+            else:
+                channel = grpc.secure_channel(node, self._credentials, self._options)
+            self._channels[node] = channel
+        return channel
+
+    @contextmanager
+    def _use(self, node: str) -> Iterator[grpc.Channel]:
+        """The node's channel for one attempt: not closed under it by a membership change."""
+        with self._lock:
+            channel = self._get(node)
+            self._users[node] = self._users.get(node, 0) + 1
+        try:
+            yield channel
+        finally:
+            with self._lock:
+                self._users[node] -= 1
+                if not self._users[node]:
+                    del self._users[node]
+                    if node not in self.balancer and self._channels.get(node) is channel:
+                        self._channels.pop(node).close()
 
     def request(self, method: str, request: Any, metadata: _Metadata | None, timeout: float | None, **policy: Any) -> Request:
-        """The balancer's request for one call (the channel's policy, overridden by ``policy``)."""
+        """The balancer's request for one call (the channel's policy, overridden by ``policy``;
+        ``timeout`` is its deadline)."""
+        if "deadline" in policy:
+            raise TypeError("pass the call's deadline as timeout=, not deadline=")
         key = self._key(method, request, metadata) if self._key is not None else None
         return self.balancer.request(key, deadline=timeout, **{**self._policy, **policy})
 
@@ -174,20 +210,29 @@ class _Method(Generic[Req, Res]):
         self._serializer = serializer
         self._deserializer = deserializer
 
-    def _attempt_timeout(self, request: Request) -> float | None:
-        return request.remaining
+    def _payload(self, request: Req) -> Any:
+        """The request serialized once, here: a serializer that fails is the caller's error,
+        never a node's (grpcio would report it as the node's INTERNAL)."""
+        return self._serializer(request) if self._serializer is not None else request
+
+    def _reply(self, raw: Any) -> Res:
+        """A reply deserialized after its lease ended (a deserializer that fails is the
+        caller's error, not the node's)."""
+        reply: Res = self._deserializer(raw) if self._deserializer is not None else raw
+        return reply
 
     @staticmethod
     def _failed(lease: Lease, request: Request, error: grpc.RpcError) -> None:
-        """Ends `lease` with what `error` means; raises it when the node answered (or when the
-        request is over); else sleeps the backoff before the next attempt."""
+        """Ends `lease` with what `error` means; raises it when the node answered, when the
+        request is over or when the server's pushback forbids a retry; else sleeps the backoff
+        before the next attempt."""
         outcome = outcome_of(error)
         if outcome is None:
             lease.finish(ok=True)
             raise error
         kind, retry_after = outcome
         lease.finish(ok=False, kind=kind, retry_after=retry_after)
-        if request.over:
+        if request.over or not _may_retry(error):
             raise error
         time.sleep(request.backoff())
 
@@ -196,26 +241,30 @@ class UnaryUnary(_Method[Req, Res]):
     """A unary method of a ``Channel``: ``call(request, timeout=None, metadata=None)``."""
 
     def __call__(self, request: Req, timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any) -> Res:
-        """Calls the method on the balancer's nodes until one answers (the reply), a status
-        that is the node's answer is raised as is, or the request gives up (its last error
-        raised, chained from ``RequestFailedError``). ``timeout`` bounds the whole call;
-        ``policy`` overrides the channel's (``max_attempts=``, ``budget=``, ``retry_on=``)."""
+        """Calls the method on the balancer's nodes until one answers (the reply); a status
+        that is the node's answer is raised as is, and so is the last attempt's error when the
+        request gives up (``RequestFailedError``, chained from the last error, when it stops
+        between attempts: no node left, the adaptive throttle). ``timeout`` bounds the whole
+        call; ``policy`` overrides the channel's (``max_attempts=``, ``budget=``,
+        ``retry_on=``)."""
         req = self._channel.request(self._method, request, metadata, timeout, **policy)
+        payload = self._payload(request)
+        last: grpc.RpcError | None = None
         for lease in req:
-            stub = self._channel.channel(lease.id).unary_unary(
-                self._method, request_serializer=self._serializer, response_deserializer=self._deserializer
-            )
             try:
-                reply: Res = stub(request, timeout=self._attempt_timeout(req), metadata=_tuple(metadata))
+                with self._channel._use(lease.id) as channel:
+                    call: Any = channel.unary_unary(self._method)
+                    raw = call(payload, timeout=req.remaining, metadata=_tuple(metadata))
             except grpc.RpcError as error:
+                last = error
                 self._failed(lease, req, error)
                 continue
             except BaseException:
                 lease.cancel()
                 raise
             lease.finish(ok=True)
-            return reply
-        raise RequestFailedError(req.stopped, req.attempts)
+            return self._reply(raw)
+        raise RequestFailedError(req.stopped, req.attempts) from last
 
 
 class UnaryStream(_Method[Req, Res]):
@@ -227,20 +276,25 @@ class UnaryStream(_Method[Req, Res]):
         self, request: Req, timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any
     ) -> Iterator[Res]:
         req = self._channel.request(self._method, request, metadata, timeout, **policy)
-        return self._stream(req, request, metadata)
+        return self._stream(req, self._payload(request), metadata)
 
-    def _stream(self, req: Request, request: Req, metadata: _Metadata | None) -> Iterator[Res]:
+    def _stream(self, req: Request, payload: Any, metadata: _Metadata | None) -> Iterator[Res]:
+        last: grpc.RpcError | None = None
         for lease in req:
-            stub = self._channel.channel(lease.id).unary_stream(
-                self._method, request_serializer=self._serializer, response_deserializer=self._deserializer
-            )
-            replies = stub(request, timeout=self._attempt_timeout(req), metadata=_tuple(metadata))
             started = False
             try:
-                for reply in replies:
-                    started = True
-                    yield reply
+                with self._channel._use(lease.id) as channel:
+                    call: Any = channel.unary_stream(self._method)
+                    replies = call(payload, timeout=req.remaining, metadata=_tuple(metadata))
+                    try:
+                        for raw in replies:
+                            started = True
+                            yield self._reply(raw)
+                    except BaseException:
+                        replies.cancel()
+                        raise
             except grpc.RpcError as error:
+                last = error
                 if started:  # the caller has messages: no retry, the node's outcome counts
                     outcome = outcome_of(error)
                     if outcome is None:
@@ -250,10 +304,9 @@ class UnaryStream(_Method[Req, Res]):
                     raise
                 self._failed(lease, req, error)
                 continue
-            except BaseException:  # GeneratorExit (closed or collected) and the like
-                replies.cancel()
+            except BaseException:  # GeneratorExit (closed or collected), a deserializer's error
                 lease.cancel()
                 raise
             lease.finish(ok=True)
             return
-        raise RequestFailedError(req.stopped, req.attempts)
+        raise RequestFailedError(req.stopped, req.attempts) from last

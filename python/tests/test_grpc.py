@@ -57,6 +57,9 @@ class Server:
             abort(context, grpc.StatusCode.UNAVAILABLE)
         elif self.behaviour == "exhausted":
             abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, 30_000)
+        elif self.behaviour == "refuse-retries":  # a pushback that forbids retries (gRFC A6)
+            context.set_trailing_metadata((("grpc-retry-pushback-ms", "-1"),))
+            context.abort(grpc.StatusCode.UNAVAILABLE, "go away")
         elif self.behaviour == "invalid":
             abort(context, grpc.StatusCode.INVALID_ARGUMENT)
         elif self.behaviour == "slow":
@@ -257,3 +260,34 @@ def test_the_quickstart_runs() -> None:
 
     broken = [m for m in (re.search(r": (\d+) requests, (\d+) failures", line) for line in lines) if m and m[2] != "0"]
     assert len(broken) == 1 and broken[0][1] == broken[0][2] and int(broken[0][1]) >= 3, run.stdout
+
+
+def test_the_callers_serializers_and_a_no_retry_pushback(servers: Callable[..., list[Server]]) -> None:
+    ok, no_retry, other = servers("ok", "refuse-retries", "ok")
+
+    def broken(_: Any) -> bytes:
+        raise RuntimeError("cannot serialize")
+
+    def undecodable(_: bytes) -> Any:
+        raise RuntimeError("cannot decode")
+
+    b = liblb.Balancer("round_robin", [ok.address])
+    with liblb.grpc.Channel(b) as channel:
+        # A serializer or deserializer that fails is the caller's error, never the node's.
+        with pytest.raises(RuntimeError, match="serialize"):
+            channel.unary_unary(f"/{SERVICE}/Say", request_serializer=broken)(b"x", timeout=5)
+        with pytest.raises(RuntimeError, match="decode"):
+            channel.unary_unary(f"/{SERVICE}/Say", response_deserializer=undecodable)(b"x", timeout=5)
+    assert counted(b) == {ok.address: (1, 0, 0)}
+    # A negative pushback: the node is counted overloaded and the call is not retried.
+    b2 = liblb.Balancer("round_robin", [no_retry.address, other.address], seed=1)
+    with liblb.grpc.Channel(b2) as channel:
+        results = []
+        for _ in range(2):
+            try:
+                results.append(say(channel)(b"x", timeout=5))
+            except grpc.RpcError as error:
+                assert isinstance(error, grpc.Call)
+                results.append(error.code().name.encode())
+    assert results.count(b"UNAVAILABLE") == 1 and no_retry.calls == 1
+    assert counted(b2)[no_retry.address] == (1, 1, 0)
