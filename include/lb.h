@@ -1105,7 +1105,8 @@ lb_result lb_balancer_attempts_hash(const struct lb_balancer *balancer,
                                     size_t *count_out);
 
 /**
- * Creates a retry budget in `*budget_out`, its clock starting at `now_ns`: deposits count for
+ * Creates a retry budget in `*budget_out`, its clock starting at `now_ns` (`lb_now_ns()` if it
+ * will be given to balancers or requests, which feed it that clock): deposits count for
  * `ttl_ms` milliseconds (1000 to 60000; tower's default 10000), `min_per_sec` retries per
  * second are always allowed (below 2147483647; default 10), and each deposit allows
  * `retry_percent` retries (0 to 1000; default 0.2 = one retry per five requests; 0 = only the
@@ -1122,7 +1123,8 @@ lb_result lb_retry_budget_new(uint64_t ttl_ms,
                               struct lb_retry_budget **budget_out);
 
 /**
- * Frees a retry budget. Calling with NULL is fine. No other thread may be using it.
+ * Gives up the caller's reference to a retry budget (balancers and requests using it keep
+ * theirs; it is freed with the last). Calling with NULL is fine. Do not use the handle again.
  */
 void lb_retry_budget_free(struct lb_retry_budget *budget);
 
@@ -1172,7 +1174,8 @@ lb_result lb_retry_throttle_new(uint32_t max_tokens,
                                 struct lb_retry_throttle **throttle_out);
 
 /**
- * Frees a retry throttle. Calling with NULL is fine. No other thread may be using it.
+ * Gives up the caller's reference to a retry throttle (balancers and requests using it keep
+ * theirs). Calling with NULL is fine. Do not use the handle again.
  */
 void lb_retry_throttle_free(struct lb_retry_throttle *throttle);
 
@@ -1205,9 +1208,10 @@ lb_result lb_retry_throttle_tokens(const struct lb_retry_throttle *throttle,
                                    double *tokens_out);
 
 /**
- * Creates an adaptive throttle in `*throttle_out`, its clock starting at `now_ns`, with
- * multiplier `k` (1 to 100, the SRE book's 2: lower throttles sooner) over a window of
- * `window_ms` milliseconds (1000 to 3600000; the book's 120000).
+ * Creates an adaptive throttle in `*throttle_out`, its clock starting at `now_ns`
+ * (`lb_now_ns()` if it will be given to balancers or requests), with multiplier `k` (1 to 100,
+ * the SRE book's 2: lower throttles sooner) over a window of `window_ms` milliseconds (1000 to
+ * 3600000; the book's 120000).
  *
  * The caller owns the result and must free it with `lb_adaptive_throttle_free`. Errors
  * (nothing allocated): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OPTION_VALUE`.
@@ -1219,7 +1223,8 @@ lb_result lb_adaptive_throttle_new(double k,
                                    struct lb_adaptive_throttle **throttle_out);
 
 /**
- * Frees an adaptive throttle. Calling with NULL is fine. No other thread may be using it.
+ * Gives up the caller's reference to an adaptive throttle (balancers and requests using it
+ * keep theirs). Calling with NULL is fine. Do not use the handle again.
  */
 void lb_adaptive_throttle_free(struct lb_adaptive_throttle *throttle);
 
@@ -1445,33 +1450,37 @@ lb_result lb_request_set_deadline(struct lb_request *request,
 
 /**
  * Hedges the request by `hedging` (NULL: no hedges). The request keeps its own reference.
- * Set it before the first attempt. Errors: `LB_RESULT_NULL_PARAMETER` (NULL request).
+ * Errors (the request unchanged): `LB_RESULT_NULL_PARAMETER` (NULL request),
+ * `LB_RESULT_INVALID_OPTION_VALUE` (after the first attempt: a hedged request tracks every
+ * attempt's node from its start).
  */
 lb_result lb_request_set_hedging(struct lb_request *request,
                                  const struct lb_hedging *hedging);
 
 /**
  * Limits this request by `budget` instead of the balancer's budget (the request keeps its own
- * reference). Set it before the first attempt. Errors: `LB_RESULT_NULL_PARAMETER`.
+ * reference). Errors (the request unchanged): `LB_RESULT_NULL_PARAMETER`,
+ * `LB_RESULT_INVALID_OPTION_VALUE` (after the first attempt, whose deposit went to the budget
+ * it had).
  */
 lb_result lb_request_set_retry_budget(struct lb_request *request,
                                       const struct lb_retry_budget *budget);
 
 /**
- * `lb_request_set_retry_budget` with a retry throttle. Errors: `LB_RESULT_NULL_PARAMETER`.
+ * `lb_request_set_retry_budget` with a retry throttle (same errors).
  */
 lb_result lb_request_set_retry_throttle(struct lb_request *request,
                                         const struct lb_retry_throttle *throttle);
 
 /**
- * `lb_request_set_retry_budget` with an adaptive throttle. Errors: `LB_RESULT_NULL_PARAMETER`.
+ * `lb_request_set_retry_budget` with an adaptive throttle (same errors).
  */
 lb_result lb_request_set_adaptive_throttle(struct lb_request *request,
                                            const struct lb_adaptive_throttle *throttle);
 
 /**
  * Limits this request by no budget at all, whatever the balancer's. Errors:
- * `LB_RESULT_NULL_PARAMETER`.
+ * `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OPTION_VALUE` (after the first attempt).
  */
 lb_result lb_request_clear_budget(struct lb_request *request);
 
@@ -1513,7 +1522,8 @@ lb_result lb_request_hedge_after(const struct lb_request *request,
  * retry-after becomes the delay (capped by `max_retry_after_ms`).
  *
  * Errors (the lease is then untouched and still yours, the request unchanged):
- * `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OUTCOME`.
+ * `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OUTCOME`. After `LB_RESULT_PANIC` (a bug in
+ * liblb) the lease may be gone: do not use it, and free the request.
  */
 lb_result lb_request_finish(struct lb_request *request,
                             struct lb_lease *lease,

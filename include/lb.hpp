@@ -866,21 +866,23 @@ private:
         detail::check(start(get(), &raw));
         if (!raw) return lease();
         lease l(raw, std::string(), 0);
-        std::string id(64, '\0');
-        size_t size = 0;
-        uint64_t tag = 0;
-        lb_result r = lb_lease_node(raw, &tag, id.data(), id.size(), &size);
-        if (r == LB_RESULT_BUFFER_TOO_SMALL) {
-            id.resize(size);
-            r = lb_lease_node(raw, &tag, id.data(), id.size(), &size);
-        }
-        if (r != LB_RESULT_OK) {
+        try {
+            std::string id(64, '\0');
+            size_t size = 0;
+            uint64_t tag = 0;
+            lb_result r = lb_lease_node(raw, &tag, id.data(), id.size(), &size);
+            if (r == LB_RESULT_BUFFER_TOO_SMALL) {
+                id.resize(size);
+                r = lb_lease_node(raw, &tag, id.data(), id.size(), &size);
+            }
+            detail::check(r);
+            id.resize(size - 1);
+            l.id_ = std::move(id);
+            l.tag_ = tag;
+        } catch (...) {  // std::bad_alloc, lb::error: the attempt ends through the request
             cancel(l);
-            throw error(r);
+            throw;
         }
-        id.resize(size - 1);
-        l.id_ = std::move(id);
-        l.tag_ = tag;
         return l;
     }
 

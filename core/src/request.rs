@@ -278,7 +278,7 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
 
     /// The same request, hedged by `hedging` (see [`Request::hedge`]).
     pub fn with_hedging(mut self, hedging: Arc<Hedging>) -> Request<B, K> {
-        self.set_hedging(Some(hedging));
+        self.hedging = Some(hedging);
         self
     }
 
@@ -355,20 +355,38 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
 
     /// The same request limited by `budget` (instead of the balancer's).
     pub fn with_budget(mut self, budget: Budget) -> Request<B, K> {
-        self.set_budget(Some(budget));
+        self.budget = Some(budget);
         self
     }
 
     /// Limits the request by `budget` instead of the balancer's (`None`: by no budget at all).
-    /// Set it before the first attempt: a retry budget's deposit is made then.
-    pub fn set_budget(&mut self, budget: Option<Budget>) {
+    /// Only before the first attempt (a retry budget's deposit is made then): afterwards it is
+    /// `InvalidOptionValue` and the request keeps its budget.
+    pub fn set_budget(&mut self, budget: Option<Budget>) -> Result<()> {
+        self.unstarted("budget")?;
         self.budget = budget;
+        Ok(())
     }
 
-    /// Hedges the request by `hedging` (`None`: no hedges). Set it before the first attempt:
-    /// a hedged request tracks every attempt's node from the start.
-    pub fn set_hedging(&mut self, hedging: Option<Arc<Hedging>>) {
+    /// Hedges the request by `hedging` (`None`: no hedges). Only before the first attempt (a
+    /// hedged request tracks every attempt's node from the start): afterwards it is
+    /// `InvalidOptionValue` and the request keeps its hedging.
+    pub fn set_hedging(&mut self, hedging: Option<Arc<Hedging>>) -> Result<()> {
+        self.unstarted("hedging")?;
         self.hedging = hedging;
+        Ok(())
+    }
+
+    /// `InvalidOptionValue` for `option` once an attempt has started.
+    fn unstarted(&self, option: &'static str) -> Result<()> {
+        if self.phase == Phase::New {
+            return Ok(());
+        }
+        Err(Error::InvalidOptionValue {
+            option,
+            value: String::from("set after the first attempt"),
+            expected: "set before the first attempt",
+        })
     }
 
     /// Its policy.

@@ -2,13 +2,16 @@
 //! `lb_retry_throttle` (gRPC A6) and `lb_adaptive_throttle` (the SRE book's client-side
 //! throttling), the core's `liblb_core::{RetryBudget, RetryThrottle, AdaptiveThrottle}`.
 //!
-//! Each is clocked by the caller: every call that reads time takes `now_ns`, nanoseconds of any
-//! monotonic clock that never goes back (`clock_gettime(CLOCK_MONOTONIC)`, or
-//! `lb_balancer_now_ns` of a balancer), the same clock for one object's whole life. So the same
-//! calls give the same answers in every language (the conformance vectors replay them). Every
-//! function taking a `const` handle is thread-safe and never blocks: one object may be shared
-//! by every thread and every balancer whose retries should share one limit. They are not yet
-//! wired into balancers: call them around your own retry loop.
+//! Each is clocked by the caller: every call that reads time takes `now_ns`, the same clock for
+//! one object's whole life, never going back. So the same calls give the same answers in every
+//! language (the conformance vectors replay them). Give one to balancers
+//! (`lb_balancer_set_retry_budget` and its siblings) or requests (`lb_request_set_retry_budget`)
+//! and they feed it liblb's clock, `lb_now_ns()`: use that clock for such an object's own
+//! calls too (and for its `_new`). One used only around your own retry loop may take any
+//! monotonic clock (`clock_gettime(CLOCK_MONOTONIC)`). Every function taking a `const` handle
+//! is thread-safe and never blocks: one object may be shared by every thread and every balancer
+//! whose retries should share one limit. The handles are shared: `_free` gives up the caller's
+//! reference, and balancers and requests holding the object keep theirs.
 
 use crate::lb_result;
 use crate::panic::ffi_panic_boundary;
@@ -66,7 +69,8 @@ const _: () = {
     assert_send_sync::<AdaptiveThrottle>();
 };
 
-/// Creates a retry budget in `*budget_out`, its clock starting at `now_ns`: deposits count for
+/// Creates a retry budget in `*budget_out`, its clock starting at `now_ns` (`lb_now_ns()` if it
+/// will be given to balancers or requests, which feed it that clock): deposits count for
 /// `ttl_ms` milliseconds (1000 to 60000; tower's default 10000), `min_per_sec` retries per
 /// second are always allowed (below 2147483647; default 10), and each deposit allows
 /// `retry_percent` retries (0 to 1000; default 0.2 = one retry per five requests; 0 = only the
@@ -92,7 +96,8 @@ pub extern "C" fn lb_retry_budget_new(
     }
 }
 
-/// Frees a retry budget. Calling with NULL is fine. No other thread may be using it.
+/// Gives up the caller's reference to a retry budget (balancers and requests using it keep
+/// theirs; it is freed with the last). Calling with NULL is fine. Do not use the handle again.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_retry_budget_free(budget: *mut lb_retry_budget) {
     // SAFETY: lb.h requires a NULL or live handle from `lb_retry_budget_new`, freed once.
@@ -183,7 +188,8 @@ pub extern "C" fn lb_retry_throttle_new(
     }
 }
 
-/// Frees a retry throttle. Calling with NULL is fine. No other thread may be using it.
+/// Gives up the caller's reference to a retry throttle (balancers and requests using it keep
+/// theirs). Calling with NULL is fine. Do not use the handle again.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_retry_throttle_free(throttle: *mut lb_retry_throttle) {
     // SAFETY: lb.h requires a NULL or live handle from `lb_retry_throttle_new`, freed once.
@@ -250,9 +256,10 @@ pub extern "C" fn lb_retry_throttle_tokens(
     }
 }
 
-/// Creates an adaptive throttle in `*throttle_out`, its clock starting at `now_ns`, with
-/// multiplier `k` (1 to 100, the SRE book's 2: lower throttles sooner) over a window of
-/// `window_ms` milliseconds (1000 to 3600000; the book's 120000).
+/// Creates an adaptive throttle in `*throttle_out`, its clock starting at `now_ns`
+/// (`lb_now_ns()` if it will be given to balancers or requests), with multiplier `k` (1 to 100,
+/// the SRE book's 2: lower throttles sooner) over a window of `window_ms` milliseconds (1000 to
+/// 3600000; the book's 120000).
 ///
 /// The caller owns the result and must free it with `lb_adaptive_throttle_free`. Errors
 /// (nothing allocated): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OPTION_VALUE`.
@@ -273,7 +280,8 @@ pub extern "C" fn lb_adaptive_throttle_new(
     }
 }
 
-/// Frees an adaptive throttle. Calling with NULL is fine. No other thread may be using it.
+/// Gives up the caller's reference to an adaptive throttle (balancers and requests using it
+/// keep theirs). Calling with NULL is fine. Do not use the handle again.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_adaptive_throttle_free(throttle: *mut lb_adaptive_throttle) {
     // SAFETY: lb.h requires a NULL or live handle from `lb_adaptive_throttle_new`, freed once.

@@ -19,14 +19,14 @@ impl OnPanic for lb_result {
     }
 }
 
-/// Functions without a result (`lb_balancer_free`) just return.
+/// Readers that cannot fail (`lb_now_ns`) return 0.
 impl OnPanic for u64 {
-    /// Only for the infallible readers (`lb_now_ns`), which cannot panic.
     fn on_panic() -> Self {
         0
     }
 }
 
+/// Functions without a result (`lb_balancer_free`) just return.
 impl OnPanic for () {
     fn on_panic() -> Self {}
 }

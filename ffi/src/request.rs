@@ -403,7 +403,9 @@ pub extern "C" fn lb_request_set_deadline(request: *mut lb_request, deadline_ns:
 }
 
 /// Hedges the request by `hedging` (NULL: no hedges). The request keeps its own reference.
-/// Set it before the first attempt. Errors: `LB_RESULT_NULL_PARAMETER` (NULL request).
+/// Errors (the request unchanged): `LB_RESULT_NULL_PARAMETER` (NULL request),
+/// `LB_RESULT_INVALID_OPTION_VALUE` (after the first attempt: a hedged request tracks every
+/// attempt's node from its start).
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_request_set_hedging(
     request: *mut lb_request,
@@ -413,8 +415,7 @@ pub extern "C" fn lb_request_set_hedging(
         // SAFETY: lb.h requires a NULL or live request (one thread at a time) and a NULL or
         // live hedging policy.
         let (request, hedging) = unsafe { (try_mut(request)?, share(hedging).ok()) };
-        request.set_hedging(hedging);
-        Ok(())
+        Ok(request.set_hedging(hedging)?)
     }
 }
 
@@ -425,12 +426,13 @@ fn set_budget(
 ) -> Result<(), lb_result> {
     // SAFETY: lb.h requires a NULL or live request, used by one thread at a time.
     let request = unsafe { try_mut(request) }?;
-    request.set_budget(Some(budget?));
-    Ok(())
+    Ok(request.set_budget(Some(budget?))?)
 }
 
 /// Limits this request by `budget` instead of the balancer's budget (the request keeps its own
-/// reference). Set it before the first attempt. Errors: `LB_RESULT_NULL_PARAMETER`.
+/// reference). Errors (the request unchanged): `LB_RESULT_NULL_PARAMETER`,
+/// `LB_RESULT_INVALID_OPTION_VALUE` (after the first attempt, whose deposit went to the budget
+/// it had).
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_request_set_retry_budget(
     request: *mut lb_request,
@@ -443,7 +445,7 @@ pub extern "C" fn lb_request_set_retry_budget(
     ))
 }
 
-/// `lb_request_set_retry_budget` with a retry throttle. Errors: `LB_RESULT_NULL_PARAMETER`.
+/// `lb_request_set_retry_budget` with a retry throttle (same errors).
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_request_set_retry_throttle(
     request: *mut lb_request,
@@ -456,7 +458,7 @@ pub extern "C" fn lb_request_set_retry_throttle(
     ))
 }
 
-/// `lb_request_set_retry_budget` with an adaptive throttle. Errors: `LB_RESULT_NULL_PARAMETER`.
+/// `lb_request_set_retry_budget` with an adaptive throttle (same errors).
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_request_set_adaptive_throttle(
     request: *mut lb_request,
@@ -470,13 +472,12 @@ pub extern "C" fn lb_request_set_adaptive_throttle(
 }
 
 /// Limits this request by no budget at all, whatever the balancer's. Errors:
-/// `LB_RESULT_NULL_PARAMETER`.
+/// `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OPTION_VALUE` (after the first attempt).
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_request_clear_budget(request: *mut lb_request) -> lb_result {
     ffi_panic_boundary! {
         // SAFETY: lb.h requires a NULL or live request, used by one thread at a time.
-        unsafe { try_mut(request) }?.set_budget(None);
-        Ok(())
+        Ok(unsafe { try_mut(request) }?.set_budget(None)?)
     }
 }
 
@@ -547,7 +548,8 @@ pub extern "C" fn lb_request_hedge_after(
 /// retry-after becomes the delay (capped by `max_retry_after_ms`).
 ///
 /// Errors (the lease is then untouched and still yours, the request unchanged):
-/// `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OUTCOME`.
+/// `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_OUTCOME`. After `LB_RESULT_PANIC` (a bug in
+/// liblb) the lease may be gone: do not use it, and free the request.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_request_finish(
     request: *mut lb_request,
@@ -921,6 +923,12 @@ mod tests {
         assert_eq!(lb_request_hedge_after(r, &mut after), lb_result::Ok);
         assert_eq!(after, LB_LATENCY_NONE, "no attempt out yet");
         let (first, a) = attempt(r).unwrap();
+        // Hedging and budgets are set before the first attempt only.
+        assert_eq!(
+            lb_request_set_hedging(r, null()),
+            lb_result::InvalidOptionValue
+        );
+        assert_eq!(lb_request_clear_budget(r), lb_result::InvalidOptionValue);
         assert_eq!(lb_request_hedge_after(r, &mut after), lb_result::Ok);
         assert_eq!(after, 0);
         let mut hedge = null_mut();

@@ -5,7 +5,13 @@
 //! 429 and 503 are *overloaded* (with `Retry-After`, RFC 9110 10.2.3: seconds or an HTTP date),
 //! other 5xx are errors, and so are the inner service's errors; everything else (2xx, 3xx and
 //! the caller's own 4xx mistakes) is a success. Only idempotent methods (RFC 9110 9.2.2: GET,
-//! HEAD, OPTIONS, TRACE, PUT, DELETE) are replayed unless [`HttpPolicy::retry_any_method`].
+//! HEAD, OPTIONS, TRACE, PUT, DELETE) are replayed unless [`HttpPolicy::retry_any_method`], with
+//! their headers and extensions.
+//!
+//! `Host` is an HTTP/1 header: over HTTP/2 the client sends `:authority`, which comes from the
+//! rewritten URI (the node's address), and RFC 9113 (8.3.1) says a `Host` beside it must match.
+//! For HTTP/2 backends that route by name, give the logical name in the URI and route with your
+//! own [`Policy`].
 
 use crate::Policy;
 use core::time::Duration;
@@ -130,7 +136,12 @@ where
         let uri = request.uri().clone();
         if !request.headers().contains_key(HOST) {
             if let Some(logical) = uri.authority() {
-                let host = HeaderValue::from_str(logical.as_str()).map_err(|e| e.to_string())?;
+                // host[:port] only: a URI's userinfo never goes into Host.
+                let host = match logical.port() {
+                    Some(port) => format!("{}:{port}", logical.host()),
+                    None => logical.host().to_owned(),
+                };
+                let host = HeaderValue::from_str(&host).map_err(|e| e.to_string())?;
                 request.headers_mut().insert(HOST, host);
             }
         }
@@ -153,6 +164,7 @@ where
         *copy.uri_mut() = request.uri().clone();
         *copy.version_mut() = request.version();
         *copy.headers_mut() = request.headers().clone();
+        *copy.extensions_mut() = request.extensions().clone();
         Some(copy)
     }
 
@@ -226,6 +238,14 @@ mod tests {
                 .unwrap();
         assert_eq!(routed.uri(), "http://10.0.0.2:9000/users/42?x=1");
         assert_eq!(routed.headers()[HOST], "api.internal");
+        let request = Request::get("http://user:pw@api.internal:8080/")
+            .body(())
+            .unwrap();
+        let routed =
+            <HttpPolicy as Policy<_, Response<()>, ()>>::route(&policy, request, "[::1]:9000")
+                .unwrap();
+        assert_eq!(routed.uri(), "http://[::1]:9000/");
+        assert_eq!(routed.headers()[HOST], "api.internal:8080");
         let request = Request::get("/plain").header(HOST, "svc").body(()).unwrap();
         let routed =
             <HttpPolicy as Policy<_, Response<()>, ()>>::route(&policy, request, "https://n:1")
@@ -242,10 +262,17 @@ mod tests {
             .header("x-id", "7")
             .body(String::from("b"))
             .unwrap();
-        let get = Request::get("http://s/").body(String::from("b")).unwrap();
+        let mut get = Request::get("http://s/").body(String::from("b")).unwrap();
+        get.extensions_mut().insert(7u8);
         let replay = |p: &HttpPolicy, r| <HttpPolicy as Policy<_, Response<()>, ()>>::replay(p, r);
         assert!(replay(&HttpPolicy::new(), &post).is_none());
-        assert!(replay(&HttpPolicy::new(), &get).is_some());
+        assert_eq!(
+            replay(&HttpPolicy::new(), &get)
+                .unwrap()
+                .extensions()
+                .get::<u8>(),
+            Some(&7)
+        );
         let copy = replay(&HttpPolicy::new().retry_any_method(), &post).unwrap();
         assert_eq!(
             (copy.method(), copy.uri(), copy.body()),

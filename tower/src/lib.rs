@@ -120,7 +120,8 @@ impl<E: std::error::Error + 'static> std::error::Error for BalanceError<E> {
 
 /// Where the inner services come from: one for every node (a client that takes the node
 /// from the request, e.g. an HTTP client with its connection pool per host), or one per node
-/// made on first use and dropped once its node has left the balancer.
+/// made on first use (dropped once its node has left the balancer and the map holds more
+/// services than the balancer has nodes).
 enum Nodes<S> {
     Shared(S),
     PerNode(Arc<PerNode<S>>),
@@ -196,7 +197,8 @@ impl<S, P> Balance<S, P> {
     }
 
     /// Balances over `balancer`'s nodes with an inner service per node, `make(node_id)` on
-    /// the node's first request (and again if it leaves and comes back).
+    /// the node's first request. Services of departed nodes are dropped when there are more
+    /// services than nodes (a node that leaves and comes back before that keeps its service).
     pub fn per_node(
         balancer: Arc<Balancer>,
         make: impl Fn(&str) -> S + Send + Sync + 'static,
@@ -306,8 +308,14 @@ where
 
     fn call(&mut self, request: Req) -> Self::Future {
         let key = self.policy.key(&request);
-        // A request that cannot be replayed gets one attempt: no retry, no hedge.
-        let template = self.policy.replay(&request);
+        // A request that cannot be replayed gets one attempt: no retry, no hedge. (Nor is it
+        // copied when the policy allows one attempt and no hedge.)
+        let single = self.retry.max_attempts == 1 && self.hedging.is_none();
+        let mut template = if single {
+            None
+        } else {
+            self.policy.replay(&request)
+        };
         let mut retry = self.retry;
         if template.is_none() {
             retry.max_attempts = 1;
@@ -317,10 +325,17 @@ where
         if let Err(error) = request_loop.set_policy(retry) {
             return Box::pin(core::future::ready(Err(BalanceError::Balancer(error))));
         }
-        if let Some(budget) = &self.budget {
-            request_loop.set_budget(budget.clone());
+        // A new request: its budget and hedging can be set (the errors are for later).
+        let mut set = self
+            .budget
+            .clone()
+            .map_or(Ok(()), |budget| request_loop.set_budget(budget));
+        if set.is_ok() {
+            set = request_loop.set_hedging(self.hedging.clone().filter(|_| template.is_some()));
         }
-        request_loop.set_hedging(self.hedging.clone().filter(|_| template.is_some()));
+        if let Err(error) = set {
+            return Box::pin(core::future::ready(Err(BalanceError::Balancer(error))));
+        }
         // The last attempt's answer, when it was a failure: what the caller gets if the
         // request gives up (as Envoy returns the last upstream response).
         let last: Last<S::Response, S::Error> = Arc::new(Mutex::new(None));
@@ -332,16 +347,21 @@ where
             last.clone(),
         );
         let send = move |node: String| -> Attempt<S::Response, S::Error> {
-            let request = first
-                .take()
-                .or_else(|| template.as_ref().and_then(|t| policy.replay(t)));
+            // The original first, then copies of it; a policy that stops copying sends its
+            // last copy itself.
+            let request = first.take().or_else(|| {
+                let copy = template.as_ref().and_then(|t| policy.replay(t));
+                copy.or_else(|| template.take())
+            });
             let service = nodes.service(&node, &balancer);
             let (policy, last) = (policy.clone(), kept.clone());
             Box::pin(async move {
                 let keep = |answer| *last.lock().unwrap_or_else(|e| e.into_inner()) = Some(answer);
-                // Only an attempt past the first without a replayable request has none, and
-                // such a request has one attempt.
-                let request = request.expect("a retried request has a replayable copy");
+                let Some(request) = request else {
+                    let detail = "the policy gave no copy of the request for another attempt";
+                    keep(Err(BalanceError::Route(detail.into())));
+                    return Err(Failure::error());
+                };
                 let request = match policy.route(request, &node) {
                     Ok(request) => request,
                     Err(detail) => {
@@ -362,10 +382,13 @@ where
         Box::pin(async move {
             match request_loop.call_async(send, tokio::time::sleep).await {
                 Ok(answer) => answer.map_err(BalanceError::Inner),
-                Err(CallError::Balancer(error)) => Err(BalanceError::Balancer(error)),
-                Err(CallError::GaveUp { stop, .. }) => {
+                Err(error) => {
+                    // The last answer, if an attempt got one; else why there is none.
                     let answer = last.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    answer.unwrap_or(Err(BalanceError::GaveUp(stop)))
+                    answer.unwrap_or(Err(match error {
+                        CallError::Balancer(error) => BalanceError::Balancer(error),
+                        CallError::GaveUp { stop, .. } => BalanceError::GaveUp(stop),
+                    }))
                 }
             }
         })

@@ -461,3 +461,31 @@ async fn per_node_services_are_made_once_and_dropped_with_their_node() {
     let error: BalanceError<Infallible> = BalanceError::GaveUp(Stop::Budget);
     assert_eq!(error.to_string(), "request gave up (budget)");
 }
+
+#[tokio::test]
+async fn when_retries_run_out_the_last_attempts_answer_comes_back() {
+    let (first, _) = server(0, Behaviour::Status(500, None)).await;
+    let (second, _) = server(1, Behaviour::Status(502, None)).await;
+    let b = balancer(
+        Algorithm::Ring,
+        &[first.clone(), second.clone()],
+        &[("seed", 2)],
+    );
+    let policy = HttpPolicy::new().key(|head| Some(head.uri.path().as_bytes().to_vec()));
+    let mut service = Balance::new(b.clone(), client(), policy)
+        .max_attempts(2)
+        .unwrap();
+    for path in ["/a", "/b", "/c", "/d"] {
+        let order = b.attempts(Some(path.as_bytes()), 2).unwrap();
+        let last: Vec<&str> = order.ids().collect();
+        let response = ask(&mut service, get(path)).await;
+        let (status, body) = text(response).await;
+        let expected = if last[1] == first {
+            (500, "0")
+        } else {
+            (502, "1")
+        };
+        assert_eq!((status.as_u16(), &body[..1]), expected, "{path}: {last:?}");
+    }
+    assert_eq!(in_flight(&b), 0);
+}
