@@ -71,6 +71,33 @@ function agentFor(t, balancer, options) {
   return agent
 }
 
+// `balancer` as the interceptor sees it, with every attempt's ending recorded: [node id, outcome]
+// pairs, or [node id, 'cancel'].
+function spy(balancer) {
+  const endings = []
+  const request = (key, options) => {
+    const inner = balancer.request(key, options)
+    return {
+      attempt: () => inner.attempt(),
+      get attempts() {
+        return inner.attempts
+      },
+      get stopped() {
+        return inner.stopped
+      },
+      finish(lease, outcome) {
+        endings.push([lease.id, outcome])
+        return inner.finish(lease, outcome)
+      },
+      cancel(lease) {
+        endings.push([lease.id, 'cancel'])
+        return inner.cancel(lease)
+      },
+    }
+  }
+  return { watched: { request }, endings }
+}
+
 const stat = (balancer, id) => balancer.stats().find((s) => s.id === id)
 const inFlight = (balancer) => balancer.stats().reduce((sum, s) => sum + s.inFlight, 0)
 const clear = () => {
@@ -109,12 +136,20 @@ test('retries reach distinct nodes; refused, 503 and reset count as failures onc
   const ids = [refused.id, s503.id, echo[0].id]
   // consecutive_failures 0: no ejection, so every request meets both bad nodes in some order.
   const b = new Balancer('random', ids, { seed: 3, consecutive_failures: 0 })
-  const agent = agentFor(t, b, { maxAttempts: 3 })
+  const { watched, endings } = spy(b)
+  const agent = agentFor(t, watched, { maxAttempts: 3 })
   const n = 20
+  const error = { ok: false, kind: 'error' }
   for (let i = 0; i < n; i++) {
+    const from = endings.length
     const { status, body } = await get(agent, '/', { headers: { 'x-id': String(i) } })
     assert.equal(status, 200)
     assert.equal(body.index, 0)
+    // This request's attempts: distinct nodes, failures ending as errors, the echo's success last.
+    const mine = endings.slice(from)
+    assert.equal(new Set(mine.map(([id]) => id)).size, mine.length)
+    assert.deepEqual(mine.at(-1), [echo[0].id, { ok: true }])
+    for (const [, outcome] of mine.slice(0, -1)) assert.deepEqual(outcome, error)
   }
   // Each request reached each server at most once (distinct nodes), the echo exactly once.
   for (const s of [s503, echo[0]]) {
@@ -136,10 +171,12 @@ test('retries reach distinct nodes; refused, 503 and reset count as failures onc
 
   // A reset mid-body: the answer was passed on (200), so no retry; the attempt is an error.
   const r = new Balancer('round_robin', [servers.reset.id, echo[1].id])
-  const ragent = agentFor(t, r, { maxAttempts: 3 })
+  const rspy = spy(r)
+  const ragent = agentFor(t, rspy.watched, { maxAttempts: 3 })
   const res = await request(`${ORIGIN}/`, { dispatcher: ragent })
   assert.equal(res.statusCode, 200)
   await assert.rejects(res.body.text(), (e) => e.code === 'UND_ERR_SOCKET' || e.code === 'ECONNRESET')
+  assert.deepEqual(rspy.endings, [[servers.reset.id, error]])
   assert.deepEqual([stat(r, servers.reset.id).requests, stat(r, servers.reset.id).failures], [1, 1])
   assert.equal(stat(r, echo[1].id).requests, 0)
   assert.equal(inFlight(r), 0)
@@ -157,8 +194,10 @@ test('the 503 node is ejected; the 429 node is paused for its Retry-After', asyn
 
   // One attempt: the caller gets the 429 itself; the node is kept from picks for ~2 s.
   const o = new Balancer('round_robin', [s429.id, echo[0].id])
-  const oagent = agentFor(t, o, { maxAttempts: 1 })
+  const ospy = spy(o)
+  const oagent = agentFor(t, ospy.watched, { maxAttempts: 1 })
   assert.equal((await get(oagent)).status, 429)
+  assert.deepEqual(ospy.endings, [[s429.id, { ok: false, kind: 'overloaded', retryAfterMs: 2000 }]])
   const paused = stat(o, s429.id)
   assert.equal(paused.status, 'overloaded')
   assert.ok(paused.remainingMs > 1500 && paused.remainingMs <= 2000, `remainingMs ${paused.remainingMs}`)
@@ -338,6 +377,71 @@ test('node ids: scheme prefix, IPv6, and a specific error for one that is not ho
   for (const id of ['h:0', 'h:70000', '[zz]:80', 'ftp://h:1', 'h:1/path']) {
     const odd = new Balancer('round_robin', [id])
     await assert.rejects(get(agentFor(t, odd)), { code: 'LB_INVALID_NODE_ID' }, id)
+  }
+})
+
+test('undici\'s timeouts end the attempt as a timeout; a caller\'s abort cancels it', async (t) => {
+  clear()
+  const { echo, stream } = servers
+  const stall = await serve(() => {}) // never answers
+  t.after(() => {
+    stall.server.closeAllConnections()
+    stall.server.close()
+  })
+  const b = new Balancer('round_robin', [stall.id, echo[0].id])
+  const { watched, endings } = spy(b)
+  // undici's timers tick about twice a second: these fire within a second.
+  const agent = new Agent({ headersTimeout: 50 }).compose(interceptor(watched))
+  t.after(() => agent.close())
+  assert.equal((await get(agent)).body.index, 0) // the stalled node timed out; retried on the echo
+  assert.deepEqual(endings, [[stall.id, { ok: false, kind: 'timeout' }], [echo[0].id, { ok: true }]])
+  endings.length = 0
+  const once = new Agent({ headersTimeout: 50 }).compose(interceptor(watched, { maxAttempts: 1 }))
+  t.after(() => once.close())
+  await assert.rejects(get(once), { code: 'UND_ERR_HEADERS_TIMEOUT' })
+  await get(once)
+  await assert.rejects(get(once, '/', { signal: AbortSignal.timeout(5) }), { name: 'TimeoutError' })
+  assert.deepEqual(endings, [
+    [stall.id, { ok: false, kind: 'timeout' }],
+    [echo[0].id, { ok: true }],
+    [stall.id, 'cancel'],
+  ])
+  assert.equal(inFlight(b), 0)
+
+  // A body timeout, after the answer went to the caller: a timeout, not retried.
+  const s = new Balancer('round_robin', [stream.id, echo[0].id])
+  const sspy = spy(s)
+  const slowBody = new Agent({ bodyTimeout: 50 }).compose(interceptor(sspy.watched))
+  t.after(() => slowBody.close())
+  await assert.rejects(get(slowBody), { code: 'UND_ERR_BODY_TIMEOUT' })
+  assert.deepEqual(sspy.endings, [[stream.id, { ok: false, kind: 'timeout' }]])
+  assert.equal(inFlight(s), 0)
+})
+
+test('a failed answer is held until the core decides: dropped for a retry, else passed on whole', async (t) => {
+  clear()
+  const big = 'x'.repeat(200 * 1024)
+  const s500 = await serve((req, res) => {
+    res.writeHead(500, { 'content-type': 'text/plain' })
+    res.end(big)
+  })
+  t.after(() => s500.server.close())
+  const { s503, echo } = servers
+  // Retried: the caller sees only the echo (the 503's small body and the 500's big one dropped).
+  for (const bad of [s503, s500]) {
+    const b = new Balancer('round_robin', [bad.id, echo[0].id])
+    const { status, body } = await get(agentFor(t, b))
+    assert.deepEqual([status, body.index], [200, 0])
+    assert.deepEqual(b.stats().map((s) => [s.requests, s.failures, s.inFlight]), [[1, 1, 0], [1, 0, 0]])
+  }
+  // Not retried (the budget says no): the failed answer arrives as it was sent.
+  const none = new RetryBudget({ minPerSec: 0, retryPercent: 0 })
+  for (const [bad, expected] of [[s503, { index: '503' }], [s500, big]]) {
+    const b = new Balancer('round_robin', [bad.id, echo[0].id])
+    const { status, body } = await get(agentFor(t, b, { budget: none }))
+    assert.equal(status, bad === s503 ? 503 : 500)
+    assert.deepEqual(body, expected)
+    assert.deepEqual(b.stats().map((s) => [s.requests, s.failures, s.inFlight]), [[1, 1, 0], [0, 0, 0]])
   }
 })
 
