@@ -365,7 +365,11 @@ function interceptor(balancer, options = {}) {
   }
   if (key !== undefined && typeof key !== 'function') throw invalid('options.key must be a function (dispatch options => string | Buffer | undefined)')
   if (!Array.isArray(methods)) throw invalid('options.methods must be an array of method names')
-  const policy = { maxAttempts, deadlineMs, retryOn, budget }
+  // Only the fields given: each one the binding reads costs a lookup per request.
+  const policy = { maxAttempts }
+  if (deadlineMs != null) policy.deadlineMs = deadlineMs
+  if (retryOn != null) policy.retryOn = retryOn
+  if (budget != null) policy.budget = budget
   balancer.request(null, policy) // checks the policy now (nothing is picked or counted)
   const settings = {
     balancer,
