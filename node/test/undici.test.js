@@ -445,6 +445,74 @@ test('a failed answer is held until the core decides: dropped for a retry, else 
   }
 })
 
+test('what each attempt dispatches: the node\'s origin, the logical Host in every header form, the TLS server name', () => {
+  const sent = []
+  // A dispatch that records its options and answers 200 with an empty body.
+  const record = (opts, handler) => {
+    sent.push(opts)
+    const controller = { abort() {}, pause() {}, resume() {}, paused: false, aborted: false }
+    handler.onRequestStart(controller, {})
+    handler.onResponseStart(controller, 200, {}, 'OK')
+    handler.onResponseEnd(controller, {})
+    return true
+  }
+  const b = new Balancer('round_robin', ['10.0.0.1:8443', 'http://10.0.0.2:8080', '[fd00::3]:443'])
+  const dispatch = interceptor(b)(record)
+  const events = []
+  const handler = {
+    onRequestStart: () => events.push('start'),
+    onResponseStart: (c, status) => events.push(status),
+    onResponseData: () => {},
+    onResponseEnd: () => events.push('end'),
+    onResponseError: (c, e) => events.push(e),
+  }
+  const headerForms = [
+    [{ 'x-a': '1' }, { host: 'api.test', 'x-a': '1' }],
+    [['x-a', '1'], ['host', 'api.test', 'x-a', '1']],
+    [[['x-a', '1']], ['host', 'api.test', 'x-a', '1']],
+    [new Map([['x-a', '1']]), ['host', 'api.test', 'x-a', '1']],
+    [{ Host: 'mine.test' }, { Host: 'mine.test' }],
+    [['HOST', 'mine.test'], ['HOST', 'mine.test']],
+    [null, { host: 'api.test' }],
+  ]
+  for (const [headers] of headerForms) dispatch({ origin: 'https://api.test', path: '/p?q=1', method: 'GET', headers }, handler)
+  assert.deepEqual(sent.map((o) => o.headers), headerForms.map(([, want]) => want))
+  assert.deepEqual(sent.slice(0, 3).map((o) => [o.origin, o.path, o.servername]), [
+    ['https://10.0.0.1:8443', '/p?q=1', 'api.test'], // https: the TLS name stays the logical host
+    ['http://10.0.0.2:8080', '/p?q=1', undefined], // the id's http:// replaces https
+    ['https://[fd00::3]:443', '/p?q=1', 'api.test'],
+  ])
+  assert.deepEqual(events.slice(0, 3), ['start', 200, 'end'])
+  // An IP origin has no server name to keep; the caller's own servername is kept.
+  sent.length = 0
+  dispatch({ origin: 'https://192.0.2.1', path: '/', method: 'GET' }, handler)
+  dispatch({ origin: new URL('https://api.test:9443'), path: '/', method: 'GET', servername: 'sni.test' }, handler)
+  assert.deepEqual(sent.map((o) => [o.servername, o.headers.host]), [[undefined, '192.0.2.1'], ['sni.test', 'api.test:9443']])
+  assert.equal(inFlight(b), 0)
+  assert.equal(b.stats().reduce((sum, s) => sum + s.requests, 0), 9)
+})
+
+test('the quickstart of docs/node-http.md runs as printed', () => {
+  const fs = require('node:fs')
+  const path = require('node:path')
+  const { execFileSync } = require('node:child_process')
+  const source = fs.readFileSync(path.join(__dirname, '..', '..', 'tests', 'packages', 'undici-quickstart.mjs'), 'utf8')
+  const docs = fs.readFileSync(path.join(__dirname, '..', '..', 'docs', 'node-http.md'), 'utf8')
+  assert.ok(docs.includes('```js\n' + source + '```'), 'docs/node-http.md shows tests/packages/undici-quickstart.mjs verbatim')
+  // Run from inside the package, where 'liblb' and 'undici' resolve as in a user's project.
+  const copy = path.join(__dirname, '.undici-quickstart.mjs')
+  fs.writeFileSync(copy, source)
+  try {
+    const out = execFileSync(process.execPath, [copy], { encoding: 'utf8', timeout: 10_000 }).trim().split('\n')
+    assert.equal(out.length, 10)
+    for (const line of out.slice(0, 6)) assert.match(line, /^200 \{ server: [01], host: 'orders\.internal' \}$/)
+    assert.equal(out[6], '200')
+    assert.match(out[9], /ejected requests=2 failures=2$/)
+  } finally {
+    fs.rmSync(copy)
+  }
+})
+
 test('bad arguments throw specific errors', () => {
   const b = new Balancer('round_robin', ['127.0.0.1:1'])
   assert.throws(() => interceptor({}), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' })
