@@ -318,7 +318,9 @@ class Attempt {
       this.lease = null
       return call.fail(error)
     }
-    // (After onResponseEnd the lease is already finished: settle does nothing.)
+    // After onResponseEnd the lease is already finished: settle does nothing. An answer that
+    // already went to the caller is never retried, whatever the core decides (a 'retry' then
+    // took a retry from a RetryBudget that goes unused: the loop has no "over" of its own).
     const decision = call.settle(this, failure(error))
     if (!this.passed && call.retry(decision)) return
     call.fail(error)
