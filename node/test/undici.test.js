@@ -281,6 +281,25 @@ test('in-flight returns to 0 when the caller aborts or abandons the body', async
   for (const s of b.stats()) assert.deepEqual([s.requests, s.failures], [0, 0])
 })
 
+test('a fetch Response dropped unread is cancelled when garbage-collected', async (t) => {
+  // undici's fetch cancels the body of a collected Response; the lease is then cancelled.
+  require('node:v8').setFlagsFromString('--expose-gc')
+  const gc = require('node:vm').runInNewContext('gc')
+  const b = new Balancer('round_robin', [servers.stream.id])
+  const agent = agentFor(t, b)
+  await (async () => {
+    const response = await fetch(`${ORIGIN}/`, { dispatcher: agent })
+    assert.equal(response.status, 200)
+  })()
+  assert.equal(inFlight(b), 1)
+  for (let i = 0; i < 50 && inFlight(b) > 0; i++) {
+    gc()
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+  assert.equal(inFlight(b), 0)
+  assert.deepEqual(b.stats().map((s) => [s.requests, s.failures]), [[0, 0]])
+})
+
 test('fetch, request and setGlobalDispatcher', async (t) => {
   clear()
   const ids = servers.echo.map((s) => s.id)
