@@ -511,6 +511,24 @@ test('what each attempt dispatches: the node\'s origin, the logical Host in ever
   assert.equal(b.stats().reduce((sum, s) => sum + s.requests, 0), 9)
 })
 
+test('an accepted upgrade ends its attempt as a success and reaches the caller', () => {
+  const b = new Balancer('round_robin', ['10.0.0.1:80'])
+  const controller = { abort() {}, pause() {}, resume() {}, paused: false, aborted: false }
+  const dispatch = interceptor(b)((opts, handler) => {
+    handler.onRequestStart(controller, {})
+    handler.onRequestUpgrade(controller, 101, { upgrade: 'websocket' }, 'the socket')
+    return true
+  })
+  const got = []
+  dispatch({ origin: 'http://ws.test', path: '/', method: 'GET', upgrade: 'websocket' }, {
+    onRequestStart: () => got.push('start'),
+    onRequestUpgrade: (c, status, headers, socket) => got.push(status, socket),
+    onResponseError: (c, error) => got.push(error),
+  })
+  assert.deepEqual(got, ['start', 101, 'the socket'])
+  assert.deepEqual(b.stats().map((s) => [s.requests, s.failures, s.inFlight]), [[1, 0, 0]])
+})
+
 test('the quickstart of docs/node-http.md runs as printed', () => {
   const fs = require('node:fs')
   const path = require('node:path')
