@@ -98,6 +98,11 @@ function spy(balancer) {
   return { watched: { request }, endings }
 }
 
+// Waits (up to 2 s) for `condition()`; undici ends an aborted request a tick or two later.
+async function until(condition) {
+  for (let i = 0; i < 200 && !condition(); i++) await new Promise((resolve) => setTimeout(resolve, 10))
+}
+
 const stat = (balancer, id) => balancer.stats().find((s) => s.id === id)
 const inFlight = (balancer) => balancer.stats().reduce((sum, s) => sum + s.inFlight, 0)
 const clear = () => {
@@ -200,7 +205,7 @@ test('the 503 node is ejected; the 429 node is paused for its Retry-After', asyn
   assert.deepEqual(ospy.endings, [[s429.id, { ok: false, kind: 'overloaded', retryAfterMs: 2000 }]])
   const paused = stat(o, s429.id)
   assert.equal(paused.status, 'overloaded')
-  assert.ok(paused.remainingMs > 1500 && paused.remainingMs <= 2000, `remainingMs ${paused.remainingMs}`)
+  assert.ok(paused.remainingMs > 1000 && paused.remainingMs <= 2000, `remainingMs ${paused.remainingMs}`)
   assert.equal(paused.failures, 1)
   for (let i = 0; i < 4; i++) assert.equal((await get(oagent)).body.index, 0)
   assert.equal(s429.seen.length, 1)
@@ -264,7 +269,7 @@ test('in-flight returns to 0 when the caller aborts or abandons the body', async
   const res = await request(`${ORIGIN}/`, { dispatcher: agent })
   assert.equal(stat(b, servers.stream.id).inFlight, 1)
   res.body.destroy()
-  await new Promise((resolve) => setTimeout(resolve, 20))
+  await until(() => inFlight(b) === 0)
   assert.equal(inFlight(b), 0)
   // 2. An AbortSignal before the headers (the slow server).
   await assert.rejects(request(`${ORIGIN}/`, { dispatcher: agent, signal: AbortSignal.timeout(20) }), { name: 'TimeoutError' })
@@ -275,7 +280,7 @@ test('in-flight returns to 0 when the caller aborts or abandons the body', async
   assert.equal(response.status, 200)
   assert.equal(inFlight(b), 1)
   controller.abort()
-  await new Promise((resolve) => setTimeout(resolve, 20))
+  await until(() => inFlight(b) === 0)
   assert.equal(inFlight(b), 0)
   // Aborts are the caller's: nothing counted against the nodes.
   for (const s of b.stats()) assert.deepEqual([s.requests, s.failures], [0, 0])
@@ -292,7 +297,7 @@ test('a fetch Response dropped unread is cancelled when garbage-collected', asyn
     assert.equal(response.status, 200)
   })()
   assert.equal(inFlight(b), 1)
-  for (let i = 0; i < 50 && inFlight(b) > 0; i++) {
+  for (let i = 0; i < 100 && inFlight(b) > 0; i++) {
     gc()
     await new Promise((resolve) => setTimeout(resolve, 10))
   }
@@ -537,7 +542,7 @@ test('the quickstart of docs/node-http.md runs as printed', () => {
   const docs = fs.readFileSync(path.join(__dirname, '..', '..', 'docs', 'node-http.md'), 'utf8')
   assert.ok(docs.includes('```js\n' + source + '```'), 'docs/node-http.md shows tests/packages/undici-quickstart.mjs verbatim')
   // Run from inside the package, where 'liblb' and 'undici' resolve as in a user's project.
-  const copy = path.join(__dirname, '.undici-quickstart.mjs')
+  const copy = path.join(__dirname, `.undici-quickstart-${process.pid}.mjs`)
   fs.writeFileSync(copy, source)
   try {
     const out = execFileSync(process.execPath, [copy], { encoding: 'utf8', timeout: 10_000 }).trim().split('\n')
