@@ -66,7 +66,7 @@ function retryAfterMs(value) {
 
 // `host:port`, `[v6]:port`, optionally behind `http://` or `https://`.
 const NODE_ID = /^(?:(https?):\/\/)?(\[[^\]]*\]|[^\s/?#@[\]:]+):(\d{1,5})$/i
-const origins = new Map() // id -> { scheme, host } (ids are few; parsed once)
+const origins = new Map() // id -> { scheme, host }: each id is parsed once
 
 function nodeOrigin(id, protocol) {
   let node = origins.get(id)
@@ -80,6 +80,7 @@ function nodeOrigin(id, protocol) {
       throw error
     }
     node = { scheme: m[1] ? `${m[1].toLowerCase()}:` : null, host: `${m[2]}:${port}` }
+    if (origins.size >= 4096) origins.clear() // membership churn must not grow it forever
     origins.set(id, node)
   }
   return `${node.scheme ?? protocol}//${node.host}`
@@ -240,7 +241,7 @@ class Call {
     return true
   }
 
-  // The caller's events, each once it is this attempt's turn to speak for the request.
+  // The caller's onRequestStart, once, from whichever attempt starts first.
   start(context) {
     if (this.started) return
     this.started = true
@@ -304,6 +305,7 @@ class Attempt {
     if (this.dropped) return
     if (this.held !== null) return this.decide(controller, trailers)
     this.call.settle(this, this.result)
+    this.call.controller.rawTrailers = this.target?.rawTrailers ?? null
     // undici's retry handler throws here to retry (and undici then calls onResponseError):
     // the caller is closed only once its handler took the end.
     this.call.handler.onResponseEnd?.(this.call.controller, trailers)
