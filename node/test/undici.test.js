@@ -560,7 +560,9 @@ test('bad arguments throw specific errors', () => {
   assert.throws(() => interceptor({}), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' })
   assert.throws(() => interceptor(b, { key: 'x-user' }), { code: 'ERR_INVALID_ARG_TYPE' })
   assert.throws(() => interceptor(b, { retries: 3 }), { code: 'LB_UNKNOWN_OPTION', message: /retries/ })
-  assert.throws(() => interceptor(b, { maxAttempts: 0 }))
+  assert.throws(() => interceptor(b, { maxAttempts: 0 }), { code: 'LB_INVALID_OPTION_VALUE' })
+  assert.throws(() => interceptor(b, { retryOn: ['sometimes'] }), { code: 'LB_INVALID_OUTCOME', message: /sometimes/ })
+  assert.throws(() => interceptor(b, null), { code: 'ERR_INVALID_ARG_TYPE' })
   assert.throws(() => interceptor(b, { methods: 'GET' }), { code: 'ERR_INVALID_ARG_TYPE' })
 })
 
