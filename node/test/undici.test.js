@@ -187,6 +187,30 @@ test('retries reach distinct nodes; refused, 503 and reset count as failures onc
   assert.equal(inFlight(r), 0)
 })
 
+test('a keyed request\'s retries follow the balancer\'s own attempts(key) order', async (t) => {
+  clear()
+  const { refused, s503, echo } = servers
+  const ids = [refused.id, s503.id, echo[0].id, echo[1].id]
+  const b = new Balancer('ring_hash', ids, { consecutive_failures: 0 })
+  const { watched, endings } = spy(b)
+  const agent = agentFor(t, watched, { key: (opts) => opts.path, maxAttempts: 4 })
+  let retried = 0
+  for (let i = 0; i < 24; i++) {
+    const path = `/user/${i}`
+    const from = endings.length
+    const { status, body } = await get(agent, path)
+    assert.equal(status, 200)
+    const tried = endings.slice(from).map(([id]) => id)
+    // The nodes tried are the key's retry order up to the first good node.
+    const order = b.attempts(path)
+    assert.deepEqual(tried, order.slice(0, order.findIndex((id) => id === echo[0].id || id === echo[1].id) + 1))
+    assert.equal(tried.at(-1), body.index === 0 ? echo[0].id : echo[1].id)
+    if (tried.length > 1) retried++
+  }
+  assert.ok(retried >= 6, `${retried} of 24 keys started on a bad node`)
+  assert.equal(inFlight(b), 0)
+})
+
 test('the 503 node is ejected; the 429 node is paused for its Retry-After', async (t) => {
   clear()
   const { s503, s429, echo } = servers
