@@ -7,7 +7,7 @@
 #   2. a fresh venv installs the wheel with no Rust on PATH;
 #   3. a fresh venv installs the sdist (pip builds it with maturin and cargo);
 #   4. an empty npm project installs the npm tarball with no Rust on PATH: CommonJS, ESM and
-#      TypeScript (tsc --strict) smoke tests;
+#      TypeScript (tsc --strict) smoke tests, and docs/node-http.md's undici quickstart;
 #   5. a fresh `git clone` of HEAD (no target/, node_modules/ or .venv in reach): an empty npm
 #      project runs `npm install <clone>/node` (links it; builds from the clone's workspace),
 #      another `npm install --install-links <clone>/node` (copies the folder; builds from the
@@ -18,7 +18,7 @@
 #
 # Uncommitted changes are not in the clone of step 5: commit first (the script says so).
 # Needs the toolchains (Rust, Python >= 3.10 with venv + pip, Node >= 20.17 + npm, gcc,
-# pkg-config, git) and the registries (npm: typescript; PyPI: maturin, for the sdist's build).
+# pkg-config, git) and the registries (npm: typescript, undici; PyPI: maturin, for the sdist's build).
 # Honors CARGO_TARGET_DIR (default <repo>/target): every build shares it, so warm runs are quick.
 set -euo pipefail
 
@@ -133,6 +133,18 @@ new_npm_project "$scratch/npm-tarball"
 [[ ! -L "$scratch/npm-tarball/node_modules/liblb" ]] || fail "the tarball install is a link"
 [[ ! -e "$scratch/npm-tarball/node_modules/liblb/rust/target" ]] || fail "the tarball install built from source"
 node_smoke "$scratch/npm-tarball" without_rust
+passed
+
+# liblb/undici as docs/node-http.md shows it: undici (the pinned devDependency) from the
+# registry, then the page's quickstart against three local servers (retries, ejection, Host).
+undici="$(node -p "require('./node/package.json').devDependencies.undici")"
+step "Node: the undici quickstart (undici $undici) in the tarball project"
+(cd "$scratch/npm-tarball" && npm install --silent "undici@$undici")
+cp tests/packages/undici-quickstart.mjs "$scratch/npm-tarball/"
+(cd "$scratch/npm-tarball" && without_rust node undici-quickstart.mjs) | tee "$scratch/undici.out"
+grep -q "ejected requests=2 failures=2$" "$scratch/undici.out" || fail "the undici quickstart did not eject the 503 node"
+[[ "$(grep -c "^200 { server: [01], host: 'orders.internal' }$" "$scratch/undici.out")" == 6 ]] ||
+    fail "the undici quickstart's requests did not all reach a good node with Host preserved"
 passed
 
 # --- 5 ---------------------------------------------------------------------------------------

@@ -1,0 +1,50 @@
+// liblb/undici: balance undici (7.x) requests over a liblb Balancer (docs/node-http.md).
+import type { Dispatcher } from 'undici'
+import type { AdaptiveThrottle, Balancer, FailureKind, Key, RetryBudget, RetryThrottle } from './index'
+
+/** Options of `interceptor(balancer, options)`. */
+export interface InterceptorOptions {
+  /**
+   * The request's key for keyed algorithms (a header, a cookie, a path segment...), from
+   * undici's dispatch options; undefined: no key. Called once per request, before any attempt.
+   */
+  key?: (opts: Dispatcher.DispatchOptions) => Key | null | undefined
+  /**
+   * The methods that may be retried (default the idempotent ones: GET, HEAD, OPTIONS, PUT,
+   * DELETE, TRACE). A request's own `idempotent: true | false` overrides this. Requests whose
+   * body is a stream or an iterable are never retried (only null, a string or bytes replay).
+   */
+  methods?: string[]
+  /** Attempts per request on distinct nodes, the first included (1 to 100, default 3). */
+  maxAttempts?: number
+  /** No retry starts later than this many milliseconds after the first attempt. */
+  deadlineMs?: number | null
+  /** The failure kinds retried (default all: 'error', 'timeout', 'overloaded'). */
+  retryOn?: FailureKind[] | null
+  /** The budget of these requests' retries (absent or null: the balancer's, see `setBudget`). */
+  budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
+}
+
+/**
+ * An undici interceptor sending each request to the node `balancer` picks:
+ * `new Agent().compose(interceptor(balancer, { maxAttempts: 3 }))`. The request's origin is
+ * replaced by the node's (a node id is `host:port`, `[v6]:port`, optionally after `http://` or
+ * `https://`, which then replaces the origin's scheme) and its `Host` header stays the
+ * origin's. Each attempt's lease ends when its response body ends, errors or is aborted:
+ * 429, and 503 with a Retry-After, are 'overloaded' (with the Retry-After); other 5xx and
+ * connection errors 'error'; undici's connect, headers and body timeouts 'timeout'; anything
+ * else a success. A caller's abort cancels the lease (nothing counted). Failed answers are
+ * retried on the next node of the key's retry order as the balancer's request loop decides;
+ * the caller sees the last attempt's answer. A node id that is not `host:port` fails the
+ * request with a TypeError of code `LB_INVALID_NODE_ID`.
+ */
+export declare function interceptor(balancer: Balancer, options?: InterceptorOptions): Dispatcher.DispatcherComposeInterceptor
+
+/** The outcome an answer's status and headers map to (the table in docs/node-http.md). */
+export declare function outcome(
+  status: number,
+  headers: Record<string, string | string[] | undefined>,
+): { ok: true } | { ok: false; kind: 'error' } | { ok: false; kind: 'overloaded'; retryAfterMs: number | null }
+
+/** A Retry-After value (seconds or an HTTP date) in milliseconds from now; null if absent or unreadable. */
+export declare function retryAfterMs(value: string | string[] | undefined): number | null
