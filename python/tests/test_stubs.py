@@ -37,3 +37,9 @@ def test_suite_type_checks_against_stubs(tmp_path: Path) -> None:
     # mypy's cache lives in the environment (the test venv), never in the work tree.
     cache = Path(sys.prefix) / ".liblb-mypy-cache"
     run_mypy(["mypy", "--strict", "--cache-dir", str(cache), str(TESTS), str(BENCH)], tmp_path)
+
+
+def test_package_modules_type_check(tmp_path: Path) -> None:
+    # -p checks the installed liblb (tmp_path as working directory keeps the source tree out).
+    cache = Path(sys.prefix) / ".liblb-mypy-cache"
+    run_mypy(["mypy", "--strict", "--cache-dir", str(cache), "-p", "liblb"], tmp_path)
