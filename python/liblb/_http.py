@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime, timezone
 from typing import Literal, NamedTuple, TypeAlias, TypeVar
 
-from ._liblb import Lease, Request
+from ._liblb import AdaptiveThrottle, Balancer, Lease, Request, RetryBudget, RetryThrottle
 from ._request import RequestFailedError
 
 # A failure kind (liblb.FAILURE_KINDS), spelled as a union of literals for mypy.stubtest.
@@ -77,6 +77,39 @@ def _parse(node_id: str) -> Address:
     if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
         raise bad(f"port {port!r}")
     return Address(scheme, host, int(port))
+
+
+class Policy:
+    """An integration's options, checked once, and the balancer's request for each call."""
+
+    def __init__(
+        self,
+        balancer: Balancer,
+        retries: int,
+        budget: RetryBudget | RetryThrottle | AdaptiveThrottle | None,
+        deadline: float | None,
+        retry_methods: Collection[str],
+    ) -> None:
+        if not isinstance(balancer, Balancer):
+            raise TypeError(f"balancer must be a liblb.Balancer, not {type(balancer).__name__}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 99:
+            raise ValueError(f"retries must be an int from 0 to 99, got {retries!r}")
+        self.balancer = balancer
+        self.max_attempts = retries + 1
+        self.budget = budget
+        self.deadline = deadline
+        self.retry_methods = frozenset(m.upper() for m in retry_methods)
+
+    def request(self, key: str | bytes | None, method: str, replayable: bool) -> Request:
+        """One attempt unless the request may be repeated: a retried method, and a body held
+        as bytes (a stream would be consumed by the first attempt)."""
+        retry = replayable and method.upper() in self.retry_methods
+        return self.balancer.request(
+            key,
+            max_attempts=self.max_attempts if retry else 1,
+            budget=self.budget,
+            deadline=self.deadline,
+        )
 
 
 class Failure(NamedTuple):

@@ -54,42 +54,6 @@ def to_node(request: httpx.Request, node_id: str) -> httpx.Request:
     )
 
 
-class _Options:
-    """What Transport and AsyncTransport share: checking their options, starting requests."""
-
-    def __init__(
-        self,
-        balancer: Balancer,
-        key: KeyFunc | None,
-        retries: int,
-        budget: RetryBudget | RetryThrottle | AdaptiveThrottle | None,
-        deadline: float | None,
-        retry_methods: Collection[str],
-    ) -> None:
-        if not isinstance(balancer, Balancer):
-            raise TypeError(f"balancer must be a liblb.Balancer, not {type(balancer).__name__}")
-        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 99:
-            raise ValueError(f"retries must be an int from 0 to 99, got {retries!r}")
-        self.balancer = balancer
-        self.key = key
-        self.max_attempts = retries + 1
-        self.budget = budget
-        self.deadline = deadline
-        self.retry_methods = frozenset(m.upper() for m in retry_methods)
-
-    def request(self, request: httpx.Request) -> Request:
-        """The balancer's request for an httpx request: one attempt unless it may be repeated
-        (a retried method and a body httpx holds as bytes, not a stream it would consume)."""
-        replayable = isinstance(request.stream, httpx.ByteStream)
-        retry = replayable and request.method in self.retry_methods
-        return self.balancer.request(
-            self.key(request) if self.key is not None else None,
-            max_attempts=self.max_attempts if retry else 1,
-            budget=self.budget,
-            deadline=self.deadline,
-        )
-
-
 class _LeasedStream(httpx.SyncByteStream):
     """A response body whose lease ends when it is closed (a success, or the read error's kind),
     or is cancelled if the body is garbage-collected unclosed."""
@@ -165,7 +129,19 @@ async def _adiscard(response: httpx.Response) -> None:
         await response.aclose()
 
 
-class Transport(httpx.BaseTransport):
+class _Balanced:
+    """What Transport and AsyncTransport share: the balancer's request for an httpx request."""
+
+    _policy: _http.Policy
+    _key: KeyFunc | None
+
+    def _request(self, request: httpx.Request) -> Request:
+        key = self._key(request) if self._key is not None else None
+        # httpx holds bytes bodies (content=, data=, json=) as a ByteStream: replayable.
+        return self._policy.request(key, request.method, isinstance(request.stream, httpx.ByteStream))
+
+
+class Transport(_Balanced, httpx.BaseTransport):
     """An httpx transport that sends each request to a node of ``balancer``.
 
     ``key(request)`` gives the key of keyed algorithms (e.g. a header); ``retries`` is the most
@@ -188,16 +164,15 @@ class Transport(httpx.BaseTransport):
         deadline: float | None = None,
         retry_methods: Collection[str] = _http.IDEMPOTENT_METHODS,
     ) -> None:
-        self._options = _Options(balancer, key, retries, budget, deadline, retry_methods)
+        self._policy = _http.Policy(balancer, retries, budget, deadline, retry_methods)
+        self._key = key
         self._inner = inner if inner is not None else httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         def attempt(node_id: str) -> httpx.Response:
             return self._inner.handle_request(to_node(request, node_id))
 
-        response, lease = _http.run(
-            self._options.request(request), attempt, classify, fault, _discard
-        )
+        response, lease = _http.run(self._request(request), attempt, classify, fault, _discard)
         if lease is not None:
             assert isinstance(response.stream, httpx.SyncByteStream)
             response.stream = _LeasedStream(response.stream, lease)
@@ -207,7 +182,7 @@ class Transport(httpx.BaseTransport):
         self._inner.close()
 
 
-class AsyncTransport(httpx.AsyncBaseTransport):
+class AsyncTransport(_Balanced, httpx.AsyncBaseTransport):
     """``Transport`` for ``httpx.AsyncClient`` (inner default ``httpx.AsyncHTTPTransport()``;
     backoffs are ``asyncio.sleep``)."""
 
@@ -222,7 +197,8 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         deadline: float | None = None,
         retry_methods: Collection[str] = _http.IDEMPOTENT_METHODS,
     ) -> None:
-        self._options = _Options(balancer, key, retries, budget, deadline, retry_methods)
+        self._policy = _http.Policy(balancer, retries, budget, deadline, retry_methods)
+        self._key = key
         self._inner = inner if inner is not None else httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -230,7 +206,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
             return await self._inner.handle_async_request(to_node(request, node_id))
 
         response, lease = await _http.arun(
-            self._options.request(request), attempt, classify, fault, _adiscard
+            self._request(request), attempt, classify, fault, _adiscard
         )
         if lease is not None:
             assert isinstance(response.stream, httpx.AsyncByteStream)
