@@ -20,6 +20,7 @@ import pytest
 
 import liblb
 import liblb._http
+import liblb.httpx
 from liblb.httpx import AsyncTransport, Transport, fault
 
 if TYPE_CHECKING:
@@ -258,6 +259,21 @@ def test_node_ids_are_addresses(node_id: str, address: tuple[str | None, str, in
 def test_bad_node_ids_name_the_id_and_the_problem(node_id: str, why: str) -> None:
     with pytest.raises(ValueError, match=f"node id {re.escape(repr(node_id))} .*{why}"):
         liblb._http.address(node_id)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://svc/a?b=1", "https://u:p@Svc.Internal:8443/x/%20y?q=%C3%A9#f", "http://svc:80/"]
+)
+@pytest.mark.parametrize(
+    "node_id", ["127.0.0.1:80", "[::1]:443", "https://Node-1.local:8443", "http://10.0.0.1:8080"]
+)
+def test_node_urls_equal_httpx_own_copy_with(url: str, node_id: str) -> None:
+    # node_url swaps parsed fields in (httpx's copy_with re-parses the URL): same result.
+    scheme, host, port = liblb._http.address(node_id)
+    logical = httpx.URL(url)
+    fast = liblb.httpx.node_url(logical, node_id)
+    slow = logical.copy_with(scheme=scheme or logical.scheme, host=host, port=port)
+    assert (fast, str(fast), fast.port, fast.host) == (slow, str(slow), slow.port, slow.host)
 
 
 def test_the_node_id_scheme_is_used_and_sni_stays_the_logical_host() -> None:
