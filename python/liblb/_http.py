@@ -1,5 +1,5 @@
-"""What liblb.httpx and liblb.requests share: node ids as addresses, HTTP answers as outcomes,
-and the attempt loop over ``Balancer.request``.
+"""What liblb.httpx, liblb.requests and liblb.aiohttp share: node ids as addresses, HTTP
+answers as outcomes, and the attempt loop over ``Balancer.request``.
 
 Every decision (which node, whether to retry, how long to back off, the budget) is the core's;
 this module maps an HTTP client's answers to outcome kinds (``failure``, ``FAULTS`` in each

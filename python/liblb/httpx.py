@@ -15,6 +15,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from typing import Any
+
 import httpx
 
 from . import _http
