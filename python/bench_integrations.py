@@ -1,4 +1,4 @@
-"""What liblb.httpx and liblb.requests add per request (issue 22, item 8).
+"""What liblb.httpx, liblb.requests and liblb.aiohttp add per request (issue 22, item 8).
 
 Each client sends small keep-alive GETs to one loopback server (in a child process, so the two
 do not share a GIL) twice: directly, and through liblb (a one-node round-robin balancer: a pick,
@@ -21,7 +21,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import httpx
 import requests
 
@@ -30,6 +32,7 @@ import requests
 sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import liblb  # noqa: E402
+import liblb.aiohttp  # noqa: E402
 import liblb.httpx  # noqa: E402
 import liblb.requests  # noqa: E402
 
@@ -94,6 +97,24 @@ async def acompare(node: str, balancer: liblb.Balancer, n: int, rounds: int) -> 
     report("httpx.AsyncClient", a, b)
 
 
+async def acompare_aiohttp(node: str, balancer: liblb.Balancer, n: int, rounds: int) -> None:
+    async def per_request(get: Callable[[str], Any], url: str, count: int) -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            async with get(url) as response:
+                await response.read()
+        return (time.perf_counter() - start) / count * 1e6
+
+    async with aiohttp.ClientSession() as plain, liblb.aiohttp.Session(balancer) as lb:
+        await per_request(plain.get, f"http://{node}/", n // 10)
+        await per_request(lb.get, "http://svc/", n // 10)
+        a, b = [], []
+        for _ in range(rounds):
+            a.append(await per_request(plain.get, f"http://{node}/", n))
+            b.append(await per_request(lb.get, "http://svc/", n))
+    report("aiohttp", a, b)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000, help="requests per round")
@@ -118,6 +139,7 @@ def main() -> None:
             compare("requests.Session", lambda: plain_s.get(f"http://{node}/"), lambda: lb_s.get("http://svc/"), n, rounds)
 
         asyncio.run(acompare(node, balancer, n, rounds))
+        asyncio.run(acompare_aiohttp(node, balancer, n, rounds))
 
         mock = httpx.MockTransport(lambda request: httpx.Response(200, content=BODY))
         lb_mock = liblb.httpx.Transport(balancer, inner=mock)
