@@ -6,11 +6,15 @@ import collections
 import http.server
 import json
 import os
+import shutil
 import socket
+import ssl
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -109,7 +113,8 @@ class Fleet:
         self.ids: dict[str, list[str]] = {role: [] for role in ROLES}
         self._servers: list[_Server] = []
 
-    def start(self, role: str) -> str:
+    def start(self, role: str, tls: ssl.SSLContext | None = None) -> str:
+        """Starts a server (``tls``: serving HTTPS with that context) and returns its id."""
         assert role in ROLES, role
         if role == "refused":
             with socket.socket() as s:  # bound, then closed: nothing listens on its port
@@ -117,6 +122,8 @@ class Fleet:
                 node_id = f"127.0.0.1:{s.getsockname()[1]}"
         else:
             server = _Server(("127.0.0.1", 0), _Handler)
+            if tls is not None:
+                server.socket = tls.wrap_socket(server.socket, server_side=True)
             server.fleet, server.role = self, role
             server.node_id = node_id = f"127.0.0.1:{server.server_address[1]}"
             threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
@@ -133,6 +140,44 @@ class Fleet:
         for server in self._servers:
             server.shutdown()
             server.server_close()
+
+
+class Tls:
+    """A self-signed certificate for the logical host ``svc.internal`` (made with the openssl
+    command): ``server`` serves it and records the server name (SNI) of each handshake in
+    ``names``; ``ca_file`` is what clients verify against. The nodes' addresses (127.0.0.1) are
+    not in it, so a client that checks the node's address instead of svc.internal fails."""
+
+    def __init__(self, folder: Path) -> None:
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            pytest.fail("the TLS tests need the openssl command")
+        self.ca_file = str(folder / "svc.pem")
+        key = str(folder / "svc.key")
+        subprocess.run(
+            [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+             "-keyout", key, "-out", self.ca_file, "-subj", "/CN=svc.internal",
+             "-addext", "subjectAltName=DNS:svc.internal"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        self.names: list[str | None] = []
+        self.server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.server.load_cert_chain(self.ca_file, key)
+        self.server.sni_callback = lambda _sock, name, _ctx: self.names.append(name)
+
+    def client(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.ca_file)
+
+
+@pytest.fixture(scope="session")
+def tls_made(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    return Tls(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def tls(tls_made: Tls) -> Tls:
+    tls_made.names.clear()  # each test sees its own handshakes
+    return tls_made
 
 
 @pytest.fixture

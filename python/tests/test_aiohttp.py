@@ -17,7 +17,7 @@ import liblb
 from liblb.aiohttp import Session
 
 if TYPE_CHECKING:
-    from conftest import Fleet
+    from conftest import Fleet, Tls
 
 URL = "http://svc.internal"
 
@@ -138,3 +138,22 @@ def test_a_node_id_that_is_not_an_address_is_a_clear_error() -> None:
 
     run(b, body)
     assert counted(b) == {"svc-a": (0, 0, 0)}
+
+
+def test_tls_checks_the_logical_host_name(fleet: Fleet, tls: Tls) -> None:
+    ids = [fleet.start("echo", tls=tls.server) for _ in range(2)]
+    b = liblb.Balancer("round_robin", ids, seed=4)
+
+    client_tls = tls.client()  # one context: aiohttp keys its pools by it
+
+    async def body(lb: Session) -> list[Any]:
+        answers = []
+        for _ in range(4):
+            async with lb.get("https://svc.internal/", ssl=client_tls) as r:
+                answers.append(await r.json())
+        return answers
+
+    answers = run(b, body)
+    assert sorted(a["node"] for a in answers) == sorted(ids * 2)
+    assert {a["host"] for a in answers} == {"svc.internal"}
+    assert tls.names == ["svc.internal"] * 2

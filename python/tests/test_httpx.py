@@ -24,7 +24,7 @@ import liblb.httpx
 from liblb.httpx import AsyncTransport, Transport, fault
 
 if TYPE_CHECKING:
-    from conftest import Fleet
+    from conftest import Fleet, Tls
 
 URL = "http://svc.internal"
 
@@ -330,3 +330,18 @@ def test_async_transport_picks_retries_and_releases_streams(fleet: Fleet) -> Non
     hits = fleet.take_log().count(ids[1])
     assert hits >= 2 and counted(b)[ids[1]] == (hits, hits, 0)
     assert all(n == 0 for _, _, n in counted(b).values())
+
+
+def test_tls_checks_the_logical_host_name(fleet: Fleet, tls: Tls) -> None:
+    ids = [fleet.start("echo", tls=tls.server) for _ in range(2)]
+    b = liblb.Balancer("round_robin", ids, seed=4)
+    twin = liblb.Balancer("round_robin", ids, seed=4)
+    inner = httpx.HTTPTransport(verify=tls.client())
+    with httpx.Client(transport=Transport(b, inner=inner), timeout=5) as c:
+        answers = [c.get("https://svc.internal/").json() for _ in range(4)]
+    assert [a["node"] for a in answers] == [twin.pick() for _ in range(4)]
+    assert {a["host"] for a in answers} == {"svc.internal"}
+    assert tls.names == ["svc.internal"] * 2  # one handshake per node, named svc.internal
+    # Without the logical name the node's certificate does not match its address.
+    with httpx.Client(verify=tls.client(), timeout=5) as c, pytest.raises(httpx.ConnectError):
+        c.get(f"https://{ids[0]}/")

@@ -18,7 +18,7 @@ import liblb
 from liblb.requests import Adapter, fault, to_node
 
 if TYPE_CHECKING:
-    from conftest import Fleet
+    from conftest import Fleet, Tls
 
 URL = "http://svc.internal"
 
@@ -220,3 +220,14 @@ def test_attempts_keep_the_logical_host_for_http_and_tls() -> None:
     )
     assert (host["host"], host["port"], host["scheme"]) == ("::1", 9000, "https")
     assert tls["server_hostname"] == tls["assert_hostname"] == "svc.internal"
+
+
+def test_tls_checks_the_logical_host_name(fleet: Fleet, tls: Tls) -> None:
+    ids = [fleet.start("echo", tls=tls.server) for _ in range(2)]
+    b = liblb.Balancer("round_robin", ids, seed=4)
+    with requests.Session() as s:
+        s.mount("https://svc.internal", Adapter(b))
+        answers = [s.get("https://svc.internal/", verify=tls.ca_file, timeout=5).json() for _ in range(4)]
+    assert sorted(a["node"] for a in answers) == sorted(ids * 2)
+    assert {a["host"] for a in answers} == {"svc.internal"}
+    assert tls.names == ["svc.internal"] * 2
