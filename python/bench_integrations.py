@@ -4,7 +4,7 @@ Each client sends small keep-alive GETs to one loopback server (in a child proce
 do not share a GIL) twice: directly, and through liblb (a one-node round-robin balancer: a pick,
 a lease and the outcome per request). Rounds alternate between the two so drift hits both alike;
 the best round (the least disturbed by other work on the machine) is reported as microseconds
-per request and the ratio liblb / direct. A last line measures liblb's own share without any
+per request and the ratio liblb / direct, in wall time and in the client's CPU time. A last line measures liblb's own share without any
 I/O: httpx over a MockTransport that answers at once, directly and through liblb.
 
     .venv/bin/python python/bench_integrations.py [--requests N] [--rounds R]   # after
@@ -57,16 +57,28 @@ def serve() -> None:
     server.serve_forever()
 
 
-def per_request_us(send: Callable[[], object], n: int) -> float:
-    start = time.perf_counter()
+Times = tuple[float, float]  # per request, in microseconds: (wall clock, this process's CPU)
+
+
+def since(start: Times, n: int) -> Times:
+    return ((time.perf_counter() - start[0]) / n * 1e6, (time.process_time() - start[1]) / n * 1e6)
+
+
+def per_request_us(send: Callable[[], object], n: int) -> Times:
+    start = (time.perf_counter(), time.process_time())
     for _ in range(n):
         send()
-    return (time.perf_counter() - start) / n * 1e6
+    return since(start, n)
 
 
-def report(name: str, direct: list[float], balanced: list[float]) -> None:
-    d, b = min(direct), min(balanced)
-    print(f"{name:<18} direct {d:7.1f} us   liblb {b:7.1f} us   +{b - d:5.1f} us   ratio {b / d:.3f}")
+def report(name: str, direct: list[Times], balanced: list[Times]) -> None:
+    """The best round of each, as wall time and as the client's CPU time (the server runs in
+    another process, so CPU time is the client's own work: the steadier figure on a busy
+    machine, where wall time also waits for the server to be scheduled)."""
+    for n, what in enumerate(("wall", "cpu")):
+        d, b = min(t[n] for t in direct), min(t[n] for t in balanced)
+        label = f"{name} ({what})"
+        print(f"{label:<25} direct {d:7.1f} us   liblb {b:7.1f} us   {b - d:+6.1f} us   ratio {b / d:.3f}")
 
 
 def compare(name: str, direct: Callable[[], object], balanced: Callable[[], object], n: int, rounds: int) -> None:
@@ -80,11 +92,11 @@ def compare(name: str, direct: Callable[[], object], balanced: Callable[[], obje
 
 
 async def acompare(node: str, balancer: liblb.Balancer, n: int, rounds: int) -> None:
-    async def per_request(client: httpx.AsyncClient, url: str, count: int) -> float:
-        start = time.perf_counter()
+    async def per_request(client: httpx.AsyncClient, url: str, count: int) -> Times:
+        start = (time.perf_counter(), time.process_time())
         for _ in range(count):
             await client.get(url)
-        return (time.perf_counter() - start) / count * 1e6
+        return since(start, count)
 
     transport = liblb.httpx.AsyncTransport(balancer)
     async with httpx.AsyncClient() as plain, httpx.AsyncClient(transport=transport) as lb:
@@ -98,12 +110,12 @@ async def acompare(node: str, balancer: liblb.Balancer, n: int, rounds: int) -> 
 
 
 async def acompare_aiohttp(node: str, balancer: liblb.Balancer, n: int, rounds: int) -> None:
-    async def per_request(get: Callable[[str], Any], url: str, count: int) -> float:
-        start = time.perf_counter()
+    async def per_request(get: Callable[[str], Any], url: str, count: int) -> Times:
+        start = (time.perf_counter(), time.process_time())
         for _ in range(count):
             async with get(url) as response:
                 await response.read()
-        return (time.perf_counter() - start) / count * 1e6
+        return since(start, count)
 
     async with aiohttp.ClientSession() as plain, liblb.aiohttp.Session(balancer) as lb:
         await per_request(plain.get, f"http://{node}/", n // 10)
