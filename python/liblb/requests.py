@@ -187,10 +187,9 @@ class Adapter(requests.adapters.HTTPAdapter):
     ) -> tuple[Any, Any]:
         """urllib3's pool key for an attempt: TLS checks the logical host's name (from the
         ``Host`` header), not the node's address."""
-        host_params, tls = super().build_connection_pool_key_attributes(request, verify, cert)
-        pool_kwargs: dict[str, Any] = dict(tls)
+        host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+        if host_params["scheme"] != "https":
+            return host_params, pool_kwargs
         logical = urllib3.util.parse_url(f"//{request.headers['Host']}").host
-        if host_params["scheme"] == "https" and logical:
-            name = logical.strip("[]")
-            pool_kwargs.update(server_hostname=name, assert_hostname=name)
-        return host_params, pool_kwargs
+        name = (logical or "").strip("[]")
+        return host_params, {**pool_kwargs, "server_hostname": name, "assert_hostname": name}
