@@ -2,7 +2,7 @@
 
 - mypy.stubtest imports liblb and compares every name, signature, default and base class
   with the stubs (no allowlist: nothing differs).
-- mypy --strict over this test suite (and bench.py): the stubs must accept every call the tests make and
+- mypy --strict over this test suite (and bench.py, bench_integrations.py): the stubs must accept every call the tests make and
   reject every call marked `# type: ignore[...]` (strict mode flags an unneeded ignore), so a
   stub that is too loose fails here too.
 """
@@ -17,6 +17,7 @@ import liblb
 
 TESTS = Path(__file__).resolve().parent
 BENCH = TESTS.parent / "bench.py"
+BENCH_INTEGRATIONS = TESTS.parent / "bench_integrations.py"
 
 
 def run_mypy(args: list[str], cache: Path) -> None:
@@ -36,4 +37,10 @@ def test_stubtest(tmp_path: Path) -> None:
 def test_suite_type_checks_against_stubs(tmp_path: Path) -> None:
     # mypy's cache lives in the environment (the test venv), never in the work tree.
     cache = Path(sys.prefix) / ".liblb-mypy-cache"
-    run_mypy(["mypy", "--strict", "--cache-dir", str(cache), str(TESTS), str(BENCH)], tmp_path)
+    run_mypy(["mypy", "--strict", "--cache-dir", str(cache), str(TESTS), str(BENCH), str(BENCH_INTEGRATIONS)], tmp_path)
+
+
+def test_package_modules_type_check(tmp_path: Path) -> None:
+    # -p checks the installed liblb (tmp_path as working directory keeps the source tree out).
+    cache = Path(sys.prefix) / ".liblb-mypy-cache"
+    run_mypy(["mypy", "--strict", "--cache-dir", str(cache), "-p", "liblb"], tmp_path)
