@@ -4,7 +4,8 @@
 # an error code, the version):
 #
 #   1. scripts/package.sh writes the artifacts (into the scratch folder, not dist/);
-#   2. a fresh venv installs the wheel with no Rust on PATH;
+#   2. a fresh venv installs the wheel with no Rust on PATH (then its grpc extra, and runs
+#      docs/grpc.md's quickstart);
 #   3. a fresh venv installs the sdist (pip builds it with maturin and cargo);
 #   4. an empty npm project installs the npm tarball with no Rust on PATH: CommonJS, ESM and
 #      TypeScript (tsc --strict) smoke tests, and docs/node-http.md's undici quickstart;
@@ -113,6 +114,17 @@ step "Python: fresh venv, pip install $wheel without Rust on PATH"
 new_venv "$scratch/py-wheel"
 without_rust "$scratch/py-wheel/bin/python" -m pip install --quiet --no-index "$dist/$wheel"
 (cd "$scratch" && without_rust "$scratch/py-wheel/bin/python" smoke.py)
+passed
+
+# docs/grpc.md's Python quickstart, as a user runs it: the wheel with its `grpc` extra (grpcio
+# pinned to the version the tests use), the example copied out of the repo.
+grpcio="$(sed -n 's/^grpcio==//p' python/requirements-test.txt)"
+step "Python: the wheel's grpc extra (grpcio $grpcio) and docs/grpc.md's quickstart"
+without_rust "$scratch/py-wheel/bin/python" -m pip install --quiet "$dist/$wheel[grpc]" "grpcio==$grpcio"
+cp examples/python/grpc_quickstart.py "$scratch/"
+(cd "$scratch" && without_rust "$scratch/py-wheel/bin/python" grpc_quickstart.py) | tee "$scratch/grpc.out"
+[[ "$(grep -c '^hello from [01]$' "$scratch/grpc.out")" == 10 ]] || fail "the grpc quickstart did not get 10 answers from the healthy servers"
+grep -Eq ': ([0-9]+) requests, \1 failures$' "$scratch/grpc.out" || fail "the grpc quickstart counted no failures on the down server"
 passed
 
 # --- 3 ---------------------------------------------------------------------------------------
