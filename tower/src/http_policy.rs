@@ -1,9 +1,10 @@
 //! [`HttpPolicy`]: `http::Request`s and `http::Response`s for [`Balance`](crate::Balance).
 //!
 //! Routing keeps the logical authority in `Host` and sends to the node's `host:port` (a node id
-//! `https://host:port` also picks the scheme). Answers map to outcomes as docs/retries.md says:
-//! 429 and 503 are *overloaded* (with `Retry-After`, RFC 9110 10.2.3: seconds or an HTTP date),
-//! other 5xx are errors, and so are the inner service's errors; everything else (2xx, 3xx and
+//! `https://host:port` also picks the scheme). Answers map to outcomes as docs/retries.md says,
+//! the same in every language's integrations: 429, and 503 with `Retry-After` (RFC 9110
+//! 10.2.3: seconds or an HTTP date), are *overloaded*; other 5xx (a 503 without `Retry-After`
+//! too: the node is failing) are errors, and so are the inner service's errors; everything else (2xx, 3xx and
 //! the caller's own 4xx mistakes) is a success. Only idempotent methods (RFC 9110 9.2.2: GET,
 //! HEAD, OPTIONS, TRACE, PUT, DELETE) are replayed unless [`HttpPolicy::retry_any_method`], with
 //! their headers and extensions.
@@ -174,12 +175,15 @@ where
             Err(_) => return Some(Failure::error()),
         };
         let status = response.status();
-        if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
-            let overloaded = Failure::overloaded();
-            let after = response.headers().get(RETRY_AFTER).and_then(retry_after);
-            return Some(after.map_or(overloaded, |after| overloaded.retry_after(after)));
+        let after = response.headers().get(RETRY_AFTER).and_then(retry_after);
+        match (status, after) {
+            (StatusCode::TOO_MANY_REQUESTS, None) => Some(Failure::overloaded()),
+            (StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE, Some(after)) => {
+                Some(Failure::overloaded().retry_after(after))
+            }
+            // A 503 without Retry-After is a node failing (ejectable), as in every binding.
+            _ => status.is_server_error().then(Failure::error),
         }
-        status.is_server_error().then(Failure::error)
     }
 }
 
@@ -295,7 +299,8 @@ mod tests {
         assert_eq!(classify(404, None), None);
         assert_eq!(classify(500, None), Some(Failure::error()));
         assert_eq!(classify(502, Some("3")), Some(Failure::error()));
-        assert_eq!(classify(503, None), Some(Failure::overloaded()));
+        assert_eq!(classify(503, None), Some(Failure::error()));
+        assert_eq!(classify(429, None), Some(Failure::overloaded()));
         let busy = Failure::overloaded().retry_after(Duration::from_secs(3));
         assert_eq!(classify(429, Some("3")), Some(busy));
         assert_eq!(classify(503, Some("3")), Some(busy));

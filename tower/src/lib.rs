@@ -13,7 +13,7 @@
 //!   counted against the node and retried if its kind is retried.
 //!
 //! [`HttpPolicy`] (feature `http`, on by default) is the policy for `http::Request`s: 5xx
-//! answers are errors, 429 and 503 overloaded with their `Retry-After`, transport errors errors;
+//! answers are errors, 429 and a 503 with `Retry-After` overloaded (with it), transport errors errors;
 //! only idempotent methods are retried unless told otherwise.
 //!
 //! ```no_run
