@@ -1258,6 +1258,32 @@ def test_wrong_password_is_clear_and_keeps_the_membership(
         assert w.revision == 0 and balancer.nodes() == [("kept", 1)]
 
 
+def first_line(process: subprocess.Popen[str], limit: float) -> str:
+    """The first line `process` prints, waited for at most `limit` seconds: a watcher that
+    never prints fails the test instead of hanging it (readline alone waits forever)."""
+    assert process.stdout is not None
+    stdout = process.stdout
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
+    try:
+        return lines.get(timeout=limit)
+    except queue.Empty:
+        pytest.fail(f"no line from the CLI within {limit:g} s")
+
+
+def stop_cli(process: subprocess.Popen[str], limit: float) -> None:
+    """SIGTERM, which the CLI must obey within `limit` seconds (stop() is prompt); else it is
+    killed and the test fails. Without the kill, leaving `with Popen(...)` would wait for the
+    process with no limit at all (Popen.__exit__ calls wait())."""
+    process.terminate()
+    try:
+        process.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, stderr = process.communicate()
+        pytest.fail(f"the CLI did not exit within {limit:g} s of SIGTERM; stderr:\n{stderr}")
+
+
 def test_cli_tls_and_user(tmp_path: Path, certs: Certs) -> None:
     etcd = EtcdServer(etcd_binary(), tmp_path, certs)
     etcd.start()
@@ -1275,11 +1301,9 @@ def test_cli_tls_and_user(tmp_path: Path, certs: Certs) -> None:
                 text=True, env={**os.environ, **env},
             ) as process:
                 try:
-                    assert process.stdout is not None
-                    line = process.stdout.readline()
+                    line = first_line(process, BOUND * 4)
                 finally:
-                    process.terminate()
-                    process.communicate(timeout=10)
+                    stop_cli(process, BOUND)
             assert json.loads(line) == {"revision": start, "nodes": [["a", 1]], "keys": {}}, user
     finally:
         etcd.stop()
