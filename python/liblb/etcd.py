@@ -870,7 +870,7 @@ class EtcdMembership(Generic[_B]):
         self._watch_worked = False  # the current attempt's watch delivered something
         self._created_at: float | None = None  # when the current attempt's watch was created
 
-        self._lock = threading.Lock()  # guards _conn, _thread and _stopping
+        self._lock = threading.Lock()  # guards _conn (and its sock), _thread and _stopping
         self._stopping = threading.Event()
         self._conn: _Conn | None = None
         self._thread: threading.Thread | None = None
@@ -1053,7 +1053,17 @@ class EtcdMembership(Generic[_B]):
                 tls = self._ssl.wrap_socket(
                     sock, server_hostname=endpoint.host, do_handshake_on_connect=False
                 )
-                conn.sock = tls  # stop() shuts this one from now on
+                # wrap_socket detached `sock` (its descriptor is now tls's; wrap_socket
+                # releases the GIL after that, in getpeername). A stop() between the detach
+                # and the swap below shut the descriptor-less `sock`, that is nothing: the
+                # watch then opened and blocked in its idle read (idle_timeout, 15 minutes
+                # in the CLI), and stop() waited for it. So the swap is made under the lock
+                # stop() takes, and a stop() that came before it is seen here.
+                with self._lock:
+                    conn.sock = tls  # stop() shuts this one from now on
+                    stopping = self._stopping.is_set()
+                if stopping:
+                    raise _Stopping
                 conn.settimeout()
                 try:
                     tls.do_handshake()

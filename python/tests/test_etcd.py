@@ -1074,6 +1074,75 @@ def test_mutual_tls(tls_etcd: EtcdServer, certs: Certs) -> None:
         assert balancer.nodes() == [("b", 1)]
 
 
+def test_stop_while_tls_watch_idle(tls_etcd: EtcdServer, certs: Certs) -> None:
+    """stop() shuts a TLS watch blocked in its idle read (an SSL read) at once."""
+    etcd = tls_etcd
+    revision = etcd.put("svc/a")
+    w = EtcdMembership(
+        liblb.Balancer("ring", []), etcd.url, "svc", ca_file=certs["ca.pem"],
+        cert_file=certs["client.pem"], key_file=certs["client.key"], idle_timeout=60,
+    )
+    w.start()
+    assert w.wait_for_revision(revision, BOUND)
+    time.sleep(0.2)  # let it sit in the watch's blocking read
+    began = time.monotonic()
+    w.stop(timeout=BOUND)
+    assert not w.running
+    assert time.monotonic() - began < 5, "stop() waited for the TLS read"
+
+
+def test_stop_while_tls_watch_connects(
+    tls_etcd: EtcdServer, certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop() that lands while the watch's connection is being wrapped in TLS (what
+    test_cli_tls_and_user's SIGTERM hit under load: the CLI prints the range's membership,
+    the test reads it and terminates the CLI at once, while the watch connects).
+
+    wrap_socket detaches the plain socket, so a stop() in that moment shut a socket without a
+    descriptor; the watch then opened and sat in its idle read, and stop() waited for it
+    (up to idle_timeout: 15 minutes in the CLI)."""
+    etcd = tls_etcd
+    etcd.put("svc/a")
+    w = EtcdMembership(
+        liblb.Balancer("ring", []), etcd.url, "svc", ca_file=certs["ca.pem"],
+        cert_file=certs["client.pem"], key_file=certs["client.key"], idle_timeout=30,
+    )
+    aborted = threading.Event()
+    abort = liblb.etcd._Conn.abort
+
+    def abort_and_tell(conn: Any) -> None:
+        abort(conn)
+        aborted.set()
+
+    monkeypatch.setattr(liblb.etcd._Conn, "abort", abort_and_tell)
+    assert w._ssl is not None
+    context: ssl.SSLContext = w._ssl
+    wraps: list[threading.Thread] = []
+
+    class StopOnSecondWrap:
+        """The watcher's SSLContext, calling stop() just after the second wrap (the range
+        is the first connection, the watch the second), before the watcher has the TLS
+        socket in hand."""
+
+        def wrap_socket(self, sock: socket.socket, **options: Any) -> ssl.SSLSocket:
+            tls = context.wrap_socket(sock, **options)
+            if len(wraps) == 1:
+                stopper = threading.Thread(target=w.stop)
+                stopper.start()
+                wraps.append(stopper)
+                assert aborted.wait(BOUND)  # stop() has shut the connection it saw
+            else:
+                wraps.append(threading.current_thread())
+            return tls
+
+    w._ssl = StopOnSecondWrap()  # type: ignore[assignment]
+    w.start()
+    eventually(lambda: len(wraps) == 2, "the watch's connection")
+    wraps[1].join(5)
+    assert not wraps[1].is_alive(), "stop() waits for a watch it did not shut"
+    assert not w.running
+
+
 @pytest.mark.parametrize(
     ("case", "problem"),
     [
@@ -1189,6 +1258,32 @@ def test_wrong_password_is_clear_and_keeps_the_membership(
         assert w.revision == 0 and balancer.nodes() == [("kept", 1)]
 
 
+def first_line(process: subprocess.Popen[str], limit: float) -> str:
+    """The first line `process` prints, waited for at most `limit` seconds: a watcher that
+    never prints fails the test instead of hanging it (readline alone waits forever)."""
+    assert process.stdout is not None
+    stdout = process.stdout
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
+    try:
+        return lines.get(timeout=limit)
+    except queue.Empty:
+        pytest.fail(f"no line from the CLI within {limit:g} s")
+
+
+def stop_cli(process: subprocess.Popen[str], limit: float) -> None:
+    """SIGTERM, which the CLI must obey within `limit` seconds (stop() is prompt); else it is
+    killed and the test fails. Without the kill, leaving `with Popen(...)` would wait for the
+    process with no limit at all (Popen.__exit__ calls wait())."""
+    process.terminate()
+    try:
+        process.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, stderr = process.communicate()
+        pytest.fail(f"the CLI did not exit within {limit:g} s of SIGTERM; stderr:\n{stderr}")
+
+
 def test_cli_tls_and_user(tmp_path: Path, certs: Certs) -> None:
     etcd = EtcdServer(etcd_binary(), tmp_path, certs)
     etcd.start()
@@ -1206,11 +1301,9 @@ def test_cli_tls_and_user(tmp_path: Path, certs: Certs) -> None:
                 text=True, env={**os.environ, **env},
             ) as process:
                 try:
-                    assert process.stdout is not None
-                    line = process.stdout.readline()
+                    line = first_line(process, BOUND * 4)
                 finally:
-                    process.terminate()
-                    process.communicate(timeout=10)
+                    stop_cli(process, BOUND)
             assert json.loads(line) == {"revision": start, "nodes": [["a", 1]], "keys": {}}, user
     finally:
         etcd.stop()
