@@ -1553,12 +1553,11 @@ def test_cli_readable_output(etcd: EtcdServer) -> None:
         text=True,
     ) as process:
         try:
-            assert process.stdout is not None
-            first = process.stdout.readline()
+            first = first_line(process, 60)
             revision = etcd.put("svc/b", '{"weight": 1000}')
-            second = process.stdout.readline()
+            second = first_line(process, 60)
         finally:
-            process.terminate()
+            stop_cli(process, 15)
     assert first == f"revision {start} (full sync); +a; nodes a=1; user-1 -> a\n"
     moved = liblb.Balancer("maglev", [("a", 1), ("b", 1000)]).pick("user-1")
     where = "user-1 MOVED a -> b" if moved == "b" else "user-1 -> a"
