@@ -15,7 +15,9 @@
 
 use crate::lb_result;
 use crate::panic::ffi_panic_boundary;
-use crate::ptr::{Castable, Shared, free_shared_handle, to_shared_handle, try_out, try_ref};
+use crate::ptr::{
+    Castable, Shared, free_shared_handle, read_into, to_shared_handle, try_out, try_ref,
+};
 use core::time::Duration;
 use liblb_core::{AdaptiveThrottle, RetryBudget, RetryThrottle};
 
@@ -128,12 +130,8 @@ pub extern "C" fn lb_retry_budget_withdraw(
     now_ns: u64,
     allowed_out: *mut bool,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
-        let (budget, out) = unsafe { (try_ref(budget)?, try_out(allowed_out)?) };
-        out.write(budget.withdraw(now_ns));
-        Ok(())
-    }
+    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
+    ffi_panic_boundary!(unsafe { read_into(budget, allowed_out, |budget| budget.withdraw(now_ns)) })
 }
 
 /// Whether a retry could be withdrawn at `now_ns`, without taking it, in `*allowed_out`.
@@ -144,12 +142,10 @@ pub extern "C" fn lb_retry_budget_can_withdraw(
     now_ns: u64,
     allowed_out: *mut bool,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
-        let (budget, out) = unsafe { (try_ref(budget)?, try_out(allowed_out)?) };
-        out.write(budget.can_withdraw(now_ns));
-        Ok(())
-    }
+    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
+    ffi_panic_boundary!(unsafe {
+        read_into(budget, allowed_out, |budget| budget.can_withdraw(now_ns))
+    })
 }
 
 /// The retries available at `now_ns` in `*available_out`. Errors: `LB_RESULT_NULL_PARAMETER`.
@@ -160,12 +156,10 @@ pub extern "C" fn lb_retry_budget_available(
     now_ns: u64,
     available_out: *mut u64,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
-        let (budget, out) = unsafe { (try_ref(budget)?, try_out(available_out)?) };
-        out.write(budget.available(now_ns));
-        Ok(())
-    }
+    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
+    ffi_panic_boundary!(unsafe {
+        read_into(budget, available_out, |budget| budget.available(now_ns))
+    })
 }
 
 /// Creates a retry throttle in `*throttle_out` with `max_tokens` tokens (1 to 1000) that
@@ -233,12 +227,8 @@ pub extern "C" fn lb_retry_throttle_allows(
     throttle: *const lb_retry_throttle,
     allowed_out: *mut bool,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
-        let (throttle, out) = unsafe { (try_ref(throttle)?, try_out(allowed_out)?) };
-        out.write(throttle.allows());
-        Ok(())
-    }
+    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
+    ffi_panic_boundary!(unsafe { read_into(throttle, allowed_out, |throttle| throttle.allows()) })
 }
 
 /// The token count (with its thousandths) in `*tokens_out`. Errors: `LB_RESULT_NULL_PARAMETER`.
@@ -248,12 +238,8 @@ pub extern "C" fn lb_retry_throttle_tokens(
     throttle: *const lb_retry_throttle,
     tokens_out: *mut f64,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
-        let (throttle, out) = unsafe { (try_ref(throttle)?, try_out(tokens_out)?) };
-        out.write(throttle.tokens());
-        Ok(())
-    }
+    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
+    ffi_panic_boundary!(unsafe { read_into(throttle, tokens_out, |throttle| throttle.tokens()) })
 }
 
 /// Creates an adaptive throttle in `*throttle_out`, its clock starting at `now_ns`
@@ -296,12 +282,12 @@ pub extern "C" fn lb_adaptive_throttle_rejection(
     now_ns: u64,
     rejection_out: *mut f64,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
-        let (throttle, out) = unsafe { (try_ref(throttle)?, try_out(rejection_out)?) };
-        out.write(throttle.rejection(now_ns));
-        Ok(())
-    }
+    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
+    ffi_panic_boundary!(unsafe {
+        read_into(throttle, rejection_out, |throttle| {
+            throttle.rejection(now_ns)
+        })
+    })
 }
 
 /// A request is about to be sent at `now_ns`: decides with `random` (64 uniformly random bits
@@ -314,12 +300,12 @@ pub extern "C" fn lb_adaptive_throttle_admit(
     random: u64,
     admitted_out: *mut bool,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
-        let (throttle, out) = unsafe { (try_ref(throttle)?, try_out(admitted_out)?) };
-        out.write(throttle.admit(now_ns, random));
-        Ok(())
-    }
+    // SAFETY: lb.h requires a NULL or live handle and a NULL or writable output.
+    ffi_panic_boundary!(unsafe {
+        read_into(throttle, admitted_out, |throttle| {
+            throttle.admit(now_ns, random)
+        })
+    })
 }
 
 /// A backend accepted a request at `now_ns` (any answer but an overload refusal). Errors:

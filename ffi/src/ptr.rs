@@ -267,6 +267,22 @@ pub(crate) unsafe fn try_out<'a, T>(ptr: *mut T) -> Result<Out<'a, T>, lb_result
     }
 }
 
+/// The shape of every getter: borrows the value behind `handle`, checks `out`, and writes
+/// `read(value)` there (nothing is read or written when either pointer is NULL).
+///
+/// # Safety
+/// As [`try_ref`] for `handle` and [`try_out`] for `out`.
+pub(crate) unsafe fn read_into<C: Castable, T>(
+    handle: *const C,
+    out: *mut T,
+    read: impl FnOnce(&C::Rust) -> T,
+) -> Result<(), lb_result> {
+    // SAFETY: forwarded contracts.
+    let (value, out) = unsafe { (try_ref(handle)?, try_out(out)?) };
+    out.write(read(value));
+    Ok(())
+}
+
 /// An optional out-pointer: NULL means the caller does not want this output.
 ///
 /// # Safety

@@ -14,8 +14,8 @@ use crate::lb_result;
 use crate::outcome::{LB_LATENCY_NONE, lb_outcome_info, outcome_of};
 use crate::panic::ffi_panic_boundary;
 use crate::ptr::{
-    Boxed, Castable, Shared, free_handle, free_shared_handle, share, take_handle, to_handle,
-    to_shared_handle, try_key, try_mut, try_out, try_ref,
+    Boxed, Castable, Shared, free_handle, free_shared_handle, read_into, share, take_handle,
+    to_handle, to_shared_handle, try_key, try_mut, try_out, try_ref,
 };
 use core::borrow::Borrow;
 use core::time::Duration;
@@ -533,12 +533,12 @@ pub extern "C" fn lb_request_hedge_after(
     request: *const lb_request,
     delay_ns_out: *mut u64,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires a NULL or live request and a NULL or writable output.
-        let (request, out) = unsafe { (try_ref(request)?, try_out(delay_ns_out)?) };
-        out.write(request.hedge_after().map_or(LB_LATENCY_NONE, nanos));
-        Ok(())
-    }
+    // SAFETY: lb.h requires a NULL or live request and a NULL or writable output.
+    ffi_panic_boundary!(unsafe {
+        read_into(request, delay_ns_out, |request| {
+            request.hedge_after().map_or(LB_LATENCY_NONE, nanos)
+        })
+    })
 }
 
 /// Ends `lease`, an attempt of this request, with `*outcome` (as `lb_lease_finish_info`:
@@ -612,19 +612,17 @@ pub extern "C" fn lb_request_state(
     request: *const lb_request,
     info_out: *mut lb_request_info,
 ) -> lb_result {
-    ffi_panic_boundary! {
-        // SAFETY: lb.h requires a NULL or live request and a NULL or writable output.
-        let (request, out) = unsafe { (try_ref(request)?, try_out(info_out)?) };
-        out.write(lb_request_info {
+    // SAFETY: lb.h requires a NULL or live request and a NULL or writable output.
+    ffi_panic_boundary!(unsafe {
+        read_into(request, info_out, |request| lb_request_info {
             attempts: request.attempts(),
             winner: request.winner().unwrap_or(0),
             over: request.is_over(),
             stopped: stop_code(request.stopped()),
             backoff_ns: nanos(request.backoff()),
             remaining_ns: request.remaining().map_or(LB_LATENCY_NONE, nanos),
-        });
-        Ok(())
-    }
+        })
+    })
 }
 
 #[cfg(test)]
