@@ -10,8 +10,11 @@ liblb's. What this module owns is the mapping of gRPC status codes to outcomes:
 - Every other status (``INVALID_ARGUMENT``, ``NOT_FOUND``, ``PERMISSION_DENIED``...) is the
   node answering: a success for its health, never retried, raised to the caller as is.
 
-Calls are retried on another node only while nothing has reached the caller: a unary call
-until it has an answer, a server-streaming call until its first message. gRPC methods are not
+Calls are retried on another node only while nothing has reached the caller: a unary or
+client-streaming call until it has an answer, a server-streaming or bidirectional call until its
+first message; and only when the request can be sent again: a client-streaming or bidirectional
+call is retried only when its requests are given as a sequence (a list or tuple), never when
+they come from an iterator or generator (the first attempt consumed it). gRPC methods are not
 known to be idempotent: give non-idempotent ones ``max_attempts=1``.
 
     import liblb, liblb.grpc
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -35,7 +38,7 @@ import grpc
 from ._liblb import Balancer, Lease, Request, RetryBudget, RetryThrottle, AdaptiveThrottle
 from ._request import RequestFailedError
 
-__all__ = ["Channel", "UnaryUnary", "UnaryStream", "outcome_of"]
+__all__ = ["Channel", "StreamStream", "StreamUnary", "UnaryStream", "UnaryUnary", "outcome_of"]
 
 Req = TypeVar("Req")
 Res = TypeVar("Res")
@@ -182,6 +185,24 @@ class Channel:
         """A callable for a server-streaming method, as ``grpc.Channel.unary_stream``."""
         return UnaryStream(self, method, request_serializer, response_deserializer)
 
+    def stream_unary(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+    ) -> StreamUnary[Any, Any]:
+        """A callable for a client-streaming method, as ``grpc.Channel.stream_unary``."""
+        return StreamUnary(self, method, request_serializer, response_deserializer)
+
+    def stream_stream(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+    ) -> StreamStream[Any, Any]:
+        """A callable for a bidirectional-streaming method, as ``grpc.Channel.stream_stream``."""
+        return StreamStream(self, method, request_serializer, response_deserializer)
+
     def close(self) -> None:
         """Closes every node's channel; later calls raise ValueError."""
         with self._lock:
@@ -236,27 +257,20 @@ class _Method(Generic[Req, Res]):
             raise error
         time.sleep(request.backoff())
 
+    def _requests(self, requests: Iterable[Req]) -> _Requests[Req]:
+        return _Requests(requests, self._serializer)
 
-class UnaryUnary(_Method[Req, Res]):
-    """A unary method of a ``Channel``: ``call(request, timeout=None, metadata=None)``."""
-
-    def __call__(self, request: Req, timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any) -> Res:
-        """Calls the method on the balancer's nodes until one answers (the reply); a status
-        that is the node's answer is raised as is, and so is the last attempt's error when the
-        request gives up (``RequestFailedError``, chained from the last error, when it stops
-        between attempts: no node left, the adaptive throttle). ``timeout`` bounds the whole
-        call; ``policy`` overrides the channel's (``max_attempts=``, ``budget=``,
-        ``retry_on=``)."""
-        req = self._channel.request(self._method, request, metadata, timeout, **policy)
-        payload = self._payload(request)
+    def _unary(self, req: Request, invoke: Callable[[grpc.Channel, float | None], Any], requests: _Requests[Req] | None = None) -> Res:
+        """The attempts of a call with one reply: ``invoke(channel, timeout)`` makes one."""
         last: grpc.RpcError | None = None
         for lease in req:
             try:
                 with self._channel._use(lease.id) as channel:
-                    call: Any = channel.unary_unary(self._method)
-                    raw = call(payload, timeout=req.remaining, metadata=_tuple(metadata))
+                    raw = invoke(channel, req.remaining)
             except grpc.RpcError as error:
                 last = error
+                if requests is not None:
+                    requests.raise_own(lease, error)
                 self._failed(lease, req, error)
                 continue
             except BaseException:
@@ -266,26 +280,15 @@ class UnaryUnary(_Method[Req, Res]):
             return self._reply(raw)
         raise RequestFailedError(req.stopped, req.attempts) from last
 
-
-class UnaryStream(_Method[Req, Res]):
-    """A server-streaming method of a ``Channel``: ``call(request, ...)`` is an iterator of
-    the replies. The attempt's lease ends when the stream ends (or fails, or the iterator is
-    closed or collected: then it is cancelled, nothing counted)."""
-
-    def __call__(
-        self, request: Req, timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any
-    ) -> Iterator[Res]:
-        req = self._channel.request(self._method, request, metadata, timeout, **policy)
-        return self._stream(req, self._payload(request), metadata)
-
-    def _stream(self, req: Request, payload: Any, metadata: _Metadata | None) -> Iterator[Res]:
+    def _replies(self, req: Request, invoke: Callable[[grpc.Channel, float | None], Any], requests: _Requests[Req] | None = None) -> Iterator[Res]:
+        """The attempts of a call with a stream of replies: ``invoke(channel, timeout)`` makes
+        one; retried only until its first reply."""
         last: grpc.RpcError | None = None
         for lease in req:
             started = False
             try:
                 with self._channel._use(lease.id) as channel:
-                    call: Any = channel.unary_stream(self._method)
-                    replies = call(payload, timeout=req.remaining, metadata=_tuple(metadata))
+                    replies = invoke(channel, req.remaining)
                     try:
                         for raw in replies:
                             started = True
@@ -295,6 +298,8 @@ class UnaryStream(_Method[Req, Res]):
                         raise
             except grpc.RpcError as error:
                 last = error
+                if requests is not None:
+                    requests.raise_own(lease, error)
                 if started:  # the caller has messages: no retry, the node's outcome counts
                     outcome = outcome_of(error)
                     if outcome is None:
@@ -310,3 +315,112 @@ class UnaryStream(_Method[Req, Res]):
             lease.finish(ok=True)
             return
         raise RequestFailedError(req.stopped, req.attempts) from last
+
+
+class _Requests(Generic[Req]):
+    """A streaming call's requests for its attempts, serialized as grpcio reads them. An
+    exception from the caller's iterator or serializer is the caller's, never the node's
+    (grpcio cancels the call and reports UNKNOWN): ``raise_own`` cancels the lease and raises
+    it. Only a sequence (list, tuple) is ``replayable``: an iterator is consumed by one attempt."""
+
+    def __init__(self, requests: Iterable[Req], serializer: Callable[[Req], bytes] | None) -> None:
+        self._requests = requests
+        self._serializer = serializer
+        self.replayable = isinstance(requests, Sequence) and not isinstance(requests, (str, bytes))
+        self._error: BaseException | None = None
+
+    def attempt(self) -> Iterator[Any]:
+        """The requests for one attempt."""
+        self._error = None
+        try:
+            for message in self._requests:
+                yield self._serializer(message) if self._serializer is not None else message
+        except Exception as exc:
+            self._error = exc
+            raise
+
+    def raise_own(self, lease: Lease, error: grpc.RpcError) -> None:
+        """Raises the caller's exception that ended this attempt, if one did."""
+        if self._error is not None:
+            own, self._error = self._error, None
+            lease.cancel()
+            raise own from error
+
+
+class UnaryUnary(_Method[Req, Res]):
+    """A unary method of a ``Channel``: ``call(request, timeout=None, metadata=None)``."""
+
+    def __call__(self, request: Req, timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any) -> Res:
+        """Calls the method on the balancer's nodes until one answers (the reply); a status
+        that is the node's answer is raised as is, and so is the last attempt's error when the
+        request gives up (``RequestFailedError``, chained from the last error, when it stops
+        between attempts: no node left, the adaptive throttle). ``timeout`` bounds the whole
+        call; ``policy`` overrides the channel's (``max_attempts=``, ``budget=``,
+        ``retry_on=``)."""
+        req = self._channel.request(self._method, request, metadata, timeout, **policy)
+        payload = self._payload(request)
+
+        def invoke(channel: grpc.Channel, remaining: float | None) -> Any:
+            call: Any = channel.unary_unary(self._method)
+            return call(payload, timeout=remaining, metadata=_tuple(metadata))
+
+        return self._unary(req, invoke)
+
+
+class UnaryStream(_Method[Req, Res]):
+    """A server-streaming method of a ``Channel``: ``call(request, ...)`` is an iterator of
+    the replies. The attempt's lease ends when the stream ends (or fails, or the iterator is
+    closed or collected: then it is cancelled, nothing counted)."""
+
+    def __call__(
+        self, request: Req, timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any
+    ) -> Iterator[Res]:
+        req = self._channel.request(self._method, request, metadata, timeout, **policy)
+        payload = self._payload(request)
+
+        def invoke(channel: grpc.Channel, remaining: float | None) -> Any:
+            call: Any = channel.unary_stream(self._method)
+            return call(payload, timeout=remaining, metadata=_tuple(metadata))
+
+        return self._replies(req, invoke)
+
+
+class StreamUnary(_Method[Req, Res]):
+    """A client-streaming method of a ``Channel``: ``call(requests, ...)`` sends the requests
+    (an iterable) and returns the reply. Retried on another node only when ``requests`` is a
+    sequence; an iterator is sent to one node only. The ``key`` function gets ``requests`` as
+    given (it must not consume an iterator)."""
+
+    def __call__(
+        self, requests: Iterable[Req], timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any
+    ) -> Res:
+        messages = self._requests(requests)
+        if not messages.replayable:
+            policy["max_attempts"] = 1
+        req = self._channel.request(self._method, requests, metadata, timeout, **policy)
+
+        def invoke(channel: grpc.Channel, remaining: float | None) -> Any:
+            call: Any = channel.stream_unary(self._method)
+            return call(messages.attempt(), timeout=remaining, metadata=_tuple(metadata))
+
+        return self._unary(req, invoke, messages)
+
+
+class StreamStream(_Method[Req, Res]):
+    """A bidirectional-streaming method of a ``Channel``: ``call(requests, ...)`` is an
+    iterator of the replies, as ``UnaryStream``'s; retried only before the first reply and only
+    when ``requests`` is a sequence (see ``StreamUnary``)."""
+
+    def __call__(
+        self, requests: Iterable[Req], timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any
+    ) -> Iterator[Res]:
+        messages = self._requests(requests)
+        if not messages.replayable:
+            policy["max_attempts"] = 1
+        req = self._channel.request(self._method, requests, metadata, timeout, **policy)
+
+        def invoke(channel: grpc.Channel, remaining: float | None) -> Any:
+            call: Any = channel.stream_stream(self._method)
+            return call(messages.attempt(), timeout=remaining, metadata=_tuple(metadata))
+
+        return self._replies(req, invoke, messages)

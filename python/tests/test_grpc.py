@@ -33,7 +33,9 @@ def abort(context: grpc.ServicerContext, code: grpc.StatusCode, pushback_ms: int
 
 
 class Server:
-    """One grpcio server answering Say (unary) and Count (server streaming) as `behaviour` says:
+    """One grpcio server answering Say (unary), Count (server streaming), Join (client
+    streaming: the requests joined by commas) and Echo (bidirectional: each request back, with
+    the server's index) as `behaviour` says:
     "ok", "unavailable", "exhausted" (RESOURCE_EXHAUSTED with a 30 s pushback), "invalid"
     (INVALID_ARGUMENT), "slow" (2 s), "break" (one message, then INTERNAL)."""
 
@@ -44,6 +46,8 @@ class Server:
             {
                 "Say": grpc.unary_unary_rpc_method_handler(self.say),
                 "Count": grpc.unary_stream_rpc_method_handler(self.count),
+                "Join": grpc.stream_unary_rpc_method_handler(self.join),
+                "Echo": grpc.stream_stream_rpc_method_handler(self.echo),
             },
         )
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -76,6 +80,19 @@ class Server:
         self.fail(context)
         for i in range(int(request)):
             yield b"%d:%d" % (self.index, i)
+            if self.behaviour == "break":
+                abort(context, grpc.StatusCode.INTERNAL)
+
+    def join(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        self.calls += 1
+        self.fail(context)
+        return b"%d " % self.index + b",".join(requests)
+
+    def echo(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        self.calls += 1
+        self.fail(context)
+        for request in requests:
+            yield b"%d:%s" % (self.index, request)
             if self.behaviour == "break":
                 abort(context, grpc.StatusCode.INTERNAL)
 
@@ -212,6 +229,84 @@ def test_streams_retry_only_before_their_first_message(servers: Callable[..., li
                 got.extend(count(b"3", timeout=5))
     assert got.count(b"2:0") == 1 and ok.calls >= 2
     assert counted(b2)[breaking.address] == (1, 1, 0)
+
+
+def test_client_streams_retry_only_with_a_sequence_of_requests(servers: Callable[..., list[Server]]) -> None:
+    down, ok = servers("unavailable", "ok")
+    ids = [down.address, ok.address]
+    b = liblb.Balancer("round_robin", ids, seed=5)
+    with liblb.grpc.Channel(b) as channel:
+        join = channel.stream_unary(f"/{SERVICE}/Join")
+        # A list can be sent again: a call that met the down node first is retried on the other.
+        for _ in range(4):
+            assert join([b"a", b"b", b"c"], timeout=5) == b"1 a,b,c"
+    assert counted(b)[ok.address] == (4, 0, 0) and counted(b)[down.address][2] == 0
+    # A generator is sent once: a call that lands on the down node fails there. Round robin over
+    # the two nodes: of two calls, one lands on each.
+    b2 = liblb.Balancer("round_robin", ids, seed=5)
+    calls_before = (down.calls, ok.calls)
+    with liblb.grpc.Channel(b2) as channel:
+        join = channel.stream_unary(f"/{SERVICE}/Join")
+        answers: list[bytes] = []
+        for _ in range(2):
+            try:
+                answers.append(join((m for m in (b"x", b"y")), timeout=5))
+            except grpc.RpcError as error:
+                assert isinstance(error, grpc.Call)
+                answers.append(error.code().name.encode())
+    assert sorted(answers) == [b"1 x,y", b"UNAVAILABLE"]
+    assert (down.calls, ok.calls) == (calls_before[0] + 1, calls_before[1] + 1)
+    assert counted(b2) == {down.address: (1, 1, 0), ok.address: (1, 0, 0)}
+
+
+def test_a_callers_failing_request_iterator_is_not_the_nodes_fault(servers: Callable[..., list[Server]]) -> None:
+    (ok,) = servers("ok")
+    b = liblb.Balancer("round_robin", [ok.address])
+
+    def requests() -> Iterator[bytes]:
+        yield b"a"
+        raise KeyError("the caller's own bug")
+
+    def broken(_: Any) -> bytes:
+        raise RuntimeError("cannot serialize")
+
+    with liblb.grpc.Channel(b) as channel:
+        with pytest.raises(KeyError, match="own bug"):
+            channel.stream_unary(f"/{SERVICE}/Join")(requests(), timeout=5)
+        with pytest.raises(KeyError, match="own bug"):
+            list(channel.stream_stream(f"/{SERVICE}/Echo")(requests(), timeout=5))
+        with pytest.raises(RuntimeError, match="serialize"):
+            channel.stream_unary(f"/{SERVICE}/Join", request_serializer=broken)([b"a"], timeout=5)
+        # Cancelled, nothing counted: the node did nothing wrong; the next call goes through.
+        assert counted(b) == {ok.address: (0, 0, 0)}
+        assert channel.stream_unary(f"/{SERVICE}/Join")([b"a"], timeout=5) == b"0 a"
+    assert counted(b) == {ok.address: (1, 0, 0)}
+
+
+def test_bidirectional_streams_follow_the_picks_and_retry_before_their_first_reply(
+    servers: Callable[..., list[Server]],
+) -> None:
+    down, ok, breaking = servers("unavailable", "ok", "break")
+    b = liblb.Balancer("round_robin", [down.address, ok.address], seed=5)
+    with liblb.grpc.Channel(b) as channel:
+        echo = channel.stream_stream(f"/{SERVICE}/Echo")
+        for _ in range(2):
+            assert list(echo([b"p", b"q"], timeout=5)) == [b"1:p", b"1:q"]
+        # Abandoned after one reply: cancelled, nothing counted for the answering node.
+        before = counted(b)[ok.address]
+        replies = echo([b"p", b"q"], timeout=5)
+        assert next(replies) in (b"1:p",)
+        replies.close()
+        assert counted(b)[ok.address] == before
+    assert counted(b)[down.address][1:] == (counted(b)[down.address][0], 0)
+    assert counted(b)[ok.address] == (2, 0, 0)
+    # A stream that fails after its first reply: raised to the caller, no retry, one failure.
+    b2 = liblb.Balancer("round_robin", [breaking.address], seed=5)
+    with liblb.grpc.Channel(b2) as channel:
+        got: list[bytes] = []
+        with pytest.raises(grpc.RpcError):
+            got.extend(channel.stream_stream(f"/{SERVICE}/Echo")([b"p", b"q"], timeout=5))
+    assert got == [b"2:p"] and counted(b2)[breaking.address] == (1, 1, 0)
 
 
 def test_keys_route_calls_and_departed_nodes_lose_their_channel(servers: Callable[..., list[Server]]) -> None:
