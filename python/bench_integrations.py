@@ -1,11 +1,13 @@
-"""What liblb.httpx, liblb.requests and liblb.aiohttp add per request (issue 22, item 8).
+"""What liblb.httpx, liblb.requests, liblb.aiohttp and liblb.grpc add per request (issue 22, item 8).
 
 Each client sends small keep-alive GETs to one loopback server (in a child process, so the two
 do not share a GIL) twice: directly, and through liblb (a one-node round-robin balancer: a pick,
 a lease and the outcome per request). Rounds alternate between the two so drift hits both alike;
 the best round (the least disturbed by other work on the machine) is reported as microseconds
-per request and the ratio liblb / direct, in wall time and in the client's CPU time. A last line measures liblb's own share without any
-I/O: httpx over a MockTransport that answers at once, directly and through liblb.
+per request and the ratio liblb / direct, in wall time and in the client's CPU time. gRPC: unary
+calls to a grpcio server (also in a child process) through one ``grpc.Channel`` and through
+``liblb.grpc.Channel``. A last line measures liblb's own share without any I/O: httpx over a
+MockTransport that answers at once, directly and through liblb.
 
     .venv/bin/python python/bench_integrations.py [--requests N] [--rounds R]   # after
     scripts/test-python.sh (or pip install ./python)
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import httpx
 import requests
 
@@ -33,6 +36,7 @@ sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).re
 
 import liblb  # noqa: E402
 import liblb.aiohttp  # noqa: E402
+import liblb.grpc  # noqa: E402
 import liblb.httpx  # noqa: E402
 import liblb.requests  # noqa: E402
 
@@ -55,6 +59,20 @@ def serve() -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     print(server.server_address[1], flush=True)
     server.serve_forever()
+
+
+def serve_grpc() -> None:
+    from concurrent import futures
+
+    def say(request: bytes, context: grpc.ServicerContext) -> bytes:
+        return BODY
+
+    handler = grpc.method_handlers_generic_handler("bench.Echo", {"Say": grpc.unary_unary_rpc_method_handler(say)})
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((handler,))
+    print(server.add_insecure_port("127.0.0.1:0"), flush=True)
+    server.start()
+    server.wait_for_termination()
 
 
 Times = tuple[float, float]  # per request, in microseconds: (wall clock, this process's CPU)
@@ -132,11 +150,16 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="requests per round")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-grpc", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve()
         return
+    if args.serve_grpc:
+        serve_grpc()
+        return
     child = subprocess.Popen([sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, text=True)
+    grpc_child = subprocess.Popen([sys.executable, __file__, "--serve-grpc"], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
         node = f"127.0.0.1:{child.stdout.readline().strip()}"
@@ -153,13 +176,22 @@ def main() -> None:
         asyncio.run(acompare(node, balancer, n, rounds))
         asyncio.run(acompare_aiohttp(node, balancer, n, rounds))
 
+        assert grpc_child.stdout is not None
+        grpc_node = f"127.0.0.1:{grpc_child.stdout.readline().strip()}"
+        grpc_balancer = liblb.Balancer("round_robin", [grpc_node])
+        with grpc.insecure_channel(grpc_node) as plain_c, liblb.grpc.Channel(grpc_balancer) as lb_c:
+            plain_say = plain_c.unary_unary("/bench.Echo/Say")
+            lb_say = lb_c.unary_unary("/bench.Echo/Say")
+            compare("grpc unary", lambda: plain_say(b"hi", timeout=5), lambda: lb_say(b"hi", timeout=5), n, rounds)
+
         mock = httpx.MockTransport(lambda request: httpx.Response(200, content=BODY))
         lb_mock = liblb.httpx.Transport(balancer, inner=mock)
         with httpx.Client(transport=mock) as plain, httpx.Client(transport=lb_mock) as lb:
             compare("httpx, no I/O", lambda: plain.get(f"http://{node}/"), lambda: lb.get("http://svc/"), n, rounds)
     finally:
-        child.terminate()
-        child.wait()
+        for process in (child, grpc_child):
+            process.terminate()
+            process.wait()
 
 
 if __name__ == "__main__":
