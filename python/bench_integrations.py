@@ -180,7 +180,7 @@ def main() -> None:
         grpc_node = f"127.0.0.1:{grpc_child.stdout.readline().strip()}"
         grpc_balancer = liblb.Balancer("round_robin", [grpc_node])
         with grpc.insecure_channel(grpc_node) as plain_c, liblb.grpc.Channel(grpc_balancer) as lb_c:
-            plain_say = plain_c.unary_unary("/bench.Echo/Say")
+            plain_say: Any = plain_c.unary_unary("/bench.Echo/Say")
             lb_say = lb_c.unary_unary("/bench.Echo/Say")
             compare("grpc unary", lambda: plain_say(b"hi", timeout=5), lambda: lb_say(b"hi", timeout=5), n, rounds)
 

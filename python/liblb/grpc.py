@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -280,7 +280,7 @@ class _Method(Generic[Req, Res]):
             return self._reply(raw)
         raise RequestFailedError(req.stopped, req.attempts) from last
 
-    def _replies(self, req: Request, invoke: Callable[[grpc.Channel, float | None], Any], requests: _Requests[Req] | None = None) -> Iterator[Res]:
+    def _replies(self, req: Request, invoke: Callable[[grpc.Channel, float | None], Any], requests: _Requests[Req] | None = None) -> Generator[Res, None, None]:
         """The attempts of a call with a stream of replies: ``invoke(channel, timeout)`` makes
         one; retried only until its first reply."""
         last: grpc.RpcError | None = None
@@ -374,7 +374,7 @@ class UnaryStream(_Method[Req, Res]):
 
     def __call__(
         self, request: Req, timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any
-    ) -> Iterator[Res]:
+    ) -> Generator[Res, None, None]:
         req = self._channel.request(self._method, request, metadata, timeout, **policy)
         payload = self._payload(request)
 
@@ -413,7 +413,7 @@ class StreamStream(_Method[Req, Res]):
 
     def __call__(
         self, requests: Iterable[Req], timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any
-    ) -> Iterator[Res]:
+    ) -> Generator[Res, None, None]:
         messages = self._requests(requests)
         if not messages.replayable:
             policy["max_attempts"] = 1
