@@ -53,12 +53,17 @@ function balancer(name) {
   return named.get(name)
 }
 
-const STATUS_OUTCOMES = () => {
-  const { status: S } = grpcJs()
-  return {
-    overloaded: new Set([S.RESOURCE_EXHAUSTED]),
-    errors: new Set([S.UNAVAILABLE, S.INTERNAL, S.UNKNOWN, S.DATA_LOSS]),
+let statusOutcomes = null
+/** The status codes that are failures of the node, by kind (made once, on first use). */
+function STATUS_OUTCOMES() {
+  if (statusOutcomes === null) {
+    const { status: S } = grpcJs()
+    statusOutcomes = {
+      overloaded: new Set([S.RESOURCE_EXHAUSTED]),
+      errors: new Set([S.UNAVAILABLE, S.INTERNAL, S.UNKNOWN, S.DATA_LOSS]),
+    }
   }
+  return statusOutcomes
 }
 
 /**
