@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime, timezone
 from typing import Literal, NamedTuple, TypeAlias, TypeVar
 
-from ._liblb import AdaptiveThrottle, Balancer, Lease, Request, RetryBudget, RetryThrottle
+from ._liblb import AdaptiveThrottle, Balancer, Hedging, Lease, Request, RetryBudget, RetryThrottle
 from ._request import RequestFailedError
 
 # A failure kind (liblb.FAILURE_KINDS), spelled as a union of literals for mypy.stubtest.
@@ -89,6 +89,7 @@ class Policy:
         budget: RetryBudget | RetryThrottle | AdaptiveThrottle | None,
         deadline: float | None,
         retry_methods: Collection[str],
+        hedge: Hedging | None = None,
     ) -> None:
         if not isinstance(balancer, Balancer):
             raise TypeError(f"balancer must be a liblb.Balancer, not {type(balancer).__name__}")
@@ -99,6 +100,9 @@ class Policy:
         self.budget = budget
         self.deadline = deadline
         self.retry_methods = frozenset(m.upper() for m in retry_methods)
+        if hedge is not None and not isinstance(hedge, Hedging):
+            raise TypeError(f"hedge must be a liblb.Hedging, not {type(hedge).__name__}")
+        self.hedge = hedge
 
     def request(self, key: str | bytes | None, method: str, replayable: bool) -> Request:
         """One attempt unless the request may be repeated: a retried method, and a body held
@@ -109,7 +113,21 @@ class Policy:
             max_attempts=self.max_attempts if retry else 1,
             budget=self.budget,
             deadline=self.deadline,
+            hedge=self.hedge if retry else None,
         )
+
+    def arun(
+        self,
+        request: Request,
+        attempt: Callable[[str], Awaitable[A]],
+        classify: Callable[[A], Failure | None],
+        fault: Callable[[Exception], Kind | None],
+        discard: Callable[[A], Awaitable[None]],
+    ) -> Awaitable[tuple[A, Lease | None]]:
+        """``arun``, or ``ahedged`` when this policy hedges (tasks cost more than awaiting one
+        attempt at a time, so unhedged requests do not pay for them)."""
+        run = ahedged if self.hedge is not None else arun
+        return run(request, attempt, classify, fault, discard)
 
 
 class Failure(NamedTuple):
@@ -228,3 +246,78 @@ async def arun(
         await discard(answer)
         await asyncio.sleep(request.backoff())
     raise RequestFailedError(request.stopped, request.attempts) from last
+
+
+async def ahedged(
+    request: Request,
+    attempt: Callable[[str], Awaitable[A]],
+    classify: Callable[[A], Failure | None],
+    fault: Callable[[Exception], Kind | None],
+    discard: Callable[[A], Awaitable[None]],
+) -> tuple[A, Lease | None]:
+    """``arun`` with hedges: attempts run as tasks, and when ``hedge_after()`` passes with no
+    answer the core may send another (``hedge()``). The first success wins; the attempts still
+    out are cancelled (their leases cancelled, nothing counted; an answer that arrived anyway is
+    discarded). A failure is handled as in ``arun`` (finished, then the core's decision: retry,
+    wait for the hedges out, or stop); giving up returns the last failed answer or raises the
+    last exception."""
+    out: dict[asyncio.Task[A], Lease] = {}
+    last: Exception | None = None
+
+    def start(lease: Lease | None) -> None:
+        if lease is not None:
+            out[asyncio.ensure_future(attempt(lease.id))] = lease
+
+    try:
+        start(request.attempt())
+        hedges = True
+        while out:
+            wait = request.hedge_after() if hedges else None
+            done, _ = await asyncio.wait(out, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                hedge = request.hedge()
+                hedges = hedge is not None  # refused: no more hedges for this request
+                start(hedge)
+                continue
+            task = done.pop()
+            lease = out.pop(task)
+            exc = task.exception()
+            if exc is not None:
+                if not isinstance(exc, Exception) or (kind := fault(exc)) is None:
+                    lease.cancel()  # not the node's fault (or not an Exception): raised at once
+                    raise exc
+                lease.finish(ok=False, kind=kind)
+                if request.over:
+                    raise exc
+                last = exc
+            else:
+                answer = task.result()
+                answer_failure = classify(answer)
+                if answer_failure is None:
+                    return answer, lease
+                lease.finish(ok=False, kind=answer_failure.kind, retry_after=answer_failure.retry_after)
+                if request.over:
+                    return answer, None
+                await discard(answer)
+            if request.decision == "retry":
+                if not out:
+                    await asyncio.sleep(request.backoff())
+                start(request.attempt())
+    finally:
+        await _drop(out, discard)
+    raise RequestFailedError(request.stopped, request.attempts) from last
+
+
+async def _drop(out: dict[asyncio.Task[A], Lease], discard: Callable[[A], Awaitable[None]]) -> None:
+    """Cancels the attempts still out: their tasks and leases (nothing counted); an answer that
+    arrived before the cancellation took effect is discarded (its connection released)."""
+    for task, lease in out.items():
+        task.cancel()
+        if not lease.done:
+            lease.cancel()
+    if out:
+        await asyncio.gather(*out, return_exceptions=True)
+        for task in out:
+            if not task.cancelled() and task.exception() is None:
+                await discard(task.result())
+    out.clear()

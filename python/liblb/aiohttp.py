@@ -20,7 +20,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from . import _http
-from ._liblb import AdaptiveThrottle, Balancer, Lease, RetryBudget, RetryThrottle
+from ._liblb import AdaptiveThrottle, Balancer, Hedging, Lease, RetryBudget, RetryThrottle
 
 __all__ = ["Call", "FAULTS", "Session"]
 
@@ -69,8 +69,8 @@ async def _discard(response: aiohttp.ClientResponse) -> None:
 
 class Session:
     """Balanced requests over ``session`` (default: a new ``aiohttp.ClientSession``, closed with
-    this one; create it inside a coroutine). Options as ``liblb.httpx.Transport``; ``key(call)``
-    gets a ``Call``. Bodies given as ``data=`` bytes or str, or ``json=``, can be retried."""
+    this one; create it inside a coroutine). Options as ``liblb.httpx.AsyncTransport`` (``hedge``
+    included); ``key(call)`` gets a ``Call``. Bodies given as ``data=`` bytes or str, or ``json=``, can be retried."""
 
     def __init__(
         self,
@@ -82,8 +82,9 @@ class Session:
         budget: RetryBudget | RetryThrottle | AdaptiveThrottle | None = None,
         deadline: float | None = None,
         retry_methods: Collection[str] = _http.IDEMPOTENT_METHODS,
+        hedge: Hedging | None = None,
     ) -> None:
-        self._policy = _http.Policy(balancer, retries, budget, deadline, retry_methods)
+        self._policy = _http.Policy(balancer, retries, budget, deadline, retry_methods, hedge)
         self._key = key
         self._owned = session is None
         self.session = session if session is not None else aiohttp.ClientSession()
@@ -156,7 +157,7 @@ class _Balanced(contextlib.AbstractAsyncContextManager["aiohttp.ClientResponse"]
         lb = self._lb
         key = lb._key(Call(self._method, self._logical, self._headers)) if lb._key is not None else None
         request = lb._policy.request(key, self._method, self._replayable)
-        response, self._lease = await _http.arun(request, self._attempt, classify, fault, _discard)
+        response, self._lease = await lb._policy.arun(request, self._attempt, classify, fault, _discard)
         self._response = response
         return response
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from . import _http
-from ._liblb import AdaptiveThrottle, Balancer, Lease, Request, RetryBudget, RetryThrottle
+from ._liblb import AdaptiveThrottle, Balancer, Hedging, Lease, Request, RetryBudget, RetryThrottle
 
 __all__ = ["AsyncTransport", "FAULTS", "Transport"]
 
@@ -211,7 +211,9 @@ class Transport(_Balanced, httpx.BaseTransport):
 
 class AsyncTransport(_Balanced, httpx.AsyncBaseTransport):
     """``Transport`` for ``httpx.AsyncClient`` (inner default ``httpx.AsyncHTTPTransport()``;
-    backoffs are ``asyncio.sleep``)."""
+    backoffs are ``asyncio.sleep``). ``hedge`` (a ``liblb.Hedging``) races a second attempt on
+    another node when the first is slow, for the requests that may be retried; the first
+    success wins and the others are cancelled (see docs/python-http.md)."""
 
     def __init__(
         self,
@@ -223,8 +225,9 @@ class AsyncTransport(_Balanced, httpx.AsyncBaseTransport):
         budget: RetryBudget | RetryThrottle | AdaptiveThrottle | None = None,
         deadline: float | None = None,
         retry_methods: Collection[str] = _http.IDEMPOTENT_METHODS,
+        hedge: Hedging | None = None,
     ) -> None:
-        self._policy = _http.Policy(balancer, retries, budget, deadline, retry_methods)
+        self._policy = _http.Policy(balancer, retries, budget, deadline, retry_methods, hedge)
         self._key = key
         self._inner = inner if inner is not None else httpx.AsyncHTTPTransport()
 
@@ -232,9 +235,7 @@ class AsyncTransport(_Balanced, httpx.AsyncBaseTransport):
         async def attempt(node_id: str) -> httpx.Response:
             return await self._inner.handle_async_request(to_node(request, node_id))
 
-        response, lease = await _http.arun(
-            self._request(request), attempt, classify, fault, _adiscard
-        )
+        response, lease = await self._policy.arun(self._request(request), attempt, classify, fault, _adiscard)
         if lease is not None:
             assert isinstance(response.stream, httpx.AsyncByteStream)
             response.stream = _LeasedAsyncStream(response.stream, lease)

@@ -157,3 +157,27 @@ def test_tls_checks_the_logical_host_name(fleet: Fleet, tls: Tls) -> None:
     assert sorted(a["node"] for a in answers) == sorted(ids * 2)
     assert {a["host"] for a in answers} == {"svc.internal"}
     assert tls.names == ["svc.internal"] * 2
+
+
+def test_hedges_race_a_slow_node_and_the_loser_is_cancelled(fleet: Fleet) -> None:
+    fleet.slow_seconds = 0.5
+    slow, echo = fleet.start("slow"), fleet.start("echo")
+    b = liblb.Balancer("round_robin", [slow, echo], seed=3, consecutive_failures=0)
+    twin = liblb.Balancer("round_robin", [slow, echo], seed=3)
+
+    async def body(lb: Session) -> list[str]:
+        nodes = []
+        for _ in range(4):
+            async with lb.get(f"{URL}/") as r:
+                nodes.append((await r.json())["node"])
+        return nodes
+
+    nodes = run(b, body, hedge=liblb.Hedging.after(0.05))
+    expected_log: list[str] = []
+    for _ in range(4):
+        first = twin.pick()
+        expected_log += [first, twin.pick()] if first == slow else [first]
+    assert nodes == [echo] * 4 and fleet.take_log() == expected_log
+    assert counted(b) == {slow: (0, 0, 0), echo: (4, 0, 0)}
+    with pytest.raises(TypeError, match="liblb.Hedging"):
+        Session(b, hedge=0.05)  # type: ignore[arg-type]

@@ -332,6 +332,46 @@ def test_async_transport_picks_retries_and_releases_streams(fleet: Fleet) -> Non
     assert all(n == 0 for _, _, n in counted(b).values())
 
 
+def test_async_hedges_race_a_slow_node_and_the_loser_is_cancelled(fleet: Fleet) -> None:
+    fleet.slow_seconds = 0.5
+    slow, echo, failing = fleet.start("slow"), fleet.start("echo"), fleet.start("500")
+    b = liblb.Balancer("round_robin", [slow, echo], seed=3, consecutive_failures=0)
+    twin = liblb.Balancer("round_robin", [slow, echo], seed=3)
+    hedge = liblb.Hedging.after(0.05)
+
+    async def main() -> tuple[list[str], int]:
+        async with httpx.AsyncClient(transport=AsyncTransport(b, hedge=hedge), base_url=URL, timeout=5) as c:
+            nodes = [(await c.get("/")).json()["node"] for _ in range(4)]
+            # A POST is not retried, so not hedged either: it waits for whichever node it got.
+            posted = (await c.post("/", content=b"x")).status_code
+        return nodes, posted
+
+    nodes, posted = asyncio.run(main())
+    # Every GET that started on the slow node was hedged to the other one, which answered first;
+    # the slow attempt was cancelled: nothing counted for it.
+    expected_log: list[str] = []
+    for _ in range(4):
+        first = twin.pick()
+        expected_log += [first, twin.pick()] if first == slow else [first]
+    post_node = twin.pick()
+    assert nodes == [echo] * 4 and posted == 200
+    assert fleet.take_log() == expected_log + [post_node]
+    assert counted(b) == {slow: (int(post_node == slow), 0, 0), echo: (4 + int(post_node == echo), 0, 0)}
+
+    # A hedge that fails while the first attempt is out: the request waits for the first one.
+    b2 = liblb.Balancer("round_robin", [slow, failing], seed=3, consecutive_failures=0)
+    twin2 = liblb.Balancer("round_robin", [slow, failing], seed=3)
+    if twin2.pick() != slow:  # b2's next pick is twin2's: make it the slow node
+        b2.pick()
+
+    async def waits() -> Any:
+        async with httpx.AsyncClient(transport=AsyncTransport(b2, hedge=hedge), base_url=URL, timeout=5) as c:
+            return (await c.get("/")).json()
+
+    assert asyncio.run(waits())["node"] == slow
+    assert counted(b2)[failing] == (1, 1, 0) and counted(b2)[slow] == (1, 0, 0)
+
+
 def test_tls_checks_the_logical_host_name(fleet: Fleet, tls: Tls) -> None:
     ids = [fleet.start("echo", tls=tls.server) for _ in range(2)]
     b = liblb.Balancer("round_robin", ids, seed=4)
