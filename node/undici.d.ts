@@ -1,6 +1,6 @@
 // liblb/undici: balance undici (7.x) requests over a liblb Balancer (docs/node-http.md).
 import type { Dispatcher } from 'undici'
-import type { AdaptiveThrottle, Balancer, FailureKind, Key, RetryBudget, RetryThrottle } from './index'
+import type { AdaptiveThrottle, Balancer, FailureKind, Hedging, Key, RetryBudget, RetryThrottle } from './index'
 
 /** Options of `interceptor(balancer, options)`. */
 export interface InterceptorOptions {
@@ -23,6 +23,12 @@ export interface InterceptorOptions {
   retryOn?: FailureKind[] | null
   /** The budget of these requests' retries (absent or null: the balancer's, see `setBudget`). */
   budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
+  /**
+   * Hedges the requests that may be retried: when `Hedging.after(ms)` (or the percentile's
+   * delay) passes with no answer, another attempt goes to another node; the first success wins
+   * and the others are aborted, their leases cancelled. Hedges count in `maxAttempts`.
+   */
+  hedge?: Hedging | null
 }
 
 /**

@@ -160,8 +160,11 @@ class Call {
     this.controller = new Controller(this)
     this.started = false // the caller's onRequestStart was called
     this.closed = false // the caller got its last event
-    this.attempt = null
-    this.timer = null
+    this.live = new Set() // attempts out: more than one only with hedges
+    this.winner = null // the attempt whose answer goes to the caller
+    this.timer = null // the next retry
+    this.hedgeTimer = null
+    this.hedging = false
     const origin = new URL(opts.origin)
     this.protocol = origin.protocol
     this.headers = withHost(opts.headers, origin.host)
@@ -170,6 +173,7 @@ class Call {
     const method = String(opts.method).toUpperCase()
     const retries = (opts.idempotent ?? settings.methods.includes(method)) && replayable(opts.body)
     this.maxAttempts = retries ? settings.policy.maxAttempts : 1
+    this.hedging = retries && settings.policy.hedge !== undefined
     const key = settings.key ? settings.key(opts) : undefined
     this.request = settings.balancer.request(key, retries ? settings.policy : settings.once)
   }
@@ -184,16 +188,23 @@ class Call {
     } catch (error) {
       return this.fail(error) // LB_NO_NODES, LB_KEY_REQUIRED, ...
     }
-    if (lease === null) return this.fail(stopped(this.request))
+    if (lease === null) return this.live.size > 0 || this.fail(stopped(this.request))
+    return this.launch(lease)
+  }
+
+  // Sends `lease`'s attempt (a first attempt, a retry or a hedge).
+  launch(lease) {
     const attempt = new Attempt(this, lease)
-    this.attempt = attempt
     let origin
     try {
       origin = nodeOrigin(lease.id, this.protocol)
     } catch (error) {
       this.request.cancel(lease)
+      this.abortOthers(null, error)
       return this.fail(error)
     }
+    this.live.add(attempt)
+    this.armHedge()
     const opts = { ...this.opts, origin, headers: this.headers }
     if (this.servername !== undefined && origin.startsWith('https:')) opts.servername = this.servername
     try {
@@ -204,36 +215,83 @@ class Call {
     }
   }
 
+  // With a hedging policy: a hedge when the core's delay passes with no answer (re-armed after
+  // each attempt starts; stops once the core refuses one).
+  armHedge() {
+    if (!this.hedging || this.winner !== null || this.closed) return
+    clearTimeout(this.hedgeTimer)
+    const ms = this.request.hedgeAfterMs()
+    if (ms === null) return
+    this.hedgeTimer = setTimeout(() => {
+      this.hedgeTimer = null
+      if (this.winner !== null || this.closed || this.live.size === 0) return
+      let lease
+      try {
+        lease = this.request.hedge()
+      } catch {
+        lease = null
+      }
+      if (lease === null) this.hedging = false
+      else this.launch(lease)
+    }, ms)
+  }
+
+  // `attempt`'s answer goes to the caller: every other attempt is aborted, its lease cancelled.
+  win(attempt) {
+    this.winner = attempt
+    clearTimeout(this.hedgeTimer)
+    this.hedgeTimer = null
+    this.controller.target = attempt.target
+    this.abortOthers(attempt, new Error('liblb: another attempt answered first'))
+  }
+
+  // Aborts the attempts out other than `keep`, cancelling their leases (nothing counted).
+  abortOthers(keep, reason) {
+    for (const other of this.live) {
+      if (other === keep) continue
+      this.live.delete(other)
+      other.drop(reason)
+    }
+  }
+
   // Ends `attempt`'s lease with `result` (once) and returns the core's decision.
   settle(attempt, result) {
+    this.live.delete(attempt)
     if (attempt.lease === null) return null
     const lease = attempt.lease
     attempt.lease = null
     return this.request.finish(lease, result)
   }
 
-  // Acts on a failed attempt's decision: true when a retry was scheduled.
+  // Acts on a failed attempt's decision: true when the request goes on (a retry scheduled, or
+  // other attempts still out that the core said to wait for).
   retry(decision) {
-    if (decision?.decision !== 'retry' || this.closed) return false
-    this.attempt = null
-    this.controller.target = null
-    this.timer = setTimeout(() => this.next(), decision.delayMs)
+    if (this.closed) return false
+    if (decision?.decision === 'wait' && this.live.size > 0) return true
+    if (decision?.decision !== 'retry') return false
+    const delay = this.live.size > 0 ? 0 : decision.delayMs // hedges out: retry at once, as acall
+    if (this.live.size === 0) this.controller.target = null
+    clearTimeout(this.timer)
+    this.timer = setTimeout(() => this.next(), delay)
     return true
   }
 
   abort(reason) {
-    if (this.attempt !== null) {
+    clearTimeout(this.timer)
+    clearTimeout(this.hedgeTimer)
+    this.timer = this.hedgeTimer = null
+    if (this.live.size > 0) {
       // undici answers with onResponseError, where the lease is cancelled; an attempt still
       // queued for a connection is aborted by its onRequestStart.
-      this.attempt.target?.abort(reason)
+      for (const attempt of this.live) attempt.target?.abort(reason)
     } else {
-      clearTimeout(this.timer) // between attempts
-      this.timer = null
-      this.fail(reason)
+      this.fail(reason) // between attempts
     }
   }
 
   fail(error) {
+    clearTimeout(this.hedgeTimer)
+    this.hedgeTimer = null
     if (!this.closed) {
       this.closed = true
       this.handler.onResponseError?.(this.controller, error)
@@ -272,22 +330,30 @@ class Attempt {
   onRequestStart(controller, context) {
     const call = this.call
     this.target = controller
-    call.controller.target = controller
+    if (this.dropped) return controller.abort(this.reason) // a hedge's loser not yet started
+    if (call.winner === null && call.live.size <= 1) call.controller.target = controller
     if (call.controller.paused) controller.pause()
     call.start(context)
     if (call.controller.aborted) controller.abort(call.controller.reason)
   }
 
   onRequestUpgrade(controller, status, headers, socket) {
+    if (this.dropped) return
+    this.call.win(this)
     this.call.settle(this, { ok: true })
     this.call.closed = true
     this.call.handler.onRequestUpgrade?.(this.call.controller, status, headers, socket)
   }
 
   onResponseStart(controller, status, headers, message) {
+    if (this.dropped) return
     const call = this.call
     this.result = outcome(status, headers)
-    if (this.result.ok || call.request.attempts >= call.maxAttempts) return this.pass(status, headers, message)
+    // A success, or a failure with no attempt left to try nor another out: the caller's answer.
+    if (this.result.ok || (call.request.attempts >= call.maxAttempts && call.live.size === 1)) {
+      call.win(this)
+      return this.pass(status, headers, message)
+    }
     this.held = { status, headers, message, chunks: [], bytes: 0 }
   }
 
@@ -316,6 +382,7 @@ class Attempt {
     const call = this.call
     if (this.dropped) return
     if (call.controller.aborted) {
+      call.live.delete(this)
       if (this.lease !== null) call.request.cancel(this.lease) // the caller's abort: nothing counted
       this.lease = null
       return call.fail(error)
@@ -325,7 +392,18 @@ class Attempt {
     // took a retry from a RetryBudget that goes unused: the loop has no "over" of its own).
     const decision = call.settle(this, failure(error))
     if (!this.passed && call.retry(decision)) return
+    call.abortOthers(this, error)
     call.fail(error)
+  }
+
+  // This attempt lost (another answered, or the request failed): abort it, cancel its lease.
+  drop(reason) {
+    this.dropped = true
+    this.held = null
+    this.reason = reason
+    if (this.lease !== null) this.call.request.cancel(this.lease)
+    this.lease = null
+    this.target?.abort(reason) // not started yet: onRequestStart aborts it
   }
 
   // Hands this attempt's answer (and what was held of it) to the caller.
@@ -346,6 +424,7 @@ class Attempt {
       if (trailers === null) controller.abort(new Error('liblb: dropped a failed answer to retry'))
       return
     }
+    call.win(this)
     this.pass(held.status, held.headers, held.message)
     for (const chunk of held.chunks) call.handler.onResponseData?.(call.controller, chunk)
     if (trailers !== null) this.onResponseEnd(controller, trailers)
@@ -360,10 +439,10 @@ function interceptor(balancer, options = {}) {
     throw invalid('balancer must be a liblb Balancer')
   }
   if (options === null || typeof options !== 'object') throw invalid('options must be an object')
-  const { key, methods = IDEMPOTENT, maxAttempts = 3, deadlineMs, retryOn, budget, ...rest } = options
+  const { key, methods = IDEMPOTENT, maxAttempts = 3, deadlineMs, retryOn, budget, hedge, ...rest } = options
   const unknown = Object.keys(rest)
   if (unknown.length > 0) {
-    const error = new TypeError(`unknown option(s) ${unknown.join(', ')}: the interceptor takes key, methods, maxAttempts, deadlineMs, retryOn, budget`)
+    const error = new TypeError(`unknown option(s) ${unknown.join(', ')}: the interceptor takes key, methods, maxAttempts, deadlineMs, retryOn, budget, hedge`)
     error.code = 'LB_UNKNOWN_OPTION'
     throw error
   }
@@ -374,13 +453,15 @@ function interceptor(balancer, options = {}) {
   if (deadlineMs != null) policy.deadlineMs = deadlineMs
   if (retryOn != null) policy.retryOn = retryOn
   if (budget != null) policy.budget = budget
+  const once = { ...policy, maxAttempts: 1 } // not retried: not hedged either
+  if (hedge != null) policy.hedge = hedge
   balancer.request(null, policy) // checks the policy now (nothing is picked or counted)
   const settings = {
     balancer,
     key,
     methods: methods.map((m) => String(m).toUpperCase()),
     policy,
-    once: { ...policy, maxAttempts: 1 },
+    once,
   }
   return (dispatch) =>
     function liblbDispatch(opts, handler) {

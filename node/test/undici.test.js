@@ -7,7 +7,7 @@ const test = require('node:test')
 const assert = require('node:assert/strict')
 const http = require('node:http')
 const { Agent, request, fetch, interceptors, setGlobalDispatcher, getGlobalDispatcher } = require('undici')
-const { Balancer, RetryBudget } = require('..')
+const { Balancer, Hedging, RetryBudget } = require('..')
 const { interceptor, outcome, retryAfterMs } = require('../undici')
 
 const ORIGIN = 'http://api.test'
@@ -79,6 +79,8 @@ function spy(balancer) {
     const inner = balancer.request(key, options)
     return {
       attempt: () => inner.attempt(),
+      hedge: () => inner.hedge(),
+      hedgeAfterMs: () => inner.hedgeAfterMs(),
       get attempts() {
         return inner.attempts
       },
@@ -386,6 +388,81 @@ test('keyed routing: the key function\'s key picks the node, as pick(key)', asyn
   }
   // No key for a keyed algorithm: the core's error reaches the caller.
   await assert.rejects(get(agent), { code: 'LB_KEY_REQUIRED' })
+})
+
+test('hedges: the first answer wins, the slow attempt is aborted and its lease cancelled', async (t) => {
+  clear()
+  // A server slower than the hedge delay by far (the shared slow one answers in 60 ms).
+  const sluggish = await serve((req, res) => {
+    const timer = setTimeout(() => json(res, 200, { index: 'sluggish' }), 1500)
+    res.on('close', () => clearTimeout(timer))
+  })
+  t.after(() => {
+    sluggish.server.closeAllConnections()
+    sluggish.server.close()
+  })
+  const ids = [sluggish.id, servers.echo[0].id]
+  const b = new Balancer('round_robin', ids, { seed: 3 })
+  const twin = new Balancer('round_robin', ids, { seed: 3 })
+  const { watched, endings } = spy(b)
+  watched.stats = () => b.stats()
+  // Two attempts at most: a second hedge (a slow answer from the fast server on a busy machine)
+  // is then refused without touching the balancer, so the twin below stays in step.
+  const agent = agentFor(t, watched, { hedge: Hedging.after(30), maxAttempts: 2 })
+  const expected = []
+  for (let i = 0; i < 4; i++) {
+    const { status, body } = await get(agent, `/h/${i}`)
+    assert.equal(status, 200)
+    assert.equal(body.index, 0, 'the echo server answered first')
+    // The twin's request loop, stepped by hand: where this request's attempts go.
+    const mirror = twin.request(null, { maxAttempts: 2, hedge: Hedging.after(30) })
+    const first = mirror.attempt()
+    if (first.id === sluggish.id) {
+      const hedge = mirror.hedge()
+      assert.equal(hedge.id, servers.echo[0].id)
+      mirror.cancel(first)
+      mirror.finish(hedge, { ok: true })
+      expected.push([sluggish.id, 'cancel'], [servers.echo[0].id, { ok: true }])
+    } else {
+      mirror.finish(first, { ok: true })
+      expected.push([servers.echo[0].id, { ok: true }])
+    }
+  }
+  // Every request that started on the slow node was hedged to the other one (round robin: the
+  // hedge is the next node), and the slow attempt was cancelled: nothing counted for it.
+  await until(() => inFlight(b) === 0)
+  assert.deepEqual(endings, expected)
+  assert.equal(sluggish.seen.length, expected.filter(([id]) => id === sluggish.id).length)
+  assert.deepEqual([stat(b, sluggish.id).requests, stat(b, sluggish.id).failures, inFlight(b)], [0, 0, 0])
+  // A POST may not be retried, so it is not hedged either: one attempt, wherever it lands.
+  endings.length = 0
+  const posted = await get(agent, '/post', { method: 'POST', body: 'x' })
+  assert.equal(posted.status, 200)
+  assert.equal(endings.length, 1)
+  assert.equal(endings[0][0], twin.request(null, { maxAttempts: 1 }).attempt().id)
+})
+
+test('hedges: one that fails while the first is out makes the request wait for the first', async (t) => {
+  clear()
+  const ids = [servers.slow.id, servers.s503.id]
+  const b = new Balancer('round_robin', ids, { seed: 3, consecutive_failures: 0 })
+  const twin = new Balancer('round_robin', ids, { seed: 3 })
+  // Make the first attempt go to the slow server (a twin's request tells where it would go).
+  if (twin.request(null, { maxAttempts: 1 }).attempt().id !== servers.slow.id) b.request(null, { maxAttempts: 1 }).attempt()
+  const { watched, endings } = spy(b)
+  const agent = agentFor(t, watched, { hedge: Hedging.after(10) })
+  const { status, body } = await get(agent)
+  // The 503 hedge answered first and was dropped (the core said wait); the slow one answered.
+  assert.equal(status, 200)
+  assert.equal(body.index, 'slow')
+  assert.deepEqual(endings, [[servers.s503.id, { ok: false, kind: 'error' }], [servers.slow.id, { ok: true }]])
+  assert.equal(inFlight(b), 0)
+  // The caller's abort with a hedge out: both attempts cancelled, nothing counted.
+  endings.length = 0
+  await assert.rejects(request(`${ORIGIN}/`, { dispatcher: agent, signal: AbortSignal.timeout(40) }), { name: 'TimeoutError' })
+  await until(() => inFlight(b) === 0)
+  assert.equal(inFlight(b), 0)
+  assert.ok(endings.every(([, how]) => how === 'cancel' || how.ok === false), JSON.stringify(endings))
 })
 
 test('only idempotent methods with replayable bodies are retried', async (t) => {
