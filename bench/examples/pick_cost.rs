@@ -1,0 +1,108 @@
+//! Instructions per unkeyed or keyed pick (issue 23, item 1), liblb's `Balancer` and `Table`
+//! against the bare peers, counted by callgrind so the answer does not depend on what else
+//! the machine runs:
+//!
+//!     cargo build --release -p liblb-bench --example pick_cost
+//!     for op in balancer_random table_random smallrng_choose balancer_round_robin table_round_robin \
+//!               atomic_round_robin balancer_source_hash table_source_hash xxh3_mod \
+//!               balancer_weighted_random table_weighted_random alias; do
+//!       for n in 0 1000000; do
+//!         valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+//!           target/release/examples/pick_cost $op $n 2>&1 | grep 'Collected'
+//!       done
+//!     done
+//!
+//! Instructions per pick = (collected at 1,000,000 − collected at 0) / 1,000,000; 100 nodes,
+//! weights 1..=5 for the weighted ones. Instructions are not nanoseconds (a locked
+//! read-modify-write or a cache miss costs many cycles in one instruction), but they show
+//! where a fast path has work to remove.
+
+use liblb_bench::{keys, nodes};
+use liblb_core::{Algorithm, Balancer, Options, State, Table};
+use rand::SeedableRng;
+use rand::distr::Distribution;
+use rand::rngs::SmallRng;
+use rand::seq::IndexedRandom;
+use rand_distr::weighted::WeightedAliasIndex;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const N: usize = 100;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let op = args.next().expect("an operation");
+    let count: usize = args.next().expect("a count").parse().expect("a count");
+    let keys = keys();
+    let key = |i: usize| keys[i & 4095].as_bytes();
+    let options = Options {
+        seed: Some(1),
+        ..Options::default()
+    };
+    let balancer = |algorithm: Algorithm, weighted: bool| {
+        Balancer::new(algorithm, nodes(N, weighted), options.clone()).unwrap()
+    };
+    let table = |algorithm: Algorithm, weighted: bool| {
+        Table::build(algorithm, &options, &nodes(N, weighted)).unwrap()
+    };
+    let state = State::new(1);
+    let mut sum = 0u64;
+    match op.as_str() {
+        "balancer_random" | "balancer_weighted_random" | "balancer_round_robin" | "balancer_source_hash" => {
+            let algorithm = match op.as_str() {
+                "balancer_random" => Algorithm::Random,
+                "balancer_weighted_random" => Algorithm::WeightedRandom,
+                "balancer_round_robin" => Algorithm::RoundRobin,
+                _ => Algorithm::SourceHash,
+            };
+            let b = balancer(algorithm, algorithm == Algorithm::WeightedRandom);
+            let keyed = algorithm == Algorithm::SourceHash;
+            sum += b.pick(keyed.then(|| key(0))).unwrap().tag(); // warm: the thread's pin
+            for i in 0..count {
+                sum += b.pick(keyed.then(|| key(i))).unwrap().tag();
+            }
+        }
+        "table_random" | "table_weighted_random" | "table_round_robin" | "table_source_hash" => {
+            let algorithm = match op.as_str() {
+                "table_random" => Algorithm::Random,
+                "table_weighted_random" => Algorithm::WeightedRandom,
+                "table_round_robin" => Algorithm::RoundRobin,
+                _ => Algorithm::SourceHash,
+            };
+            let t = table(algorithm, algorithm == Algorithm::WeightedRandom);
+            let keyed = algorithm == Algorithm::SourceHash;
+            sum += t.pick(keyed.then(|| key(0)), &state, 0).unwrap() as u64;
+            for i in 0..count {
+                sum += t.pick(keyed.then(|| key(i)), &state, 0).unwrap() as u64;
+            }
+        }
+        "smallrng_choose" => {
+            let items: Vec<u64> = (0..N as u64).collect();
+            let mut rng = SmallRng::seed_from_u64(1);
+            for _ in 0..count {
+                sum += *items.choose(&mut rng).unwrap();
+            }
+        }
+        "alias" => {
+            let weights: Vec<u32> = (0..N).map(|i| (i % 5) as u32 + 1).collect();
+            let alias = WeightedAliasIndex::new(weights).unwrap();
+            let mut rng = SmallRng::seed_from_u64(1);
+            for _ in 0..count {
+                sum += alias.sample(&mut rng) as u64;
+            }
+        }
+        "atomic_round_robin" => {
+            let next = AtomicUsize::new(0);
+            for _ in 0..count {
+                sum += (next.fetch_add(1, Ordering::Relaxed) % N) as u64;
+            }
+        }
+        "xxh3_mod" => {
+            for i in 0..count {
+                sum += xxhash_rust::xxh3::xxh3_64(key(i)) % N as u64;
+            }
+        }
+        other => panic!("unknown operation {other}"),
+    }
+    black_box(sum);
+}
