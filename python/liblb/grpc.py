@@ -27,18 +27,32 @@ known to be idempotent: give non-idempotent ones ``max_attempts=1``.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import grpc
+import grpc.aio
 
 from ._liblb import Balancer, Lease, Request, RetryBudget, RetryThrottle, AdaptiveThrottle
 from ._request import RequestFailedError
 
-__all__ = ["Channel", "StreamStream", "StreamUnary", "UnaryStream", "UnaryUnary", "outcome_of"]
+__all__ = [
+    "AsyncChannel",
+    "AsyncStreamStream",
+    "AsyncStreamUnary",
+    "AsyncUnaryStream",
+    "AsyncUnaryUnary",
+    "Channel",
+    "StreamStream",
+    "StreamUnary",
+    "UnaryStream",
+    "UnaryUnary",
+    "outcome_of",
+]
 
 Req = TypeVar("Req")
 Res = TypeVar("Res")
@@ -53,11 +67,14 @@ _ERRORS = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCod
 
 _INVALID = -1.0  # a pushback that says "do not retry" (gRFC A6: negative or unparseable)
 
+# The errors that carry a status: grpcio's (a grpc.Call) and grpc.aio's (AioRpcError).
+_CALLS: tuple[type, ...] = (grpc.Call, grpc.aio.AioRpcError)
+
 
 def _pushback(error: grpc.RpcError) -> float | None:
     """The server's ``grpc-retry-pushback-ms`` in seconds, ``_INVALID`` when it sent one that is
     negative or unparseable, None when it sent none."""
-    trailing: Any = error.trailing_metadata() if isinstance(error, grpc.Call) else None
+    trailing: Any = error.trailing_metadata() if isinstance(error, _CALLS) else None
     for name, value in trailing or ():
         if name == "grpc-retry-pushback-ms":
             text = str(value.decode() if isinstance(value, bytes) else value)
@@ -68,7 +85,7 @@ def _pushback(error: grpc.RpcError) -> float | None:
 def outcome_of(error: grpc.RpcError) -> tuple[_Kind, float | None] | None:
     """The failure kind and retry-after (seconds) a gRPC error means for its node, or None when
     the node answered (a status the caller must handle; not retried)."""
-    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+    code = error.code() if isinstance(error, _CALLS) else grpc.StatusCode.UNKNOWN
     pushback = _pushback(error)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED or (code == grpc.StatusCode.UNAVAILABLE and pushback is not None):
         return "overloaded", None if pushback == _INVALID else pushback
@@ -88,13 +105,12 @@ def _tuple(metadata: _Metadata | None) -> tuple[tuple[str, str | bytes], ...] | 
     return None if metadata is None else tuple(metadata)
 
 
-class Channel:
-    """A pool of ``grpc.Channel``s, one per node of ``balancer`` (made on a node's first call,
-    closed once it has left the balancer or when this channel closes), whose calls go through
-    the balancer's request loop. ``key(method, request, metadata)`` keys calls for the keyed
-    algorithms; ``credentials`` makes secure channels; ``options`` are grpc channel options;
-    ``max_attempts``, ``budget`` and ``retry_on`` are the request loop's (``Balancer.request``).
-    Thread-safe."""
+class _Pool:
+    """What ``Channel`` and ``AsyncChannel`` share: one channel per node, made on a node's first
+    call and closed once it has left the balancer and no call uses it; the balancer's request
+    for each call."""
+
+    _kind = "liblb.grpc.Channel"
 
     def __init__(
         self,
@@ -112,39 +128,36 @@ class Channel:
         self._credentials = credentials
         self._options = list(options)
         self._policy: dict[str, Any] = {"max_attempts": max_attempts, "budget": budget, "retry_on": retry_on}
-        self._channels: dict[str, grpc.Channel] = {}
+        self._channels: dict[str, Any] = {}
         self._users: dict[str, int] = {}  # calls of this pool using each node's channel now
         self._lock = threading.Lock()
         self._closed = False
         balancer.request(None if key is None else b"", **self._policy)  # checks the policy now
 
-    def channel(self, node: str) -> grpc.Channel:
-        """The ``grpc.Channel`` to ``node`` (a target such as ``host:port``), made on first use
-        (for calls of your own). Once the node has left the balancer its channel is closed, as
-        soon as no call of this pool uses it."""
-        with self._lock:
-            return self._get(node)
+    def _open(self, node: str) -> Any:
+        raise NotImplementedError
 
-    def _get(self, node: str) -> grpc.Channel:
-        """`channel` under the lock; closes departed nodes' channels that no call uses."""
+    def _retire(self, channel: Any) -> None:
+        raise NotImplementedError
+
+    def _get(self, node: str) -> Any:
+        """The node's channel, under the lock; closes departed nodes' channels that no call
+        uses."""
         if self._closed:
-            raise ValueError("the liblb.grpc.Channel is closed")
+            raise ValueError(f"the {self._kind} is closed")
         channel = self._channels.get(node)
         # Departed nodes are looked for when there are more channels than nodes, or a new node
         # shows up (a membership change that kept the count).
         if channel is None or len(self._channels) > len(self.balancer):
             for gone in [n for n in self._channels if n not in self.balancer and not self._users.get(n)]:
-                self._channels.pop(gone).close()
+                self._retire(self._channels.pop(gone))
         if channel is None:
-            if self._credentials is None:
-                channel = grpc.insecure_channel(node, self._options)
-            else:
-                channel = grpc.secure_channel(node, self._credentials, self._options)
+            channel = self._open(node)
             self._channels[node] = channel
         return channel
 
     @contextmanager
-    def _use(self, node: str) -> Iterator[grpc.Channel]:
+    def _use(self, node: str) -> Iterator[Any]:
         """The node's channel for one attempt: not closed under it by a membership change."""
         with self._lock:
             channel = self._get(node)
@@ -157,7 +170,14 @@ class Channel:
                 if not self._users[node]:
                     del self._users[node]
                     if node not in self.balancer and self._channels.get(node) is channel:
-                        self._channels.pop(node).close()
+                        self._retire(self._channels.pop(node))
+
+    def _take_all(self) -> list[Any]:
+        """Marks the pool closed and hands over every channel (to close)."""
+        with self._lock:
+            self._closed = True
+            channels, self._channels = list(self._channels.values()), {}
+        return channels
 
     def request(self, method: str, request: Any, metadata: _Metadata | None, timeout: float | None, **policy: Any) -> Request:
         """The balancer's request for one call (the channel's policy, overridden by ``policy``;
@@ -166,6 +186,31 @@ class Channel:
             raise TypeError("pass the call's deadline as timeout=, not deadline=")
         key = self._key(method, request, metadata) if self._key is not None else None
         return self.balancer.request(key, deadline=timeout, **{**self._policy, **policy})
+
+
+class Channel(_Pool):
+    """A pool of ``grpc.Channel``s, one per node of ``balancer`` (made on a node's first call,
+    closed once it has left the balancer or when this channel closes), whose calls go through
+    the balancer's request loop. ``key(method, request, metadata)`` keys calls for the keyed
+    algorithms; ``credentials`` makes secure channels; ``options`` are grpc channel options;
+    ``max_attempts``, ``budget`` and ``retry_on`` are the request loop's (``Balancer.request``).
+    Thread-safe."""
+
+    def channel(self, node: str) -> grpc.Channel:
+        """The ``grpc.Channel`` to ``node`` (a target such as ``host:port``), made on first use
+        (for calls of your own). Once the node has left the balancer its channel is closed, as
+        soon as no call of this pool uses it."""
+        with self._lock:
+            channel: grpc.Channel = self._get(node)
+            return channel
+
+    def _open(self, node: str) -> grpc.Channel:
+        if self._credentials is None:
+            return grpc.insecure_channel(node, self._options)
+        return grpc.secure_channel(node, self._credentials, self._options)
+
+    def _retire(self, channel: grpc.Channel) -> None:
+        channel.close()
 
     def unary_unary(
         self,
@@ -205,10 +250,7 @@ class Channel:
 
     def close(self) -> None:
         """Closes every node's channel; later calls raise ValueError."""
-        with self._lock:
-            self._closed = True
-            channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
+        for channel in self._take_all():
             channel.close()
 
     def __enter__(self) -> Channel:
@@ -221,7 +263,7 @@ class Channel:
 class _Method(Generic[Req, Res]):
     def __init__(
         self,
-        channel: Channel,
+        channel: _Pool,
         method: str,
         serializer: Callable[[Req], bytes] | None,
         deserializer: Callable[[bytes], Res] | None,
@@ -243,10 +285,10 @@ class _Method(Generic[Req, Res]):
         return reply
 
     @staticmethod
-    def _failed(lease: Lease, request: Request, error: grpc.RpcError) -> None:
+    def _failed(lease: Lease, request: Request, error: grpc.RpcError) -> float:
         """Ends `lease` with what `error` means; raises it when the node answered, when the
-        request is over or when the server's pushback forbids a retry; else sleeps the backoff
-        before the next attempt."""
+        request is over or when the server's pushback forbids a retry; else returns the
+        backoff (seconds) before the next attempt."""
         outcome = outcome_of(error)
         if outcome is None:
             lease.finish(ok=True)
@@ -255,9 +297,18 @@ class _Method(Generic[Req, Res]):
         lease.finish(ok=False, kind=kind, retry_after=retry_after)
         if request.over or not _may_retry(error):
             raise error
-        time.sleep(request.backoff())
+        return request.backoff()
 
-    def _requests(self, requests: Iterable[Req]) -> _Requests[Req]:
+    @staticmethod
+    def _ended(lease: Lease, error: grpc.RpcError) -> None:
+        """Ends the lease of a stream that failed after its first reply (no retry)."""
+        outcome = outcome_of(error)
+        if outcome is None:
+            lease.finish(ok=True)
+        else:
+            lease.finish(ok=False, kind=outcome[0], retry_after=outcome[1])
+
+    def _requests(self, requests: Iterable[Req] | AsyncIterable[Req]) -> _Requests[Req]:
         return _Requests(requests, self._serializer)
 
     def _unary(self, req: Request, invoke: Callable[[grpc.Channel, float | None], Any], requests: _Requests[Req] | None = None) -> Res:
@@ -271,7 +322,7 @@ class _Method(Generic[Req, Res]):
                 last = error
                 if requests is not None:
                     requests.raise_own(lease, error)
-                self._failed(lease, req, error)
+                time.sleep(self._failed(lease, req, error))
                 continue
             except BaseException:
                 lease.cancel()
@@ -301,13 +352,9 @@ class _Method(Generic[Req, Res]):
                 if requests is not None:
                     requests.raise_own(lease, error)
                 if started:  # the caller has messages: no retry, the node's outcome counts
-                    outcome = outcome_of(error)
-                    if outcome is None:
-                        lease.finish(ok=True)
-                    else:
-                        lease.finish(ok=False, kind=outcome[0], retry_after=outcome[1])
+                    self._ended(lease, error)
                     raise
-                self._failed(lease, req, error)
+                time.sleep(self._failed(lease, req, error))
                 continue
             except BaseException:  # GeneratorExit (closed or collected), a deserializer's error
                 lease.cancel()
@@ -323,7 +370,7 @@ class _Requests(Generic[Req]):
     (grpcio cancels the call and reports UNKNOWN): ``raise_own`` cancels the lease and raises
     it. Only a sequence (list, tuple) is ``replayable``: an iterator is consumed by one attempt."""
 
-    def __init__(self, requests: Iterable[Req], serializer: Callable[[Req], bytes] | None) -> None:
+    def __init__(self, requests: Iterable[Req] | AsyncIterable[Req], serializer: Callable[[Req], bytes] | None) -> None:
         self._requests = requests
         self._serializer = serializer
         self.replayable = isinstance(requests, Sequence) and not isinstance(requests, (str, bytes))
@@ -332,8 +379,23 @@ class _Requests(Generic[Req]):
     def attempt(self) -> Iterator[Any]:
         """The requests for one attempt."""
         self._error = None
+        assert not isinstance(self._requests, AsyncIterable), "an async iterable needs an AsyncChannel"
         try:
             for message in self._requests:
+                yield self._serializer(message) if self._serializer is not None else message
+        except Exception as exc:
+            self._error = exc
+            raise
+
+    def for_aio(self) -> Iterator[Any] | AsyncIterator[Any]:
+        """The requests for one attempt of a grpc.aio call (which takes either kind)."""
+        return self._aattempt() if isinstance(self._requests, AsyncIterable) else self.attempt()
+
+    async def _aattempt(self) -> AsyncIterator[Any]:
+        self._error = None
+        assert isinstance(self._requests, AsyncIterable)
+        try:
+            async for message in self._requests:
                 yield self._serializer(message) if self._serializer is not None else message
         except Exception as exc:
             self._error = exc
@@ -424,3 +486,239 @@ class StreamStream(_Method[Req, Res]):
             return call(messages.attempt(), timeout=remaining, metadata=_tuple(metadata))
 
         return self._replies(req, invoke, messages)
+
+
+class AsyncChannel(_Pool):
+    """``Channel`` on asyncio (``grpc.aio``): a pool of ``grpc.aio.Channel``s, one per node,
+    whose calls go through the balancer's request loop. Unary replies are awaited
+    (``await say(request)``), streamed ones iterated (``async for reply in count(request)``);
+    backoffs are ``asyncio.sleep``; a cancelled task cancels its attempt's lease (nothing
+    counted). Requests to stream may be an iterable or an async iterable (retried only when a
+    sequence). Options as ``Channel``'s. Use it from one event loop; ``await channel.close()``
+    (or ``async with``) closes every node's channel."""
+
+    _kind = "liblb.grpc.AsyncChannel"
+
+    def __init__(
+        self,
+        balancer: Balancer,
+        *,
+        key: _KeyFn | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+        max_attempts: int | None = None,
+        budget: _Budget | None = None,
+        retry_on: Sequence[_Kind] | None = None,
+    ) -> None:
+        super().__init__(
+            balancer,
+            key=key,
+            credentials=credentials,
+            options=options,
+            max_attempts=max_attempts,
+            budget=budget,
+            retry_on=retry_on,
+        )
+        self._closing: set[asyncio.Future[None]] = set()  # closes of departed nodes' channels
+
+    def channel(self, node: str) -> grpc.aio.Channel:
+        """The ``grpc.aio.Channel`` to ``node``, made on first use (for calls of your own); closed
+        once the node has left the balancer and no call of this pool uses it."""
+        with self._lock:
+            channel: grpc.aio.Channel = self._get(node)
+            return channel
+
+    def _open(self, node: str) -> grpc.aio.Channel:
+        if self._credentials is None:
+            return grpc.aio.insecure_channel(node, self._options)
+        return grpc.aio.secure_channel(node, self._credentials, self._options)
+
+    def _retire(self, channel: grpc.aio.Channel) -> None:
+        # Closing a grpc.aio channel is a coroutine: run it on the loop, keep it till done.
+        closing = asyncio.ensure_future(channel.close())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+
+    def unary_unary(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+    ) -> AsyncUnaryUnary[Any, Any]:
+        """An awaitable callable for a unary method, as ``grpc.aio.Channel.unary_unary``."""
+        return AsyncUnaryUnary(self, method, request_serializer, response_deserializer)
+
+    def unary_stream(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+    ) -> AsyncUnaryStream[Any, Any]:
+        """A callable for a server-streaming method: ``async for reply in call(request)``."""
+        return AsyncUnaryStream(self, method, request_serializer, response_deserializer)
+
+    def stream_unary(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+    ) -> AsyncStreamUnary[Any, Any]:
+        """An awaitable callable for a client-streaming method."""
+        return AsyncStreamUnary(self, method, request_serializer, response_deserializer)
+
+    def stream_stream(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+    ) -> AsyncStreamStream[Any, Any]:
+        """A callable for a bidirectional-streaming method: ``async for reply in call(requests)``."""
+        return AsyncStreamStream(self, method, request_serializer, response_deserializer)
+
+    async def close(self) -> None:
+        """Closes every node's channel; later calls raise ValueError."""
+        channels = self._take_all()
+        await asyncio.gather(*(channel.close() for channel in channels), *self._closing)
+
+    async def __aenter__(self) -> AsyncChannel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _AsyncMethod(_Method[Req, Res]):
+    """The attempt loops of ``_Method`` on asyncio."""
+
+    async def _aunary(
+        self, req: Request, invoke: Callable[[grpc.aio.Channel, float | None], Awaitable[Any]], requests: _Requests[Req] | None = None
+    ) -> Res:
+        last: grpc.RpcError | None = None
+        for lease in req:
+            try:
+                with self._channel._use(lease.id) as channel:
+                    raw = await invoke(channel, req.remaining)
+            except grpc.RpcError as error:
+                last = error
+                if requests is not None:
+                    requests.raise_own(lease, error)
+                await asyncio.sleep(self._failed(lease, req, error))
+                continue
+            except BaseException:  # a cancelled task, the caller's own exception
+                lease.cancel()
+                raise
+            lease.finish(ok=True)
+            return self._reply(raw)
+        raise RequestFailedError(req.stopped, req.attempts) from last
+
+    async def _areplies(
+        self, req: Request, invoke: Callable[[grpc.aio.Channel, float | None], Any], requests: _Requests[Req] | None = None
+    ) -> AsyncGenerator[Res, None]:
+        last: grpc.RpcError | None = None
+        for lease in req:
+            started = False
+            try:
+                with self._channel._use(lease.id) as channel:
+                    call = invoke(channel, req.remaining)
+                    try:
+                        async for raw in call:
+                            started = True
+                            yield self._reply(raw)
+                    except BaseException:
+                        call.cancel()
+                        raise
+            except grpc.RpcError as error:
+                last = error
+                if requests is not None:
+                    requests.raise_own(lease, error)
+                if started:  # the caller has messages: no retry, the node's outcome counts
+                    self._ended(lease, error)
+                    raise
+                await asyncio.sleep(self._failed(lease, req, error))
+                continue
+            except BaseException:  # closed (GeneratorExit), cancelled, a deserializer's error
+                lease.cancel()
+                raise
+            lease.finish(ok=True)
+            return
+        raise RequestFailedError(req.stopped, req.attempts) from last
+
+
+class AsyncUnaryUnary(_AsyncMethod[Req, Res]):
+    """A unary method of an ``AsyncChannel``: ``await call(request, timeout=None, metadata=None)``
+    (retries and errors as ``UnaryUnary``)."""
+
+    async def __call__(self, request: Req, timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any) -> Res:
+        req = self._channel.request(self._method, request, metadata, timeout, **policy)
+        payload = self._payload(request)
+
+        def invoke(channel: grpc.aio.Channel, remaining: float | None) -> Awaitable[Any]:
+            call: Any = channel.unary_unary(self._method)
+            return call(payload, timeout=remaining, metadata=_tuple(metadata))  # type: ignore[no-any-return]
+
+        return await self._aunary(req, invoke)
+
+
+class AsyncUnaryStream(_AsyncMethod[Req, Res]):
+    """A server-streaming method of an ``AsyncChannel``: ``async for reply in call(request)``
+    (retried only before the first reply; the lease ends with the stream, or is cancelled if
+    the iterator is closed early)."""
+
+    def __call__(
+        self, request: Req, timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any
+    ) -> AsyncGenerator[Res, None]:
+        req = self._channel.request(self._method, request, metadata, timeout, **policy)
+        payload = self._payload(request)
+
+        def invoke(channel: grpc.aio.Channel, remaining: float | None) -> Any:
+            call: Any = channel.unary_stream(self._method)
+            return call(payload, timeout=remaining, metadata=_tuple(metadata))
+
+        return self._areplies(req, invoke)
+
+
+class AsyncStreamUnary(_AsyncMethod[Req, Res]):
+    """A client-streaming method of an ``AsyncChannel``: ``await call(requests)``, ``requests``
+    an iterable or an async iterable (retried only when a sequence)."""
+
+    async def __call__(
+        self,
+        requests: Iterable[Req] | AsyncIterable[Req],
+        timeout: float | None = None,
+        metadata: _Metadata | None = None,
+        **policy: Any,
+    ) -> Res:
+        messages = self._requests(requests)
+        if not messages.replayable:
+            policy["max_attempts"] = 1
+        req = self._channel.request(self._method, requests, metadata, timeout, **policy)
+
+        def invoke(channel: grpc.aio.Channel, remaining: float | None) -> Awaitable[Any]:
+            call: Any = channel.stream_unary(self._method)
+            return call(messages.for_aio(), timeout=remaining, metadata=_tuple(metadata))  # type: ignore[no-any-return]
+
+        return await self._aunary(req, invoke, messages)
+
+
+class AsyncStreamStream(_AsyncMethod[Req, Res]):
+    """A bidirectional-streaming method of an ``AsyncChannel``: ``async for reply in
+    call(requests)`` (retried only before the first reply and only when ``requests`` is a
+    sequence)."""
+
+    def __call__(
+        self,
+        requests: Iterable[Req] | AsyncIterable[Req],
+        timeout: float | None = None,
+        metadata: _Metadata | None = None,
+        **policy: Any,
+    ) -> AsyncGenerator[Res, None]:
+        messages = self._requests(requests)
+        if not messages.replayable:
+            policy["max_attempts"] = 1
+        req = self._channel.request(self._method, requests, metadata, timeout, **policy)
+
+        def invoke(channel: grpc.aio.Channel, remaining: float | None) -> Any:
+            call: Any = channel.stream_stream(self._method)
+            return call(messages.for_aio(), timeout=remaining, metadata=_tuple(metadata))
+
+        return self._areplies(req, invoke, messages)

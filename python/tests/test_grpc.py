@@ -5,14 +5,16 @@ message, and every attempt's lease ends exactly once (in-flight back to 0)."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent import futures
 from typing import Any
 
 import grpc
+import grpc.aio
 import pytest
 
 import liblb
@@ -386,3 +388,106 @@ def test_the_callers_serializers_and_a_no_retry_pushback(servers: Callable[..., 
                 results.append(error.code().name.encode())
     assert results.count(b"UNAVAILABLE") == 1 and no_retry.calls == 1
     assert counted(b2)[no_retry.address] == (1, 1, 0)
+
+
+# ---- liblb.grpc.AsyncChannel (grpc.aio) against the same grpcio servers ----------------------
+
+
+def test_async_calls_follow_the_picks_and_retry_on_distinct_nodes(servers: Callable[..., list[Server]]) -> None:
+    down, ok, ok2 = servers("unavailable", "ok", "ok")
+    ids = [down.address, ok.address, ok2.address]
+    b = liblb.Balancer("round_robin", ids, seed=4, consecutive_failures=0)
+
+    async def main() -> list[bytes]:
+        async with liblb.grpc.AsyncChannel(b) as channel:
+            say_ = channel.unary_unary(f"/{SERVICE}/Say")
+            return [await say_(b"hi", timeout=5) for _ in range(6)]
+
+    replies = asyncio.run(main())
+    # Every call was answered by a node that is up; the down node's attempts were retried.
+    assert all(r in (b"1 - hi", b"2 - hi") for r in replies)
+    requests, failures, in_flight = counted(b)[down.address]
+    assert requests == failures == down.calls >= 1 and in_flight == 0
+    assert counted(b)[ok.address][0] + counted(b)[ok2.address][0] == 6
+    assert sum(i for _, _, i in counted(b).values()) == 0
+
+
+def test_async_streams_retry_before_their_first_reply_and_abandoning_cancels(
+    servers: Callable[..., list[Server]],
+) -> None:
+    down, ok, breaking = servers("unavailable", "ok", "break")
+    b = liblb.Balancer("round_robin", [down.address, ok.address], seed=5)
+
+    async def requests() -> AsyncIterator[bytes]:
+        for m in (b"p", b"q"):
+            yield m
+
+    async def main() -> None:
+        async with liblb.grpc.AsyncChannel(b) as channel:
+            count = channel.unary_stream(f"/{SERVICE}/Count")
+            for _ in range(2):
+                assert [r async for r in count(b"3", timeout=5)] == [b"1:0", b"1:1", b"1:2"]
+            # Abandoned after one reply: cancelled, nothing counted for the answering node.
+            before = counted(b)[ok.address]
+            replies = count(b"3", timeout=5)
+            assert await replies.__anext__() == b"1:0"
+            await replies.aclose()
+            assert counted(b)[ok.address] == before
+            # Client and bidirectional streams: a list is retried past the down node; an async
+            # generator is sent once (here to whichever node the call gets).
+            join = channel.stream_unary(f"/{SERVICE}/Join")
+            echo = channel.stream_stream(f"/{SERVICE}/Echo")
+            for _ in range(2):
+                assert await join([b"a", b"b"], timeout=5) == b"1 a,b"
+                assert [r async for r in echo([b"p", b"q"], timeout=5)] == [b"1:p", b"1:q"]
+            attempts_before = down.calls + ok.calls
+            try:
+                answer = await join(requests(), timeout=5)
+                assert answer == b"1 p,q"
+            except grpc.RpcError as error:
+                assert isinstance(error, grpc.aio.AioRpcError) and error.code() == grpc.StatusCode.UNAVAILABLE
+            assert down.calls + ok.calls == attempts_before + 1
+
+    asyncio.run(main())
+    assert counted(b)[ok.address][1:] == (0, 0) and counted(b)[down.address][2] == 0
+
+    # A stream that fails after its first reply: raised, not retried, one failure.
+    b2 = liblb.Balancer("round_robin", [breaking.address])
+
+    async def broken() -> list[bytes]:
+        got: list[bytes] = []
+        async with liblb.grpc.AsyncChannel(b2) as channel:
+            with pytest.raises(grpc.RpcError):
+                async for r in channel.unary_stream(f"/{SERVICE}/Count")(b"3", timeout=5):
+                    got.append(r)
+        return got
+
+    assert asyncio.run(broken()) == [b"2:0"]
+    assert counted(b2)[breaking.address] == (1, 1, 0)
+
+
+def test_async_a_cancelled_call_cancels_its_lease_and_departed_nodes_close(servers: Callable[..., list[Server]]) -> None:
+    slow, ok = servers("slow", "ok")
+    b = liblb.Balancer("round_robin", [slow.address, ok.address], seed=1)
+    twin = liblb.Balancer("round_robin", [slow.address, ok.address], seed=1)
+    if twin.pick() != slow.address:
+        b.pick()  # the first call goes to the slow node
+
+    async def main() -> None:
+        async with liblb.grpc.AsyncChannel(b) as channel:
+            say_ = channel.unary_unary(f"/{SERVICE}/Say")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(say_(b"x", timeout=5), 0.2)
+            # The cancelled attempt counted nothing and holds no in-flight slot.
+            assert counted(b)[slow.address] == (0, 0, 0)
+            assert await say_(b"x", timeout=5) == b"1 - x"
+            gone = channel.channel(slow.address)
+            b.remove(slow.address)
+            channel.channel(ok.address)  # 2 channels for 1 node: the departed one's is closed
+            await asyncio.sleep(0)
+            await asyncio.gather(*channel._closing)
+            assert gone.get_state() == grpc.ChannelConnectivity.SHUTDOWN
+        with pytest.raises(ValueError, match="AsyncChannel is closed"):
+            channel.channel(ok.address)
+
+    asyncio.run(main())
