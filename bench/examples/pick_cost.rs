@@ -40,7 +40,7 @@ fn main() {
         ..Options::default()
     };
     let balancer = |algorithm: Algorithm, weighted: bool| {
-        Balancer::new(algorithm, nodes(N, weighted), options.clone()).unwrap()
+        Balancer::new(algorithm, nodes(N, weighted), options).unwrap()
     };
     let table = |algorithm: Algorithm, weighted: bool| {
         Table::build(algorithm, &options, &nodes(N, weighted)).unwrap()
@@ -48,7 +48,10 @@ fn main() {
     let state = State::new(1);
     let mut sum = 0u64;
     match op.as_str() {
-        "balancer_random" | "balancer_weighted_random" | "balancer_round_robin" | "balancer_source_hash" => {
+        "balancer_random"
+        | "balancer_weighted_random"
+        | "balancer_round_robin"
+        | "balancer_source_hash" => {
             let algorithm = match op.as_str() {
                 "balancer_random" => Algorithm::Random,
                 "balancer_weighted_random" => Algorithm::WeightedRandom,

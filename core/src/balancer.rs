@@ -172,32 +172,87 @@ pub trait Clock: Send + Sync + core::fmt::Debug {
     fn now_ns(&self) -> u64;
 }
 
-/// The default clock: `std::time::Instant`, from one origin per process (liblb's first
-/// reading of it). Every balancer and budget on this clock tells the same time, so a
-/// [`Budget`](crate::Budget) shared by several balancers, or fed by the caller between
-/// requests, sees one time line whichever balancer was made first.
-#[derive(Debug)]
-pub struct MonotonicClock(std::time::Instant);
-
-/// The process's origin for [`MonotonicClock`].
-static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+/// The default clock: nanoseconds since one origin per process (liblb's first reading of it).
+/// Every balancer and budget on this clock tells the same time, so a [`Budget`](crate::Budget)
+/// shared by several balancers, or fed by the caller between requests, sees one time line
+/// whichever balancer was made first.
+///
+/// Where the kernel itself keeps time with the CPU's time-stamp counter (Linux's clocksource is
+/// `tsc`: the kernel found it invariant and in step across CPUs), the clock reads the counter
+/// directly through the `quanta` crate, calibrated once per process against the OS monotonic
+/// clock (about a millisecond, on the first reading). That skips `clock_gettime`'s vDSO work: on
+/// this project's VM a reading costs about a third of `Instant::now()`'s (issue 23, item 2;
+/// BENCHMARKS.md). Elsewhere it reads `std::time::Instant`.
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock(());
 
 impl Default for MonotonicClock {
+    /// The clock, its source chosen (and the counter calibrated) now if this is the process's
+    /// first: balancers take it when they are made, so no request pays for the calibration.
     fn default() -> MonotonicClock {
-        MonotonicClock(*ORIGIN.get_or_init(std::time::Instant::now))
+        SOURCE.get_or_init(TimeSource::new);
+        MonotonicClock(())
     }
+}
+
+/// The process's time source and origin for [`MonotonicClock`].
+static SOURCE: std::sync::OnceLock<TimeSource> = std::sync::OnceLock::new();
+
+#[derive(Debug)]
+enum TimeSource {
+    /// The calibrated time-stamp counter, and its raw reading at the origin.
+    Counter(quanta::Clock, u64),
+    /// The OS monotonic clock, and the origin.
+    Os(std::time::Instant),
+}
+
+impl TimeSource {
+    fn new() -> TimeSource {
+        if kernel_uses_tsc() {
+            let clock = quanta::Clock::new();
+            let origin = clock.raw();
+            TimeSource::Counter(clock, origin)
+        } else {
+            TimeSource::Os(std::time::Instant::now())
+        }
+    }
+}
+
+/// Whether the kernel keeps time with the time-stamp counter: it checked the counter's
+/// stability and cross-CPU sync before choosing it, and switches away (to `hpet`, `kvm-clock`,
+/// ...) when it cannot trust it. quanta only checks that the CPU claims an invariant counter.
+fn kernel_uses_tsc() -> bool {
+    cfg!(target_os = "linux")
+        && std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .is_ok_and(|source| source.trim() == "tsc")
 }
 
 impl MonotonicClock {
     /// Nanoseconds since the process's origin: what every balancer's default clock reads.
+    #[inline]
     pub fn now() -> u64 {
-        MonotonicClock::default().now_ns()
+        match SOURCE.get_or_init(TimeSource::new) {
+            TimeSource::Counter(clock, origin) => clock.delta_as_nanos(*origin, clock.raw()),
+            TimeSource::Os(origin) => origin.elapsed().as_nanos() as u64,
+        }
+    }
+
+    /// Which time source the process's clock reads: `"tsc"` (the calibrated time-stamp
+    /// counter) or `"os"` (`std::time::Instant`).
+    pub fn source() -> &'static str {
+        match SOURCE.get_or_init(TimeSource::new) {
+            TimeSource::Counter(..) => "tsc",
+            TimeSource::Os(_) => "os",
+        }
     }
 }
 
 impl Clock for MonotonicClock {
+    #[inline]
     fn now_ns(&self) -> u64 {
-        self.0.elapsed().as_nanos() as u64
+        MonotonicClock::now()
     }
 }
 
