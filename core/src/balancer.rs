@@ -129,7 +129,11 @@ impl Snapshot {
 
     /// Ends a request on node `index` of this membership (see [`Lease`]).
     fn end(&self, index: usize, outcome: Option<Outcome>) {
-        let now = self.clock.now_ns();
+        self.end_at(index, outcome, self.clock.now_ns());
+    }
+
+    /// [`Snapshot::end`] at `now`, a reading of this snapshot's clock.
+    fn end_at(&self, index: usize, outcome: Option<Outcome>, now: u64) {
         let counted: Counted = (self.table).end_counting(index, outcome, &self.state, now);
         if counted.is_nothing() {
             return;
@@ -391,14 +395,23 @@ impl Lease {
 
     /// Ends the request as a success, its latency measured since `acquire`.
     pub fn success(self) {
-        let latency = self.elapsed();
-        self.finish(Outcome::Success(latency));
+        self.finish_measured(Outcome::Success);
     }
 
     /// Ends the request as a failure, its latency measured since `acquire`.
     pub fn failure(self) {
-        let latency = self.elapsed();
-        self.finish(Outcome::Failure(latency));
+        self.finish_measured(Outcome::Failure);
+    }
+
+    /// Ends the request with `outcome(latency since acquire)`: one clock reading serves both
+    /// the latency and the end.
+    fn finish_measured(mut self, outcome: impl FnOnce(Duration) -> Outcome) {
+        if !core::mem::replace(&mut self.ended, true) {
+            let now = self.snapshot.clock.now_ns();
+            let latency = Duration::from_nanos(now.saturating_sub(self.started_ns));
+            self.snapshot
+                .end_at(self.index, Some(outcome(latency)), now);
+        }
     }
 
     fn end(&mut self, outcome: Option<Outcome>) {
