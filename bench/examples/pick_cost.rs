@@ -5,7 +5,8 @@
 //!     cargo build --release -p liblb-bench --example pick_cost
 //!     for op in balancer_random table_random smallrng_choose balancer_round_robin table_round_robin \
 //!               atomic_round_robin balancer_source_hash table_source_hash xxh3_mod \
-//!               balancer_weighted_random table_weighted_random alias; do
+//!               balancer_weighted_random table_weighted_random alias lease_least_request \
+//!               lease_round_robin; do
 //!       for n in 0 1000000; do
 //!         valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 //!           target/release/examples/pick_cost $op $n 2>&1 | grep 'Collected'
@@ -13,7 +14,7 @@
 //!     done
 //!
 //! Instructions per pick = (collected at 1,000,000 − collected at 0) / 1,000,000; 100 nodes,
-//! weights 1..=5 for the weighted ones. Instructions are not nanoseconds (a locked
+//! weights 1..=5 for the weighted ones; `lease_*` is `acquire` + `finish`. Instructions are not nanoseconds (a locked
 //! read-modify-write or a cache miss costs many cycles in one instruction), but they show
 //! where a fast path has work to remove.
 
@@ -77,6 +78,21 @@ fn main() {
             sum += t.pick(keyed.then(|| key(0)), &state, 0).unwrap() as u64;
             for i in 0..count {
                 sum += t.pick(keyed.then(|| key(i)), &state, 0).unwrap() as u64;
+            }
+        }
+        "lease_least_request" | "lease_round_robin" => {
+            let algorithm = if op == "lease_least_request" {
+                Algorithm::LeastRequest
+            } else {
+                Algorithm::RoundRobin
+            };
+            let b = balancer(algorithm, false);
+            let ok = liblb_core::Outcome::Success(std::time::Duration::from_millis(1));
+            b.acquire(None).unwrap().finish(ok);
+            for _ in 0..count {
+                let lease = b.acquire(None).unwrap();
+                sum += lease.tag();
+                lease.finish(ok);
             }
         }
         "smallrng_choose" => {
