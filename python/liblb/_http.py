@@ -9,6 +9,7 @@ integration) and sleeps the backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import time
 from collections.abc import Awaitable, Callable, Collection
@@ -16,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Literal, NamedTuple, TypeAlias, TypeVar
 
 from ._liblb import AdaptiveThrottle, Balancer, Hedging, Lease, Request, RetryBudget, RetryThrottle
-from ._request import RequestFailedError
+from ._request import RequestFailedError, race
 
 # A failure kind (liblb.FAILURE_KINDS), spelled as a union of literals for mypy.stubtest.
 Kind: TypeAlias = Literal["error"] | Literal["timeout"] | Literal["overloaded"]
@@ -255,32 +256,15 @@ async def ahedged(
     fault: Callable[[Exception], Kind | None],
     discard: Callable[[A], Awaitable[None]],
 ) -> tuple[A, Lease | None]:
-    """``arun`` with hedges: attempts run as tasks, and when ``hedge_after()`` passes with no
-    answer the core may send another (``hedge()``). The first success wins; the attempts still
-    out are cancelled (their leases cancelled, nothing counted; an answer that arrived anyway is
-    discarded). A failure is handled as in ``arun`` (finished, then the core's decision: retry,
-    wait for the hedges out, or stop); giving up returns the last failed answer or raises the
-    last exception."""
-    out: dict[asyncio.Task[A], Lease] = {}
+    """``arun`` with hedges: attempts run as tasks (``_request.race``), and when
+    ``hedge_after()`` passes with no answer the core may send another (``hedge()``). The first
+    success wins; the attempts still out are cancelled (their leases cancelled, nothing
+    counted; an answer that arrived anyway is discarded). A failure is handled as in ``arun``
+    (finished, then the core's decision: retry, wait for the hedges out, or stop); giving up
+    returns the last failed answer or raises the last exception."""
     last: Exception | None = None
-
-    def start(lease: Lease | None) -> None:
-        if lease is not None:
-            out[asyncio.ensure_future(attempt(lease.id))] = lease
-
-    try:
-        start(request.attempt())
-        hedges = True
-        while out:
-            wait = request.hedge_after() if hedges else None
-            done, _ = await asyncio.wait(out, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            if not done:
-                hedge = request.hedge()
-                hedges = hedge is not None  # refused: no more hedges for this request
-                start(hedge)
-                continue
-            task = done.pop()
-            lease = out.pop(task)
+    async with contextlib.aclosing(race(request, attempt, discard)) as finished:
+        async for lease, task in finished:
             exc = task.exception()
             if exc is not None:
                 if not isinstance(exc, Exception) or (kind := fault(exc)) is None:
@@ -290,34 +274,13 @@ async def ahedged(
                 if request.over:
                     raise exc
                 last = exc
-            else:
-                answer = task.result()
-                answer_failure = classify(answer)
-                if answer_failure is None:
-                    return answer, lease
-                lease.finish(ok=False, kind=answer_failure.kind, retry_after=answer_failure.retry_after)
-                if request.over:
-                    return answer, None
-                await discard(answer)
-            if request.decision == "retry":
-                if not out:
-                    await asyncio.sleep(request.backoff())
-                start(request.attempt())
-    finally:
-        await _drop(out, discard)
+                continue
+            answer = task.result()
+            answer_failure = classify(answer)
+            if answer_failure is None:
+                return answer, lease
+            lease.finish(ok=False, kind=answer_failure.kind, retry_after=answer_failure.retry_after)
+            if request.over:
+                return answer, None
+            await discard(answer)
     raise RequestFailedError(request.stopped, request.attempts) from last
-
-
-async def _drop(out: dict[asyncio.Task[A], Lease], discard: Callable[[A], Awaitable[None]]) -> None:
-    """Cancels the attempts still out: their tasks and leases (nothing counted); an answer that
-    arrived before the cancellation took effect is discarded (its connection released)."""
-    for task, lease in out.items():
-        task.cancel()
-        if not lease.done:
-            lease.cancel()
-    if out:
-        await asyncio.gather(*out, return_exceptions=True)
-        for task in out:
-            if not task.cancelled() and task.exception() is None:
-                await discard(task.result())
-    out.clear()

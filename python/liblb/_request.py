@@ -9,8 +9,9 @@ failure kinds (``KINDS``, below) and the sleeping: ``time.sleep`` for ``call``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
 from ._liblb import Balancer, Error, Lease, Request
@@ -81,24 +82,19 @@ def call(balancer: Balancer, key: Any, fn: Callable[[str], T], **options: Any) -
     raise RequestFailedError(request.stopped, request.attempts) from last
 
 
-async def _drop(out: dict[asyncio.Task[T], Lease]) -> None:
-    """Cancels the attempts still out (their tasks and leases: nothing counted)."""
-    for task, lease in out.items():
-        task.cancel()
-        if not lease.done:
-            lease.cancel()
-    if out:
-        await asyncio.gather(*out, return_exceptions=True)
-    out.clear()
-
-
-async def acall(
-    balancer: Balancer, key: Any, fn: Callable[[str], Awaitable[T]], **options: Any
-) -> T:
-    """``Balancer.acall``: attempts as tasks, hedges raced, retries after ``asyncio.sleep``."""
-    request: Request = balancer.request(key, **options)
+async def race(
+    request: Request,
+    fn: Callable[[str], Awaitable[T]],
+    discard: Callable[[T], Awaitable[None]] | None = None,
+) -> AsyncGenerator[tuple[Lease, asyncio.Task[T]], None]:
+    """Runs ``request``'s attempts as tasks (``fn(node_id)``): the first at once, a hedge
+    whenever ``hedge_after()`` passes with no answer and the core sends one, a retry after a
+    failure when the core decides so (after ``asyncio.sleep(backoff())`` if nothing else is
+    out). Yields each finished attempt, its lease still open: the caller ends the lease, then
+    returns (done) or goes on (the core's decision says what comes next). Use it in
+    ``contextlib.aclosing``: on exit the attempts still out are cancelled, their leases
+    cancelled (nothing counted), and an answer that arrived anyway is given to ``discard``."""
     out: dict[asyncio.Task[T], Lease] = {}
-    last: BaseException | None = None
 
     def start(lease: Lease | None) -> None:
         if lease is not None:
@@ -116,20 +112,44 @@ async def acall(
                 start(hedge)
                 continue
             task = done.pop()
-            lease = out.pop(task)
-            exc = task.exception()
-            if exc is None:
-                lease.finish(ok=True)
-                await _drop(out)
-                return task.result()
-            _fail(lease, exc)
-            last = exc
+            yield out.pop(task), task
             if request.decision == "retry":
-                if request.backoff() > 0 and not out:
+                if not out:
                     await asyncio.sleep(request.backoff())
                 start(request.attempt())
             elif request.decision == "stop":
                 break
     finally:
-        await _drop(out)
+        await _drop(out, discard)
+
+
+async def _drop(out: dict[asyncio.Task[T], Lease], discard: Callable[[T], Awaitable[None]] | None) -> None:
+    """Cancels the attempts still out (their tasks and leases: nothing counted)."""
+    for task, lease in out.items():
+        task.cancel()
+        if not lease.done:
+            lease.cancel()
+    if out:
+        await asyncio.gather(*out, return_exceptions=True)
+        if discard is not None:
+            for task in out:
+                if not task.cancelled() and task.exception() is None:
+                    await discard(task.result())
+    out.clear()
+
+
+async def acall(
+    balancer: Balancer, key: Any, fn: Callable[[str], Awaitable[T]], **options: Any
+) -> T:
+    """``Balancer.acall``: attempts as tasks, hedges raced, retries after ``asyncio.sleep``."""
+    request: Request = balancer.request(key, **options)
+    last: BaseException | None = None
+    async with contextlib.aclosing(race(request, fn)) as finished:
+        async for lease, task in finished:
+            exc = task.exception()
+            if exc is None:
+                lease.finish(ok=True)
+                return task.result()
+            _fail(lease, exc)
+            last = exc
     raise RequestFailedError(request.stopped, request.attempts) from last

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+import liblb
+
 # Deterministic property tests (same examples on every run and machine), no example database
 # written into the work tree, and no deadline: the test machine is shared and timing is noise.
 settings.register_profile(
@@ -134,6 +136,26 @@ class Fleet:
     def take_log(self) -> list[str]:
         with self.lock:
             log, self.log = self.log, []
+        return log
+
+    def hedged_log(self, twin: liblb.Balancer, hedge: liblb.Hedging, slow: str, requests: int) -> list[str]:
+        """The log ``requests`` requests of at most two attempts leave when every one that
+        starts on ``slow`` is hedged to the next node, which answers first: ``twin``'s request
+        loop, stepped by hand (the hedged attempt is cancelled, the hedge succeeds)."""
+        log: list[str] = []
+        for _ in range(requests):
+            mirror = twin.request(None, max_attempts=2, hedge=hedge)
+            first = mirror.attempt()
+            assert first is not None
+            log.append(first.id)
+            if first.id == slow:
+                second = mirror.hedge()
+                assert second is not None
+                first.cancel()
+                second.finish(ok=True)
+                log.append(second.id)
+            else:
+                first.finish(ok=True)
         return log
 
     def stop(self) -> None:

@@ -174,20 +174,7 @@ def test_hedges_race_a_slow_node_and_the_loser_is_cancelled(fleet: Fleet) -> Non
 
     hedge = liblb.Hedging.after(0.05)
     nodes = run(b, body, hedge=hedge, retries=1)  # at most one hedge: the twin stays in step
-    expected_log: list[str] = []
-    for _ in range(4):
-        mirror = twin.request(None, max_attempts=2, hedge=hedge)
-        first = mirror.attempt()
-        assert first is not None
-        if first.id == slow:
-            second = mirror.hedge()
-            assert second is not None and second.id == echo
-            first.cancel()
-            second.finish(ok=True)
-            expected_log += [slow, echo]
-        else:
-            first.finish(ok=True)
-            expected_log.append(first.id)
+    expected_log = fleet.hedged_log(twin, hedge, slow, 4)
     assert nodes == [echo] * 4 and fleet.take_log() == expected_log
     assert counted(b) == {slow: (0, 0, 0), echo: (4, 0, 0)}
     with pytest.raises(TypeError, match="liblb.Hedging"):

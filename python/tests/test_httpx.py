@@ -353,20 +353,7 @@ def test_async_hedges_race_a_slow_node_and_the_loser_is_cancelled(fleet: Fleet) 
     # Every GET that started on the slow node was hedged to the other one, which answered first;
     # the slow attempt was cancelled: nothing counted for it. The twin's request loop, stepped
     # by hand, tells where each request's attempts went.
-    expected_log: list[str] = []
-    for _ in range(4):
-        mirror = twin.request(None, max_attempts=2, hedge=hedge)
-        first = mirror.attempt()
-        assert first is not None
-        if first.id == slow:
-            second = mirror.hedge()
-            assert second is not None and second.id == echo
-            first.cancel()
-            second.finish(ok=True)
-            expected_log += [slow, echo]
-        else:
-            first.finish(ok=True)
-            expected_log.append(first.id)
+    expected_log = fleet.hedged_log(twin, hedge, slow, 4)
     post_node = twin.pick()
     assert nodes == [echo] * 4 and posted == 200
     assert fleet.take_log() == expected_log + [post_node]
