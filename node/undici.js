@@ -86,6 +86,23 @@ function nodeOrigin(id, protocol) {
   return `${node.scheme ?? protocol}//${node.host}`
 }
 
+// The logical origin's parts each attempt needs, parsed once per origin (a client talks to few):
+// its protocol, its `host` (the Host header) and the TLS server name (none for an IP address).
+const logicalOrigins = new Map()
+
+function logicalOrigin(value) {
+  const text = String(value)
+  let logical = logicalOrigins.get(text)
+  if (logical === undefined) {
+    const origin = new URL(text)
+    const hostname = origin.hostname.replace(/^\[(.*)\]$/, '$1')
+    logical = { protocol: origin.protocol, host: origin.host, servername: isIP(hostname) ? undefined : hostname }
+    if (logicalOrigins.size >= 4096) logicalOrigins.clear()
+    logicalOrigins.set(text, logical)
+  }
+  return logical
+}
+
 // The caller's headers with `host` set to the logical host unless they name one (undici takes
 // an object, a flat [k, v, ...] array, or an iterable of [k, v] pairs).
 function withHost(headers, host) {
@@ -165,11 +182,10 @@ class Call {
     this.timer = null // the next retry
     this.hedgeTimer = null
     this.hedging = false
-    const origin = new URL(opts.origin)
-    this.protocol = origin.protocol
-    this.headers = withHost(opts.headers, origin.host)
-    const hostname = origin.hostname.replace(/^\[(.*)\]$/, '$1')
-    this.servername = opts.servername ?? (isIP(hostname) ? undefined : hostname)
+    const logical = logicalOrigin(opts.origin)
+    this.protocol = logical.protocol
+    this.headers = withHost(opts.headers, logical.host)
+    this.servername = opts.servername ?? logical.servername
     const method = String(opts.method).toUpperCase()
     const retries = (opts.idempotent ?? settings.methods.includes(method)) && replayable(opts.body)
     this.maxAttempts = retries ? settings.policy.maxAttempts : 1
