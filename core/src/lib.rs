@@ -45,6 +45,7 @@ mod node;
 mod options;
 #[cfg(all(feature = "std", not(loom), target_has_atomic = "64"))]
 mod pin;
+pub mod priority;
 mod rng;
 mod select;
 mod state;
