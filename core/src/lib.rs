@@ -41,6 +41,7 @@ mod hash;
 mod health;
 mod hedge;
 mod load;
+pub mod locality;
 mod node;
 mod options;
 #[cfg(all(feature = "std", not(loom), target_has_atomic = "64"))]
