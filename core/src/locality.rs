@@ -22,6 +22,17 @@
 //! common/locality_wrr_test.cc` (`LocalityWrrTest`, `OverProvisioningFactorTest`) and the EDF
 //! scheduler's expectations from `test/common/upstream/edf_scheduler_test.cc`.
 //!
+//! **Zone-aware routing** ([`ZoneRouting`]) keeps a caller's requests in its own locality as far
+//! as that locality's share of the upstream hosts covers its share of the callers, and sends the
+//! rest to the localities with capacity to spare, in proportion to it. Source: the same
+//! `load_balancer_impl.cc`, `ZoneAwareLoadBalancerBase::regenerateLocalityRoutingStructures`,
+//! `earlyExitNonLocalityRouting`, `calculateLocalityPercentages` (shares in 1/10000ths, integer
+//! division) and `tryChooseLocalLocalityHosts`; its tests port the expectations of
+//! `test/extensions/load_balancing_policies/round_robin/round_robin_lb_test.cc`
+//! (`ZoneAwareRoutingSmallZone`, `ZoneAwareNoMatchingZones`, `ZoneAwareEmptyLocalities`,
+//! `NoZoneAwareNotEnoughLocalZones`, `NoZoneAwareNotEnoughUpstreamZones`), whose mocked random
+//! draws become the draws given to [`ZoneRouting::choose`].
+//!
 //! An [`Edf`] schedule is a single owner's (`&mut self`), as Envoy keeps one per worker thread.
 
 use alloc::collections::BinaryHeap;
@@ -195,6 +206,126 @@ impl Edf {
 impl Default for Edf {
     fn default() -> Edf {
         Edf::new()
+    }
+}
+
+/// What zone-aware routing knows of the upstream localities and of the caller's own fleet (the
+/// local cluster), for priority 0. Localities are in the upstream's order; with
+/// `upstream_has_local`, the first is the caller's own.
+#[derive(Debug, Clone, Copy)]
+pub struct ZoneInputs<'a> {
+    /// Healthy upstream hosts per upstream locality (or their weights, for a weight basis).
+    pub upstream: &'a [u64],
+    /// Whether `upstream[0]` is the caller's own locality.
+    pub upstream_has_local: bool,
+    /// The caller's fleet per upstream locality, aligned with `upstream` (0 where it has none).
+    pub local: &'a [u64],
+    /// The caller's whole fleet, localities without upstream hosts included.
+    pub local_total: u64,
+    /// How many localities the caller's fleet spans.
+    pub local_localities: usize,
+    /// The caller's fleet in the caller's own locality.
+    pub local_own: u64,
+    /// No routing below this many healthy upstream hosts (Envoy's `min_cluster_size`, 6).
+    pub min_cluster_size: u64,
+    /// Route directly to the own locality whenever it has a healthy host
+    /// (`force_locality_direct_routing`).
+    pub force_direct: bool,
+}
+
+/// The routing state of zone-aware routing: all requests to the caller's own locality, or a
+/// share of them there and the rest to the others by their residual capacity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ZoneRouting {
+    /// Every request to the own locality (index 0): its upstream share covers its callers'.
+    Direct,
+    /// `local_percent` (in 1/10000ths) of the requests to the own locality, the others to
+    /// locality `i` with probability proportional to its spare capacity (`residual` holds the
+    /// running sums, in 1/10000ths).
+    Residual {
+        /// Requests routed locally, in 1/10000ths.
+        local_percent: u64,
+        /// Running sums of the localities' spare capacity, in 1/10000ths.
+        residual: Vec<u64>,
+    },
+}
+
+impl ZoneRouting {
+    /// The routing for `inputs`, or `None` where Envoy does no locality routing: fewer than two
+    /// upstream localities, the caller's fleet in fewer than two (unless forced direct) or none
+    /// in its own locality, or fewer healthy upstream hosts than `min_cluster_size`.
+    pub fn new(inputs: &ZoneInputs<'_>) -> Option<ZoneRouting> {
+        let upstream_total: u64 = inputs.upstream.iter().sum();
+        if inputs.upstream.len() < 2
+            || (inputs.local_localities < 2 && !inputs.force_direct)
+            || inputs.local_own == 0
+            || upstream_total < inputs.min_cluster_size
+        {
+            return None;
+        }
+        // Each locality's share of the caller's fleet and of the upstream hosts, 1/10000ths.
+        let share = |part: u64, total: u64| (10_000 * part).checked_div(total).unwrap_or(0);
+        let percentages: Vec<(u64, u64)> = (inputs.upstream.iter().enumerate())
+            .map(|(i, up)| match *up {
+                0 => (0, 0),
+                up => (
+                    share(
+                        inputs.local.get(i).copied().unwrap_or(0),
+                        inputs.local_total,
+                    ),
+                    share(up, upstream_total),
+                ),
+            })
+            .collect();
+        let (local0, upstream0) = percentages[0];
+        if inputs.upstream_has_local
+            && ((upstream0 > 0 && upstream0 >= local0) || inputs.force_direct)
+        {
+            return Some(ZoneRouting::Direct);
+        }
+        let local_percent = if inputs.upstream_has_local && local0 > 0 {
+            upstream0 * 10_000 / local0
+        } else {
+            0
+        };
+        let mut sum = 0;
+        let residual = (percentages.iter().enumerate())
+            .map(|(i, (local, upstream))| {
+                if !(i == 0 && inputs.upstream_has_local) && upstream > local {
+                    sum += upstream - local;
+                }
+                sum
+            })
+            .collect();
+        Some(ZoneRouting::Residual {
+            local_percent,
+            residual,
+        })
+    }
+
+    /// Envoy's `tryChooseLocalLocalityHosts`: the locality a request goes to, `draw()` giving
+    /// 64 random bits when needed (one to decide local or not, one for the locality).
+    pub fn choose(&self, mut draw: impl FnMut() -> u64) -> usize {
+        let (local_percent, residual) = match self {
+            ZoneRouting::Direct => return 0,
+            ZoneRouting::Residual {
+                local_percent,
+                residual,
+            } => (*local_percent, residual),
+        };
+        if draw() % 10_000 < local_percent {
+            return 0;
+        }
+        let total = residual.last().copied().unwrap_or(0);
+        if total == 0 {
+            // Rounding left no spare capacity anywhere: any locality.
+            return (draw() % residual.len().max(1) as u64) as usize;
+        }
+        let threshold = draw() % total;
+        residual
+            .iter()
+            .position(|sum| threshold < *sum)
+            .unwrap_or(0)
     }
 }
 
@@ -402,5 +533,109 @@ mod tests {
                 assert!((observed - w).abs() < 1.0, "{weights:?}: {count:?}");
             }
         }
+    }
+
+    fn zones<'a>(
+        upstream: &'a [u64],
+        local: &'a [u64],
+        has_local: bool,
+        min: u64,
+    ) -> ZoneInputs<'a> {
+        ZoneInputs {
+            upstream,
+            upstream_has_local: has_local,
+            local,
+            local_total: local.iter().sum(),
+            local_localities: local.iter().filter(|n| **n > 0).count(),
+            local_own: local.first().copied().unwrap_or(0),
+            min_cluster_size: min,
+            force_direct: false,
+        }
+    }
+
+    /// The localities `routing` chooses for each list of draws (Envoy's mocked `random()`
+    /// calls after the first, which chose the priority).
+    fn chosen(routing: &ZoneRouting, draws: &[&[u64]]) -> Vec<usize> {
+        draws
+            .iter()
+            .map(|d| {
+                let mut d = d.iter();
+                routing.choose(|| *d.next().expect("a draw"))
+            })
+            .collect()
+    }
+
+    // round_robin_lb_test.cc: RoundRobinLoadBalancerTest.ZoneAwareRoutingSmallZone. Upstream
+    // A 1, B 2, C 2 hosts; the caller's fleet 1 in each: A routes 6000/10000 locally.
+    #[test]
+    fn zone_aware_routing_small_zone() {
+        let routing = ZoneRouting::new(&zones(&[1, 2, 2], &[1, 1, 1], true, 5)).unwrap();
+        let expected = ZoneRouting::Residual {
+            local_percent: 6000,
+            residual: vec![0, 667, 1334],
+        };
+        assert_eq!(routing, expected);
+        assert_eq!(chosen(&routing, &[&[100], &[9999, 2]]), [0, 1]);
+    }
+
+    // ZoneAwareNoMatchingZones: upstream D, E, F; the caller's fleet in A, B, C (no local
+    // upstream locality): everything cross-zone, a third each (3333 x 3: rounding).
+    #[test]
+    fn zone_aware_no_matching_zones() {
+        let inputs = ZoneInputs {
+            local_total: 3,
+            local_localities: 3,
+            local_own: 1,
+            ..zones(&[1, 1, 1], &[0, 0, 0], false, 3)
+        };
+        let routing = ZoneRouting::new(&inputs).unwrap();
+        let draws: [&[u64]; 5] = [&[0, 3332], &[0, 3333], &[0, 6665], &[0, 6666], &[0, 9998]];
+        assert_eq!(chosen(&routing, &draws), [0, 1, 1, 2, 2]);
+    }
+
+    // ZoneAwareEmptyLocalities: upstream localities A..I with 0,0,2,1,2,0,1,0 hosts (the
+    // caller's own, A, has none); the caller's fleet 1 in A, C, D, F.
+    #[test]
+    fn zone_aware_empty_localities() {
+        let upstream = [0, 0, 2, 1, 2, 0, 1, 0];
+        let local = [1, 0, 1, 0, 1, 0, 0, 0];
+        let inputs = ZoneInputs {
+            local_total: 4,
+            local_localities: 4,
+            local_own: 1,
+            ..zones(&upstream, &local, true, 3)
+        };
+        let routing = ZoneRouting::new(&inputs).unwrap();
+        let expected = ZoneRouting::Residual {
+            local_percent: 0,
+            residual: vec![0, 0, 833, 2499, 3332, 3332, 4998, 4998],
+        };
+        assert_eq!(routing, expected);
+        let draws: [&[u64]; 4] = [&[0, 0], &[0, 832], &[0, 833], &[0, 2498]];
+        assert_eq!(chosen(&routing, &draws), [2, 2, 3, 3]);
+    }
+
+    // NoZoneAwareNotEnoughLocalZones, NoZoneAwareNotEnoughUpstreamZones, and a cluster under
+    // min_cluster_size: no locality routing.
+    #[test]
+    fn no_zone_aware_routing_when_envoy_skips_it() {
+        assert_eq!(ZoneRouting::new(&zones(&[1, 1], &[1, 0], true, 2)), None);
+        assert_eq!(ZoneRouting::new(&zones(&[1], &[1, 1], true, 1)), None);
+        assert_eq!(
+            ZoneRouting::new(&zones(&[2, 2, 1], &[1, 1, 1], true, 6)),
+            None
+        );
+        // Forced direct routing needs only a healthy own locality.
+        let forced = ZoneInputs {
+            force_direct: true,
+            ..zones(&[1, 1], &[1, 0], true, 2)
+        };
+        assert_eq!(ZoneRouting::new(&forced), Some(ZoneRouting::Direct));
+        // The own locality's upstream share covers its callers': everything stays local.
+        let direct = ZoneRouting::new(&zones(&[2, 1, 1], &[1, 1, 1], true, 3)).unwrap();
+        assert_eq!(
+            (direct.clone(), chosen(&direct, &[&[]])),
+            (ZoneRouting::Direct, vec![0])
+        );
     }
 }
