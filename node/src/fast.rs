@@ -223,7 +223,8 @@ pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
             OwnArray::to_napi_value(env.raw(), OwnArray(liblb_core::Stop::NAMES.to_vec()))?,
         )
     };
-    let mut args = vec![exports.raw(), record_of, fast_ids];
+    let scratch = state.scratch(&env)?;
+    let mut args = vec![exports.raw(), record_of, fast_ids, scratch];
     args.extend(natives);
     args.extend([decisions, stops]);
     call(&env, install.raw(), &args)?;

@@ -488,18 +488,6 @@ pub fn outcome(
     what: &str,
     required: bool,
 ) -> Result<OutcomeArgs> {
-    outcome_with(env, value, what, required, None)
-}
-
-/// [`outcome`], with the object's [`OUTCOME_FIELDS`] already read by the caller (`read`, in
-/// that order) instead of read here: the same checks and errors, in the same order.
-pub fn outcome_with(
-    env: &Env,
-    value: Option<Unknown<'_>>,
-    what: &str,
-    required: bool,
-    read: Option<[Unknown<'_>; 4]>,
-) -> Result<OutcomeArgs> {
     let Some(value) = present(value)? else {
         if required {
             return Err(type_error(
@@ -524,12 +512,30 @@ pub fn outcome_with(
     }
     // SAFETY: the value was just checked to be an object.
     let object = unsafe { value.cast::<Object>() }.or_throw()?;
-    let field = |i: usize| -> Result<Option<Unknown<'_>>> {
-        match read {
-            Some(read) => present(Some(read[i])),
-            None => present(object.get::<Unknown>(OUTCOME_FIELDS[i]).or_throw()?),
-        }
-    };
+    outcome_fields(env, what, required, |i| {
+        present(object.get::<Unknown>(OUTCOME_FIELDS[i]).or_throw()?)
+    })
+}
+
+/// [`outcome`] of a plain object (not an array) whose [`OUTCOME_FIELDS`] the caller already
+/// read: `read[i]` is field `i`, `None` when it is `undefined` or `null`. The same checks and
+/// errors, in the same order.
+pub fn outcome_read(
+    env: &Env,
+    what: &str,
+    required: bool,
+    read: [Option<Unknown<'_>>; 4],
+) -> Result<OutcomeArgs> {
+    outcome_fields(env, what, required, |i| Ok(read[i]))
+}
+
+/// [`outcome`] after the object check: `field(i)` gives [`OUTCOME_FIELDS`]`[i]` if present.
+fn outcome_fields<'v>(
+    env: &Env,
+    what: &str,
+    required: bool,
+    field: impl Fn(usize) -> Result<Option<Unknown<'v>>>,
+) -> Result<OutcomeArgs> {
     let ok = match field(0)? {
         // `report` records what the caller says happened: no default outcome.
         None if required => {

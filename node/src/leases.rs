@@ -74,7 +74,7 @@ use crate::js::{self, KeyBuf};
 use crate::request::{self, Shared};
 use napi::bindgen_prelude::{JsError, ToNapiValue, panic_to_error};
 use napi::{Env, JsValue, Unknown, sys};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{CStr, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
@@ -84,25 +84,38 @@ use std::rc::Rc;
 /// `Lease.prototype` and `Request.prototype` (see the module docs). Its arguments: the exports,
 /// `ids.rs`'s `recordOf` and `fastIds`, the native functions of [`functions`] in their order,
 /// and the names of decisions and stop reasons, indexed as `end` encodes them.
-pub const LEASES: &str = r"(function (exports, recordOf, fastIds, nativeAcquire, nativeRequest,
-    nativeAttempt, nativeEnd, nativeCancel, nativeInfo, nativeRelease, decisions, stops) {
+pub const LEASES: &str = r"(function (exports, recordOf, fastIds, scratch, nativeAcquire,
+    nativeRequest, nativeAttempt, nativeEnd, nativeCancel, nativeInfo, nativeRelease, decisions,
+    stops) {
   const { Balancer, Lease, Request } = exports
   const isArray = Array.isArray
   const BigIntOf = BigInt
   const TypeErrorOf = TypeError
   const defineProperty = Object.defineProperty
   const setPrototypeOf = Object.setPrototypeOf
-  // A new lease's handle, weight and tag (words 4 and 5), or a decision's delay, written by the
-  // native functions as their last step and read right after (nothing runs in between).
-  const scratch = new Float64Array(4)
+  // `scratch` (a Float64Array of 4, made natively): a new lease's handle, weight and tag
+  // (words 4 and 5), or a decision's delay, written by the native functions as their last step
+  // and read right after (nothing runs in between).
   const words = new Uint32Array(scratch.buffer)
-  // Leases and requests collected while open are ended natively (in-flight released).
-  const leases = new FinalizationRegistry((handle) => nativeRelease(0, handle))
+  // Leases and requests collected while open are ended natively (in-flight released). A lease's
+  // registry entry holds its cell, `{ handle }`, whose handle is -1 once it ended: cheaper than
+  // unregistering (an identity-hash table in V8), and never a handle that ended.
+  const leases = new FinalizationRegistry((cell) => {
+    if (cell.handle >= 0) nativeRelease(0, cell.handle)
+  })
   const requests = new FinalizationRegistry((handle) => nativeRelease(1, handle))
-  const { register, unregister } = FinalizationRegistry.prototype
+  const { register } = FinalizationRegistry.prototype
   const registerLease = register.bind(leases)
-  const unregisterLease = unregister.bind(leases)
   const registerRequest = register.bind(requests)
+  const enqueue = queueMicrotask
+  // Leases made since the last flush, held here until then. A registered object survives
+  // young-generation collections (V8 clears finalization cells only in full collections), so
+  // registering every lease would promote every one; a lease that ended before the flush (the
+  // same synchronous run) is never registered, one still open is (and so still released if it
+  // is collected later).
+  let pending = []
+  let flushing = false
+  let flushLeases
   const illegal = () => new TypeErrorOf('Illegal invocation')
   const typeError = (message) => {
     const error = new TypeErrorOf(message)
@@ -113,20 +126,21 @@ pub const LEASES: &str = r"(function (exports, recordOf, fastIds, nativeAcquire,
   const method = (proto, name, value) =>
     defineProperty(proto, name, { value, writable: true, enumerable: true, configurable: true })
   const getter = (proto, name, get) => defineProperty(proto, name, { get, enumerable: true, configurable: true })
-  // Plain objects are read here, in the order the native side checks them; anything else is
-  // handed over as it is.
+  // Plain objects are read here, in the order the native side checks them, and handed over
+  // with a bit mask of the fields given (not undefined or null); anything else is handed over
+  // as it is, with mask -1, and read natively.
   const plain = (value) => typeof value === 'object' && value !== null && !isArray(value)
 
   let makeLease, isLease, requestOf, endLease, cancelLease, makeRequest
   class OpenLease {
-    #handle
+    // `{ handle }`, handle -1 once the lease ended (finished or cancelled).
+    #cell
     #id
     #weight
     #tag
     #request
-    #done = false
-    constructor(handle, id, weight, tag, request) {
-      this.#handle = handle
+    constructor(cell, id, weight, tag, request) {
+      this.#cell = cell
       this.#id = id
       this.#weight = weight
       this.#tag = tag
@@ -134,36 +148,57 @@ pub const LEASES: &str = r"(function (exports, recordOf, fastIds, nativeAcquire,
     }
 
     static {
-      isLease = (value) => typeof value === 'object' && value !== null && #handle in value
+      isLease = (value) => typeof value === 'object' && value !== null && #cell in value
       const check = (self) => {
         if (!isLease(self)) throw illegal()
       }
       makeLease = (id, request) => {
-        const handle = scratch[0]
+        const cell = { handle: scratch[0] }
         const hi = words[5]
         const tag = hi === 0 ? words[4] : (BigIntOf(hi) << 32n) | BigIntOf(words[4])
-        const lease = new OpenLease(handle, id, scratch[1], tag, request)
-        registerLease(lease, handle, lease)
+        const lease = new OpenLease(cell, id, scratch[1], tag, request)
+        if (pending.push(lease) >= 1024) {
+          drain()
+        } else if (!flushing) {
+          flushing = true
+          enqueue(flushLeases)
+        }
         return lease
       }
       requestOf = (lease) => lease.#request
-      const ended = (lease) => {
-        lease.#done = true
-        unregisterLease(lease)
+      // Registers the pending leases still open.
+      const drain = () => {
+        const list = pending
+        pending = []
+        for (let i = 0; i < list.length; i++) {
+          const lease = list[i]
+          const cell = lease.#cell
+          if (cell.handle >= 0) registerLease(lease, cell)
+        }
+      }
+      flushLeases = () => {
+        flushing = false
+        drain()
       }
       // Ends `lease` with `outcome`; `request` is the handle of the request it must be an
       // attempt of, or -1. Returns the encoded decision (0 for a lease of its own).
       endLease = (lease, request, outcome) => {
-        const code = plain(outcome)
-          ? nativeEnd(lease.#handle, request, lease.#id, scratch, outcome,
-            outcome.ok, outcome.kind, outcome.latencyMs, outcome.retryAfterMs)
-          : nativeEnd(lease.#handle, request, lease.#id, scratch, outcome)
-        ended(lease)
+        const cell = lease.#cell
+        let code
+        if (plain(outcome)) {
+          const { ok, kind, latencyMs, retryAfterMs } = outcome
+          const given = (ok != null) | (kind != null) << 1 | (latencyMs != null) << 2 | (retryAfterMs != null) << 3
+          code = nativeEnd(cell.handle, request, lease.#id, given, ok, kind, latencyMs, retryAfterMs)
+        } else {
+          code = nativeEnd(cell.handle, request, lease.#id, -1, outcome)
+        }
+        cell.handle = -1
         return code
       }
       cancelLease = (lease) => {
-        nativeCancel(lease.#handle, lease.#id)
-        ended(lease)
+        const cell = lease.#cell
+        nativeCancel(cell.handle, lease.#id)
+        cell.handle = -1
       }
       const proto = Lease.prototype
       method(proto, 'cancel', function cancel() {
@@ -172,7 +207,7 @@ pub const LEASES: &str = r"(function (exports, recordOf, fastIds, nativeAcquire,
       })
       getter(proto, 'done', function done() {
         check(this)
-        return this.#done
+        return this.#cell.handle < 0
       })
       method(proto, 'finish', function finish(outcome) {
         check(this)
@@ -229,7 +264,7 @@ pub const LEASES: &str = r"(function (exports, recordOf, fastIds, nativeAcquire,
       const proto = Request.prototype
       method(proto, 'attempt', function attempt() {
         check(this)
-        return lease(this, nativeAttempt(this.#handle, scratch, false))
+        return lease(this, nativeAttempt(this.#handle, false))
       })
       getter(proto, 'attempts', info(0))
       method(proto, 'backoffMs', info(1))
@@ -253,7 +288,7 @@ pub const LEASES: &str = r"(function (exports, recordOf, fastIds, nativeAcquire,
       })
       method(proto, 'hedge', function hedge() {
         check(this)
-        return lease(this, nativeAttempt(this.#handle, scratch, true))
+        return lease(this, nativeAttempt(this.#handle, true))
       })
       method(proto, 'hedgeAfterMs', info(2))
       getter(proto, 'over', info(3))
@@ -273,17 +308,22 @@ pub const LEASES: &str = r"(function (exports, recordOf, fastIds, nativeAcquire,
   const balancer = Balancer.prototype
   method(balancer, 'acquire', function acquire(key) {
     const fast = recordOf(this)
-    const answer = nativeAcquire(fast.handle, scratch, key)
+    const answer = nativeAcquire(fast.handle, key)
     if (typeof answer === 'number') return makeLease(fast.ids[answer], null)
     fast.ids = fastIds(fast.handle)
     return makeLease(answer, null)
   })
   method(balancer, 'request', function request(key, options) {
     const fast = recordOf(this)
-    const handle = plain(options)
-      ? nativeRequest(fast.handle, key, options, options.maxAttempts, options.deadlineMs,
-        options.retryOn, options.budget, options.hedge)
-      : nativeRequest(fast.handle, key, options)
+    let handle
+    if (plain(options)) {
+      const { maxAttempts, deadlineMs, retryOn, budget, hedge } = options
+      const given = (maxAttempts != null) | (deadlineMs != null) << 1 | (retryOn != null) << 2 |
+        (budget != null) << 3 | (hedge != null) << 4
+      handle = nativeRequest(fast.handle, key, given, maxAttempts, deadlineMs, retryOn, budget, hedge)
+    } else {
+      handle = nativeRequest(fast.handle, key, -1, options)
+    }
     return makeRequest(handle, fast, this)
   })
 })";
@@ -384,7 +424,13 @@ pub struct State {
     fast: Rc<Handles>,
     leases: RefCell<Slab<OpenLease>>,
     requests: RefCell<Slab<Rc<OpenRequest>>>,
+    /// The script's `scratch`: its environment, a strong reference to the `Float64Array` and
+    /// the address of its [`SCRATCH_BYTES`] bytes (null until [`State::scratch`] made it).
+    scratch: Cell<(sys::napi_env, sys::napi_ref, *mut u8)>,
 }
+
+/// Bytes of the script's `scratch` (a `Float64Array` of 4).
+const SCRATCH_BYTES: usize = 32;
 
 impl State {
     /// The state of an environment whose balancer handles are `fast`.
@@ -393,7 +439,48 @@ impl State {
             fast,
             leases: RefCell::default(),
             requests: RefCell::default(),
+            scratch: Cell::new((ptr::null_mut(), ptr::null_mut(), ptr::null_mut())),
         }
+    }
+
+    /// Makes the `Float64Array` the native functions write their extra results into, keeps it
+    /// (a strong reference, deleted when the state drops) and returns it, for [`LEASES`] only.
+    pub fn scratch(&self, env: &Env) -> napi::Result<sys::napi_value> {
+        let raw = env.raw();
+        let (mut buffer, mut data, mut array, mut reference) =
+            (ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+        // SAFETY: a valid env for this thread; out-pointers to locals. The new ArrayBuffer is
+        // writable for SCRATCH_BYTES bytes at `data`, zeroed by napi.
+        unsafe {
+            napi::check_status!(sys::napi_create_arraybuffer(raw, SCRATCH_BYTES, &mut data, &mut buffer))?;
+            napi::check_status!(sys::napi_create_typedarray(
+                raw,
+                sys::TypedarrayType::float64_array,
+                SCRATCH_BYTES / 8,
+                buffer,
+                0,
+                &mut array
+            ))?;
+            napi::check_status!(sys::napi_create_reference(raw, array, 1, &mut reference))?;
+        }
+        self.scratch.set((raw, reference, data.cast()));
+        Ok(array)
+    }
+
+    /// Copies `bytes` to the start of the script's `scratch`.
+    fn write(&self, bytes: &[u8]) -> Result<()> {
+        let (_, _, data) = self.scratch.get();
+        if data.is_null() || bytes.len() > SCRATCH_BYTES {
+            return Err(internal("no scratch array"));
+        }
+        // SAFETY: `data` is the start of the scratch ArrayBuffer's SCRATCH_BYTES bytes. The
+        // buffer lives while the state holds its reference (until the state drops), cannot be
+        // detached or transferred (only [`LEASES`]'s closure can reach it) and never moves (a
+        // fixed-length ArrayBuffer's backing store stays put). Only this environment's thread
+        // runs the native functions, and no JavaScript runs while it is written; bytes are
+        // copied, so alignment does not matter.
+        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), data, bytes.len()) };
+        Ok(())
     }
 
     /// The balancer of handle `handle`.
@@ -421,7 +508,6 @@ impl State {
     fn open(
         &self,
         env: &Env,
-        scratch: Unknown,
         fast: &FastPick,
         lease: liblb_core::Lease,
         request: Option<Rc<OpenRequest>>,
@@ -447,7 +533,7 @@ impl State {
         bytes[8..16].copy_from_slice(&f64::from(weight).to_ne_bytes());
         bytes[16..20].copy_from_slice(&words[0].to_ne_bytes());
         bytes[20..].copy_from_slice(&words[1].to_ne_bytes());
-        if let Err(error) = write_scratch(raw, scratch, &bytes) {
+        if let Err(error) = self.write(&bytes) {
             // The script never sees this handle: end the lease now (cancelled).
             self.release_lease(handle);
             return Err(error);
@@ -479,6 +565,18 @@ impl State {
     }
 }
 
+impl Drop for State {
+    fn drop(&mut self) {
+        let (env, reference, _) = self.scratch.get();
+        if !reference.is_null() {
+            // SAFETY: made in `env`, on this thread (the state is only used there), deleted
+            // once, here. A failure (environment torn down, where Node frees references itself)
+            // leaks nothing more.
+            unsafe { sys::napi_delete_reference(env, reference) };
+        }
+    }
+}
+
 /// The error of a lease that already ended, naming its node.
 #[cold]
 fn finished(env: &Env, id: Option<Unknown>) -> Error {
@@ -490,34 +588,6 @@ fn finished(env: &Env, id: Option<Unknown>) -> Error {
         Code::Lb(crate::LEASE_FINISHED),
         format!("the lease on node {id:?} has already ended (finished or cancelled)"),
     )
-}
-
-/// Copies `bytes` to the start of `scratch`, the script's private `Float64Array`.
-fn write_scratch(raw: sys::napi_env, scratch: Unknown, bytes: &[u8]) -> Result<()> {
-    let (mut kind, mut length, mut data, mut buffer, mut offset) =
-        (0, 0usize, ptr::null_mut(), ptr::null_mut(), 0usize);
-    // SAFETY: a valid env and value; out-pointers to locals. Fails for a non-TypedArray.
-    napi::check_status!(unsafe {
-        sys::napi_get_typedarray_info(
-            raw,
-            scratch.raw(),
-            &mut kind,
-            &mut length,
-            &mut data,
-            &mut buffer,
-            &mut offset,
-        )
-    })
-    .or_throw()?;
-    if kind != sys::TypedarrayType::float64_array || length * 8 < bytes.len() || data.is_null() {
-        return Err(internal("scratch is not the script's Float64Array"));
-    }
-    // SAFETY: `scratch` is a live Float64Array (an argument of the running call) of `length`
-    // elements at `data`, at least `bytes.len()` bytes; bytes are copied, so alignment does not
-    // matter. It is [`LEASES`]'s private array (a plain ArrayBuffer), which no other thread can
-    // touch, and no JavaScript runs while it is written.
-    unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), data.cast::<u8>(), bytes.len()) };
-    Ok(())
 }
 
 fn internal(what: &str) -> Error {
@@ -541,6 +611,28 @@ fn number(raw: sys::napi_env, value: Option<Unknown>) -> f64 {
     out
 }
 
+/// The fields the script read from a plain object: `args[at]` is their mask (bit `i`: field
+/// `i` is neither `undefined` nor `null`), `args[at + 1 + i]` field `i`. `None` when the mask
+/// is -1 (not a plain object: read it natively).
+fn fields<'a, const N: usize>(
+    raw: sys::napi_env,
+    args: &[Option<Unknown<'a>>; 9],
+    at: usize,
+) -> Option<[Option<Unknown<'a>>; N]> {
+    let given = number(raw, args[at]);
+    if !(0.0..f64::from(1u32 << N)).contains(&given) {
+        return None;
+    }
+    let given = given as u32;
+    Some(std::array::from_fn(|i| {
+        if given & (1 << i) == 0 {
+            None
+        } else {
+            args.get(at + 1 + i).copied().flatten()
+        }
+    }))
+}
+
 /// `undefined` as a napi value.
 fn undefined(raw: sys::napi_env) -> Result<sys::napi_value> {
     let mut out = ptr::null_mut();
@@ -549,35 +641,34 @@ fn undefined(raw: sys::napi_env) -> Result<sys::napi_value> {
     Ok(out)
 }
 
-/// `nativeAcquire(balancer, scratch, key)`: a new lease on the balancer's pick.
+/// `nativeAcquire(balancer, key)`: a new lease on the balancer's pick.
 fn acquire(state: &State, env: &Env, args: &[Option<Unknown>; 9]) -> Result<sys::napi_value> {
     let fast = state.balancer(number(env.raw(), args[0]))?;
-    let scratch = args[1].ok_or_else(|| internal("acquire needs its scratch array"))?;
     let mut buf = KeyBuf::new();
-    let key = match &args[2] {
+    let key = match &args[1] {
         Some(key) => js::key_or_none(env, key, &mut buf)?,
         None => None,
     };
     let lease = fast.core().acquire(key).or_throw()?;
-    state.open(env, scratch, &fast, lease, None)
+    state.open(env, &fast, lease, None)
 }
 
-/// `nativeRequest(balancer, key, options[, maxAttempts, deadlineMs, retryOn, budget, hedge])`:
-/// a new request's handle (the fields given when the script read them).
-fn new_request(
-    state: &State,
-    env: &Env,
-    argc: usize,
-    args: &[Option<Unknown>; 9],
-) -> Result<sys::napi_value> {
-    let fast = state.balancer(number(env.raw(), args[0]))?;
+/// `nativeRequest(balancer, key, -1, options)` or `nativeRequest(balancer, key, given,
+/// maxAttempts, deadlineMs, retryOn, budget, hedge)` (a plain object's fields, `given` the mask
+/// of those not `undefined` / `null`): a new request's handle.
+fn new_request(state: &State, env: &Env, args: &[Option<Unknown>; 9]) -> Result<sys::napi_value> {
+    let raw = env.raw();
+    let fast = state.balancer(number(raw, args[0]))?;
     let mut buf = KeyBuf::new();
     let key = match &args[1] {
         Some(key) => js::key_or_none(env, key, &mut buf)?.map(<[u8]>::to_vec),
         None => None,
     };
-    let read = (argc == 8).then(|| std::array::from_fn(|i| args[3 + i].expect("argc is 8")));
-    let core = request::new(env, fast.core(), key, args[2], read)?;
+    let (read, options) = match fields::<5>(raw, args, 2) {
+        Some(read) => (Some(read), None),
+        None => (None, args[3]),
+    };
+    let core = request::new(env, fast.core(), key, options, read)?;
     let open = Rc::new(OpenRequest { core, fast });
     let handle = {
         let mut requests = state.requests.try_borrow_mut().map_err(|_| busy())?;
@@ -587,13 +678,11 @@ fn new_request(
     unsafe { f64::to_napi_value(env.raw(), handle) }.or_throw()
 }
 
-/// `nativeAttempt(request, scratch, hedge)`: the request's next attempt (or hedge) as a lease,
-/// or null.
+/// `nativeAttempt(request, hedge)`: the request's next attempt (or hedge) as a lease, or null.
 fn attempt(state: &State, env: &Env, args: &[Option<Unknown>; 9]) -> Result<sys::napi_value> {
     let request = state.request(number(env.raw(), args[0]))?;
-    let scratch = args[1].ok_or_else(|| internal("attempt needs its scratch array"))?;
     let mut hedge = false;
-    if let Some(flag) = args[2] {
+    if let Some(flag) = args[1] {
         // SAFETY: a valid env; napi checks the value is a boolean (else `hedge` stays false).
         let _ = unsafe { sys::napi_get_value_bool(env.raw(), flag.raw(), &mut hedge) };
     }
@@ -609,25 +698,23 @@ fn attempt(state: &State, env: &Env, args: &[Option<Unknown>; 9]) -> Result<sys:
         return Ok(null);
     };
     let fast = Rc::clone(&request.fast);
-    state.open(env, scratch, &fast, lease, Some(request))
+    state.open(env, &fast, lease, Some(request))
 }
 
-/// `nativeEnd(lease, request, id, scratch, outcome[, ok, kind, latencyMs, retryAfterMs])`: ends
-/// the lease with the outcome (the fields given when the script read them). `request` is -1 or
-/// the handle of the request the lease must be an attempt of. Returns 0 for a lease of its
-/// own, else the request's decision: its index in `DECISIONS`, plus 4 x (1 + the stop reason's
-/// index) for a stop; a retry's delay goes into `scratch`.
-fn end(
-    state: &State,
-    env: &Env,
-    argc: usize,
-    args: &[Option<Unknown>; 9],
-) -> Result<sys::napi_value> {
+/// `nativeEnd(lease, request, id, -1, outcome)` or `nativeEnd(lease, request, id, given, ok,
+/// kind, latencyMs, retryAfterMs)` (a plain outcome object's fields, `given` the mask of those
+/// not `undefined` / `null`): ends the lease with the outcome. `request` is -1 or the handle of
+/// the request the lease must be an attempt of. Returns 0 for a lease of its own, else the
+/// request's decision: its index in `DECISIONS`, plus 4 x (1 + the stop reason's index) for a
+/// stop; a retry's delay goes into `scratch`.
+fn end(state: &State, env: &Env, args: &[Option<Unknown>; 9]) -> Result<sys::napi_value> {
     let raw = env.raw();
     let (handle, must) = (number(raw, args[0]), number(raw, args[1]));
-    let read = (argc == 9).then(|| std::array::from_fn(|i| args[5 + i].expect("argc is 9")));
-    // Checked before anything of the lease is touched (JavaScript may run: the fallback read).
-    let outcome = js::outcome_with(env, args[4], "outcome", false, read)?;
+    // Checked before anything of the lease is touched (JavaScript may run: the native read).
+    let outcome = match fields::<4>(raw, args, 3) {
+        Some(read) => js::outcome_read(env, "outcome", false, read)?,
+        None => js::outcome(env, args[4], "outcome", false)?,
+    };
     if must >= 0.0 {
         // The script checked this already. A lease that is gone is `LB_LEASE_FINISHED` below.
         let expected = state.request(must).ok();
@@ -653,8 +740,7 @@ fn end(
         }
         Some(request) => {
             let (code, delay) = request::finish(&request.core, lease, outcome)?;
-            let scratch = args[3].ok_or_else(|| internal("end needs its scratch array"))?;
-            write_scratch(raw, scratch, &delay.to_ne_bytes())?;
+            state.write(&delay.to_ne_bytes())?;
             code
         }
     };
@@ -710,7 +796,6 @@ fn release(state: &State, env: &Env, args: &[Option<Unknown>; 9]) -> Result<sys:
 }
 
 type Native = fn(&State, &Env, &[Option<Unknown>; 9]) -> Result<sys::napi_value>;
-type NativeArgc = fn(&State, &Env, usize, &[Option<Unknown>; 9]) -> Result<sys::napi_value>;
 
 /// Reads up to 9 arguments (`None` past the ones given) and runs `body` with the environment's
 /// [`State`] inside a panic boundary; throws on error, as `fast::enter` does.
@@ -721,7 +806,7 @@ type NativeArgc = fn(&State, &Env, usize, &[Option<Unknown>; 9]) -> Result<sys::
 unsafe fn enter(
     env: sys::napi_env,
     info: sys::napi_callback_info,
-    body: impl FnOnce(&State, &Env, usize, &[Option<Unknown<'_>>; 9]) -> Result<sys::napi_value>,
+    body: impl FnOnce(&State, &Env, &[Option<Unknown<'_>>; 9]) -> Result<sys::napi_value>,
 ) -> sys::napi_value {
     let call = || -> Result<sys::napi_value> {
         let mut argc = 9;
@@ -745,7 +830,7 @@ unsafe fn enter(
         let args = std::array::from_fn(|i| {
             (i < argc).then(|| unsafe { Unknown::from_raw_unchecked(env, args[i]) })
         });
-        body(state, &Env::from_raw(env), argc.min(9), &args)
+        body(state, &Env::from_raw(env), &args)
     };
     let error: Error = match catch_unwind(AssertUnwindSafe(call)) {
         Ok(Ok(value)) => return value,
@@ -761,16 +846,6 @@ unsafe fn enter(
 }
 
 macro_rules! callback {
-    ($name:ident, $body:expr, argc) => {
-        unsafe extern "C" fn $name(
-            env: sys::napi_env,
-            info: sys::napi_callback_info,
-        ) -> sys::napi_value {
-            let body: NativeArgc = $body;
-            // SAFETY: called by napi as a `napi_callback`.
-            unsafe { enter(env, info, |s, e, argc, a| body(s, e, argc, a)) }
-        }
-    };
     ($name:ident, $body:expr) => {
         unsafe extern "C" fn $name(
             env: sys::napi_env,
@@ -778,15 +853,15 @@ macro_rules! callback {
         ) -> sys::napi_value {
             let body: Native = $body;
             // SAFETY: called by napi as a `napi_callback`.
-            unsafe { enter(env, info, |s, e, _, a| body(s, e, a)) }
+            unsafe { enter(env, info, |s, e, a| body(s, e, a)) }
         }
     };
 }
 
 callback!(native_acquire, acquire);
-callback!(native_request, new_request, argc);
+callback!(native_request, new_request);
 callback!(native_attempt, attempt);
-callback!(native_end, end, argc);
+callback!(native_end, end);
 callback!(native_cancel, cancel);
 callback!(native_info, info);
 callback!(native_release, release);

@@ -101,19 +101,23 @@ pub(crate) fn budget(env: &Env, value: &Unknown<'_>) -> Result<Budget> {
 /// The fields of a request's options, in the order [`new`] reads and checks them.
 pub const OPTION_FIELDS: [&str; 5] = ["maxAttempts", "deadlineMs", "retryOn", "budget", "hedge"];
 
-/// `Balancer.request(key, options)`: the policy, budget and hedging from `options`, whose
-/// [`OPTION_FIELDS`] the caller may have read already (`read`, in that order).
+/// `Balancer.request(key, options)`: the policy, budget and hedging from `options`, or from
+/// its [`OPTION_FIELDS`] as the caller already read them from a plain object (`read[i]` is
+/// field `i`, `None` when `undefined` or `null`).
 pub(crate) fn new(
     env: &Env,
     balancer: &Arc<Balancer>,
     key: Option<Vec<u8>>,
     opts: Option<Unknown<'_>>,
-    read: Option<[Unknown<'_>; 5]>,
+    read: Option<[Option<Unknown<'_>>; 5]>,
 ) -> Result<Shared> {
-    let o = options(env, opts, "options")?;
+    let o = match read {
+        Some(_) => None,
+        None => options(env, opts, "options")?,
+    };
     let field = |i: usize| -> Result<Option<Unknown<'_>>> {
         match read {
-            Some(read) => js::present(Some(read[i])),
+            Some(read) => Ok(read[i]),
             None => field(&o, OPTION_FIELDS[i]),
         }
     };
