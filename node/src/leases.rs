@@ -71,7 +71,7 @@
 use crate::error::{Code, Error, OrThrow, Result, type_error};
 use crate::ids::{FastPick, Handles, lease_membership};
 use crate::js::{self, KeyBuf};
-use crate::request::{self, Shared};
+use crate::request::{self, Core};
 use napi::bindgen_prelude::{JsError, ToNapiValue, panic_to_error};
 use napi::{Env, JsValue, Unknown, sys};
 use std::cell::{Cell, RefCell};
@@ -350,7 +350,7 @@ impl Drop for OpenLease {
 
 /// One open request: the core request and its balancer's id strings (`ids.rs`).
 struct OpenRequest {
-    core: Shared,
+    core: RefCell<Core>,
     fast: Rc<FastPick>,
 }
 
@@ -669,7 +669,10 @@ fn new_request(state: &State, env: &Env, args: &[Option<Unknown>; 9]) -> Result<
         None => (None, args[3]),
     };
     let core = request::new(env, fast.core(), key, options, read)?;
-    let open = Rc::new(OpenRequest { core, fast });
+    let open = Rc::new(OpenRequest {
+        core: RefCell::new(core),
+        fast,
+    });
     let handle = {
         let mut requests = state.requests.try_borrow_mut().map_err(|_| busy())?;
         requests.insert(open)?

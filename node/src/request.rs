@@ -18,11 +18,10 @@ use napi::bindgen_prelude::JavaScriptClassExt;
 use napi::{Env, JsValue, Unknown};
 use napi_derive::napi;
 use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::Arc;
 
-/// The core request a JavaScript `Request` wraps, shared with the leases it hands out.
-pub(crate) type Shared = Rc<RefCell<liblb_core::Request<Arc<Balancer>, Vec<u8>>>>;
+/// The core request a JavaScript `Request` stands for.
+pub(crate) type Core = liblb_core::Request<Arc<Balancer>, Vec<u8>>;
 
 /// When a request sends a hedge: `Hedging.after(delayMs)` or `Hedging.percentile(maxExtraLoad)`.
 /// Share one between requests: the percentile rule learns from every request using it.
@@ -110,7 +109,7 @@ pub(crate) fn new(
     key: Option<Vec<u8>>,
     opts: Option<Unknown<'_>>,
     read: Option<[Option<Unknown<'_>>; 5]>,
-) -> Result<Shared> {
+) -> Result<Core> {
     let o = match read {
         Some(_) => None,
         None => options(env, opts, "options")?,
@@ -171,7 +170,7 @@ pub(crate) fn new(
     if let Some(hedging) = hedging {
         request = request.with_hedging(hedging);
     }
-    Ok(Rc::new(RefCell::new(request)))
+    Ok(request)
 }
 
 /// The decisions' names, indexed by the low two bits of [`finish`]'s code.
@@ -180,7 +179,11 @@ pub const DECISIONS: [&str; 4] = ["done", "retry", "stop", "wait"];
 /// Ends `lease` (an attempt of `request`) with `outcome`: the core's decision as a code (its
 /// index in [`DECISIONS`], plus 4 x (1 + the stop reason's index in `Stop::NAMES`) for a stop)
 /// and a retry's delay in milliseconds (else 0).
-pub(crate) fn finish(request: &Shared, lease: liblb_core::Lease, outcome: Outcome) -> Result<(u32, f64)> {
+pub(crate) fn finish(
+    request: &RefCell<Core>,
+    lease: liblb_core::Lease,
+    outcome: Outcome,
+) -> Result<(u32, f64)> {
     let decision = request
         .try_borrow_mut()
         .map_err(|_| crate::error::Error::new(
