@@ -189,8 +189,9 @@ const RUN: &str = r"(function (exports) {
 /// instance data (napi-rs leaves that slot to addon authors). Runs once per environment (main
 /// thread and each worker) when the module loads.
 ///
-/// It also defines `Balancer.prototype.run` (see [`RUN`]) and wraps the async methods (see
-/// `tasks::ASYNC`).
+/// It also defines `Balancer.prototype.run` (see [`RUN`]), wraps the async methods (see
+/// `tasks::ASYNC`), installs `pick`'s JavaScript half (`ids.rs`) and the lease and request
+/// objects (`leases.rs`).
 #[napi(module_exports)]
 pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
     let install: Function<Object, ()> = env.run_script(RUN)?;
@@ -209,7 +210,11 @@ pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
     // SAFETY: `helpers` was just made and lives until the environment's cleanup hook.
     let handles = unsafe { &(*helpers).fast };
     let [fast_pick, fast_ids, fast_attempts] = crate::ids::functions(&env, handles)?;
-    let record_of = call(&env, install.raw(), &[exports.raw(), fast_pick, fast_ids, fast_attempts])?;
+    let record_of = call(
+        &env,
+        install.raw(),
+        &[exports.raw(), fast_pick, fast_ids, fast_attempts],
+    )?;
     // Leases and requests (`leases.rs`), given `recordOf` (the record of a balancer), `fastIds`
     // and their private native functions.
     let install: Unknown = env.run_script(crate::leases::LEASES)?;
@@ -232,7 +237,11 @@ pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
 }
 
 /// Calls `function` with `args` and `undefined` as `this`; returns its result.
-fn call(env: &Env, function: sys::napi_value, args: &[sys::napi_value]) -> napi::Result<sys::napi_value> {
+fn call(
+    env: &Env,
+    function: sys::napi_value,
+    args: &[sys::napi_value],
+) -> napi::Result<sys::napi_value> {
     let (mut receiver, mut result) = (ptr::null_mut(), ptr::null_mut());
     // SAFETY: a valid env; `function` is a function made in it; `args` outlives the call;
     // out-pointers to locals.

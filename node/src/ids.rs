@@ -23,6 +23,9 @@
 //! - On a string answer the JavaScript side refreshes `ids = fastIds(handle)` (that array), so
 //!   `ids` is always the array `fastPick` fills; a number `i` is answered only when `ids[i]` is
 //!   the string of node `i` of the membership the pick came from.
+//! - The script returns `recordOf(balancer)` (the record, made on first use by the
+//!   receiver-checked `__liblbFastPick`) to `leases.rs`, whose `acquire` and requests answer
+//!   a lease's id from the same array, by the same protocol.
 //! - `Balancer.prototype.attempts` works the same way, from the same record: the private
 //!   `fastAttempts(handle, scratch, key, limit)` asks the core for the retry order, puts every
 //!   answered node's string into the membership's array (defining the missing ones), writes the

@@ -5,68 +5,88 @@
 //! into JavaScript and back, napi-rs wraps the object (a napi reference with a finalizer plus an
 //! entry in a thread-local hash map, removed again when it is collected), and every getter is a
 //! generated accessor (about 400 ns each: docs/benchmarks-node.md). A lease cost 3-5 µs to make
-//! and a request with one attempt about 12 µs, against a pick of about 70 ns. So `Lease` and
-//! `Request` stay the classes users see (`exports.Lease`, `instanceof Lease`, the members on
-//! `Lease.prototype`), but their instances are made by JavaScript ([`LEASES`], installed when
-//! the module loads, as `ids.rs` does for `pick`):
+//! and finish, a request with one attempt about 12 µs, against a pick of about 70 ns. So
+//! `Lease` and `Request` stay the classes users see (`exports.Lease`, `instanceof Lease`,
+//! `new Lease()` still refused, the members on `Lease.prototype`), but their instances are made
+//! by JavaScript ([`LEASES`], installed when the module loads, as `ids.rs` does for `pick`):
 //!
 //! - A lease is an instance of a class private to that script whose prototype inherits from
-//!   `Lease.prototype`: its state is JavaScript private fields (`#handle`, `#id`, `#weight`,
-//!   `#tag`, `#request`, `#done`), which no other code can read or write. The members on
-//!   `Lease.prototype` are JavaScript functions that check their receiver with `#handle in
-//!   this` (else `TypeError: Illegal invocation`, as napi-rs methods throw) and call private
-//!   native functions; the getters read the fields and never cross into Rust. A request is the
-//!   same, with `Request.prototype`.
+//!   `Lease.prototype`; its state is JavaScript private fields (`#cell`, `#id`, `#weight`,
+//!   `#tag`, `#request`), which no other code can read or write. The members on
+//!   `Lease.prototype` are JavaScript functions that check their receiver with `#cell in this`
+//!   (else `TypeError: Illegal invocation`, as napi-rs methods throw) and call private native
+//!   functions; the getters read the fields and never cross into Rust. A request is the same,
+//!   over `Request.prototype`, and `Balancer.prototype.acquire` / `request` are the script's.
 //! - The native state lives in this environment's [`State`]: a lease is an entry of one
 //!   [`Slab`] (the core lease and the request it is an attempt of), a request an entry of
 //!   another (the core request and its balancer's id strings). JavaScript holds only the
 //!   entry's *handle*, a number: slot index + 2^24 x generation. A slot's generation changes
 //!   each time it is emptied, so a handle names its own entry or none, never a later one, and no
 //!   number JavaScript can pass makes native code read memory it does not own: a bad handle is
-//!   "no such entry". The private functions take handles, never objects, so they need no
-//!   receiver check, and nothing but the script can call them.
-//! - Native calls return several values through a closure-private `Float64Array` (`scratch`):
-//!   a new lease's handle, weight and tag (two 32-bit words of its bytes), a decision's delay.
-//!   No JavaScript runs between a native function writing it (its last step) and the script
+//!   "no such entry". The native functions take numbers and plain values, never objects whose
+//!   type they trust, so they need no receiver check; only the script can call them.
+//! - Native calls return several values through `scratch`, a 32-byte `Float64Array` made here
+//!   ([`State::scratch`]) and handed to the script only: a new lease's handle, weight and tag
+//!   (two 32-bit words), a decision's delay. The state keeps a reference to it and its address:
+//!   nothing else can reach its buffer to detach it, and a fixed-length buffer never moves. No
+//!   JavaScript runs between a native function writing it (its last step) and the script
 //!   reading it.
 //! - The id string comes from `ids.rs`'s per-membership cache (the lease's snapshot carries the
 //!   same [`liblb_core::Lease::attachment`] as a pick's): an index into the balancer's array, or
 //!   the string itself when it was just added (the script then refreshes the array).
 //! - A lease or request that is garbage-collected while open must still end (a lease holds
-//!   in-flight + 1 on its node). The script registers each one with a `FinalizationRegistry`
-//!   whose callback hands the handle to `release`, which empties the entry: the core lease is
-//!   dropped (cancelled: in-flight released, nothing counted), through its request if it is an
-//!   attempt of one, as napi-rs's finalizer did. A finished or cancelled lease is unregistered
-//!   at once, so a handle reaches `release` only while its entry is live. This is the cheapest
-//!   finalizer measured here (2026-12-02, 300,000 objects per round): `FinalizationRegistry`
-//!   about 60 ns per object, `napi_add_finalizer` on a JavaScript object about 75 ns plus the
-//!   native call, `napi_create_external` with a finalizer about 180 ns, `napi_wrap` about 700 ns.
+//!   in-flight + 1 on its node). The script registers it with a `FinalizationRegistry` whose
+//!   callback hands the handle to `release`, which empties the entry: the core lease is dropped
+//!   (cancelled: in-flight released, nothing counted), through its request if it is an attempt
+//!   of one, as napi-rs's finalizer on the old class did. A lease's registry entry holds its
+//!   cell, `{ handle }`, whose handle becomes -1 when the lease ends, so `release` only ever
+//!   sees a live entry's handle (not unregistering is cheaper: V8 keeps unregister tokens in an
+//!   identity-hash table). The cheapest finalizer measured here (2026-12-02, a small C addon,
+//!   per object made, finalized and collected, over rounds of 100,000 to 1,000,000 objects):
+//!   `FinalizationRegistry.register` 100-280 ns, `napi_add_finalizer` through a native call
+//!   taking the object 120-420 ns, `napi_create_external` with a finalizer 220-850 ns,
+//!   `napi_wrap` 750-1200 ns (the more objects wait for collection, the dearer each one).
+//!   But in this V8 (Node 20) finalization cells are processed by full collections only: a
+//!   registered object survives young-generation collections and is promoted, which made
+//!   registration (and the full collections it brings) the largest cost of a short lease in
+//!   `perf`. A lease is therefore registered late: the script keeps the
+//!   leases it made in a list (strong references) until a microtask at the end of the current
+//!   synchronous run, or until 1024 are waiting, and then registers those still open. A lease
+//!   ended in the same run (an `acquire` ... `finish` without an `await`) is never registered;
+//!   one still open is, and is released if it is collected later: the guarantee is unchanged,
+//!   only delayed by at most one run. Requests are registered when made (they have no end).
 //! - Outcome objects (`finish`) and request options are read by the script (`o.ok`, ...) and
-//!   handed over as arguments, in the order the native code reads and checks them (`js.rs`,
-//!   `OUTCOME_FIELDS`; `request.rs`, `OPTION_FIELDS`): a property read through Node-API makes
-//!   its name a new string each time (about 500 ns per field through napi-rs's `Object::get`).
-//!   Errors are the same; the difference is that a failing field's later getters have run.
-//!   Anything but a plain object (an array, a Proxy of one) is read natively, as before.
+//!   handed over as arguments with a mask of the fields present (not `undefined` / `null`), in
+//!   the order the native code checks them (`js.rs`, `OUTCOME_FIELDS`; `request.rs`,
+//!   `OPTION_FIELDS`): a property read through napi-rs's `Object::get` makes its name a new
+//!   string each time (the four outcome fields cost about 2.5 µs per `finish`), and the mask
+//!   spares a `napi_typeof` per absent field. Errors and their order are the same; the one
+//!   difference is that when a field is invalid, the getters of the fields after it have run.
+//!   Anything but a plain object (an array, a Proxy of one, a primitive) is read natively, as
+//!   before.
 //!
 //! `request.finish(lease, ...)` checks in the script that `lease` is a lease (else a
 //! `TypeError`, code `ERR_INVALID_ARG_TYPE`) and an attempt of this request; `end` checks the
 //! latter again natively. Finishing twice is `LB_LEASE_FINISHED` from `end`, whose message
 //! names the node (the script passes the id: the entry is gone by then). A getter of the
-//! outcome that finishes the same lease runs before the native call, so the outer call finds the
-//! entry gone: `LB_LEASE_FINISHED`, counted once.
+//! outcome that ends the same lease runs before the native call, so the outer call finds the
+//! entry gone (`LB_LEASE_FINISHED`, counted once); if that getter acquired a new lease into the
+//! same slot, the generation tells them apart.
 //!
-//! Environments and threads: the slabs, the functions and the registries belong to one
-//! environment (main thread or worker) and are only used on its thread; `FinalizationRegistry`
-//! callbacks run there as tasks of their own, never inside a call of this binding (the slabs are
-//! never borrowed when they run). Leases still open when the environment shuts down are dropped
-//! with the [`State`] (cancelled). A request keeps its balancer object alive, so the
-//! balancer's handle (`ids.rs`) stays its own while the request can make leases.
+//! Environments and threads: the slabs, the functions, the scratch and the registries belong to
+//! one environment (main thread or worker) and are only used on its thread;
+//! `FinalizationRegistry` callbacks and microtasks run there as jobs of their own, never inside
+//! a call of this binding, so the slabs are never borrowed when they run (they are borrowed only
+//! across code that runs no JavaScript, and every borrow is a `try_borrow`). Leases still open
+//! when the environment shuts down are dropped with the [`State`] (cancelled). A request keeps
+//! its balancer object alive, so the balancer's handle (`ids.rs`) stays its own while the
+//! request can make leases.
 //!
-//! The script calls only functions it captured when the module loaded (`Reflect.apply` is not
-//! needed: the registry methods are bound then), except `WeakMap.prototype.get` inside
-//! `ids.rs`'s `recordOf`; code that patched builtins *before* this module loaded could forge a
+//! The script captures what it calls when the module loads (`queueMicrotask`, the registry's
+//! `register`, `Array.isArray`, `BigInt`); the exception is `WeakMap.prototype.get`, inside
+//! `ids.rs`'s `recordOf`. Code that patched builtins *before* this module loaded could forge a
 //! balancer record, with the effect `ids.rs` describes (an error or another balancer's answer,
-//! never foreign memory).
+//! never foreign memory); it cannot reach a lease's or request's handle.
 
 use crate::error::{Code, Error, OrThrow, Result, type_error};
 use crate::ids::{FastPick, Handles, lease_membership};
@@ -447,12 +467,21 @@ impl State {
     /// (a strong reference, deleted when the state drops) and returns it, for [`LEASES`] only.
     pub fn scratch(&self, env: &Env) -> napi::Result<sys::napi_value> {
         let raw = env.raw();
-        let (mut buffer, mut data, mut array, mut reference) =
-            (ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+        let (mut buffer, mut data, mut array, mut reference) = (
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        );
         // SAFETY: a valid env for this thread; out-pointers to locals. The new ArrayBuffer is
         // writable for SCRATCH_BYTES bytes at `data`, zeroed by napi.
         unsafe {
-            napi::check_status!(sys::napi_create_arraybuffer(raw, SCRATCH_BYTES, &mut data, &mut buffer))?;
+            napi::check_status!(sys::napi_create_arraybuffer(
+                raw,
+                SCRATCH_BYTES,
+                &mut data,
+                &mut buffer
+            ))?;
             napi::check_status!(sys::napi_create_typedarray(
                 raw,
                 sys::TypedarrayType::float64_array,
@@ -499,7 +528,9 @@ impl State {
     /// The request of handle `handle`.
     fn request(&self, handle: f64) -> Result<Rc<OpenRequest>> {
         let mut requests = self.requests.try_borrow_mut().map_err(|_| busy())?;
-        let request = requests.get(handle).ok_or_else(|| internal("no such request"))?;
+        let request = requests
+            .get(handle)
+            .ok_or_else(|| internal("no such request"))?;
         Ok(Rc::clone(request))
     }
 
@@ -729,7 +760,10 @@ fn end(state: &State, env: &Env, args: &[Option<Unknown>; 9]) -> Result<sys::nap
             };
             if !same {
                 drop(leases);
-                return Err(type_error(env, "lease is not an attempt of this request".into()));
+                return Err(type_error(
+                    env,
+                    "lease is not an attempt of this request".into(),
+                ));
             }
         }
     }
@@ -908,7 +942,9 @@ pub fn functions(env: &Env, state: &Rc<State>) -> napi::Result<[sys::napi_value;
                 ) != sys::Status::napi_ok
             {
                 drop(Rc::from_raw(data.cast::<State>()));
-                return Err(napi::Error::from_reason("liblb: could not make the lease functions"));
+                return Err(napi::Error::from_reason(
+                    "liblb: could not make the lease functions",
+                ));
             }
         }
     }

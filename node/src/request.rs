@@ -11,8 +11,8 @@ use crate::budget::{AdaptiveThrottle, RetryBudget, RetryThrottle, field, number,
 use crate::error::{OrThrow, Result, type_error};
 use crate::js::{self, describe, millis};
 use liblb_core::{
-    Balancer, Budget, Decision, Hedging as CoreHedging, MAX_ATTEMPTS, Outcome, RetryOn, RetryPolicy,
-    Stop,
+    Balancer, Budget, Decision, Hedging as CoreHedging, MAX_ATTEMPTS, Outcome, RetryOn,
+    RetryPolicy, Stop,
 };
 use napi::bindgen_prelude::JavaScriptClassExt;
 use napi::{Env, JsValue, Unknown};
@@ -186,10 +186,12 @@ pub(crate) fn finish(
 ) -> Result<(u32, f64)> {
     let decision = request
         .try_borrow_mut()
-        .map_err(|_| crate::error::Error::new(
-            crate::error::Code::Napi(napi::Status::GenericFailure),
-            "liblb: request busy".to_string(),
-        ))?
+        .map_err(|_| {
+            crate::error::Error::new(
+                crate::error::Code::Napi(napi::Status::GenericFailure),
+                "liblb: request busy".to_string(),
+            )
+        })?
         .finish(lease, outcome);
     Ok(match decision {
         Decision::Done => (0, 0.0),
