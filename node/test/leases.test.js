@@ -213,12 +213,11 @@ describe('garbage collection', () => {
 
   it('a finished lease collected after its slot was reused leaves the new lease open', async () => {
     const b = new Balancer('round_robin', ['a'])
-    let open
-    ;(() => {
-      const old = b.acquire()
-      old.finish()
-      open = b.acquire() // the native slot the old lease had
-    })()
+    let old = b.acquire()
+    await null // the end of the run that made it: registered for collection
+    old.finish()
+    const open = b.acquire() // the native slot the old lease had
+    old = null
     await collectUntil(() => false)
     assert.equal(open.done, false)
     assert.equal(inFlight(b), 1)
