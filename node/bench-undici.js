@@ -4,6 +4,9 @@
 // `new Agent()`, both to one keep-alive loopback server (in a child process, answering 2 bytes).
 // Rounds alternate between the two so drift (CPU frequency, other load) hits both alike; the
 // report is the median round. `node bench-undici.js [requests per round] [rounds]`.
+// Besides wall time it reports this process's CPU time per request (the server is another
+// process): on a loaded machine wall time mostly measures the scheduler, CPU time the client's
+// own work, interceptor included.
 //
 // A third arm composes a pass-through interceptor: what undici's compose costs by itself.
 // Two shapes: one request at a time (latency: the overhead in microseconds per request) and 32
@@ -34,14 +37,18 @@ async function one(dispatcher, url) {
   await body.text()
 }
 
-// Microseconds per request for `n` requests, `inFlight` at a time.
-async function round(dispatcher, url, n, inFlight) {
+// Microseconds per request for `n` requests, `inFlight` at a time: wall time, and this
+// process's CPU time in `cpu` (an array the round's figure is pushed onto).
+async function round(dispatcher, url, n, inFlight, cpu = []) {
   const started = process.hrtime.bigint()
+  const used = process.cpuUsage()
   let left = n
   const worker = async () => {
     while (left-- > 0) await one(dispatcher, url)
   }
   await Promise.all(Array.from({ length: inFlight }, worker))
+  const { user, system } = process.cpuUsage(used)
+  cpu.push((user + system) / n)
   return Number(process.hrtime.bigint() - started) / 1e3 / n
 }
 
@@ -67,16 +74,23 @@ async function main() {
     const a = []
     const b = []
     const c = []
+    const [ca, cb, cc] = [[], [], []]
     for (let r = 0; r < rounds; r++) {
-      a.push(await round(plain, direct, perRound, inFlight))
-      b.push(await round(balanced, logical, perRound, inFlight))
-      c.push(await round(composed, direct, perRound, inFlight))
+      a.push(await round(plain, direct, perRound, inFlight, ca))
+      b.push(await round(balanced, logical, perRound, inFlight, cb))
+      c.push(await round(composed, direct, perRound, inFlight, cc))
     }
     const [base, lb, pass] = [median(a), median(b), median(c)]
     console.log(
       `${String(inFlight).padStart(2)} in flight: plain Agent ${base.toFixed(1)} us/request; ` +
         `with liblb ${lb.toFixed(1)} us/request: +${(lb - base).toFixed(1)} us, ratio ${(lb / base).toFixed(3)} ` +
         `(a pass-through interceptor: ${pass.toFixed(1)} us, ratio ${(pass / base).toFixed(3)})`,
+    )
+    const [cpuBase, cpuLb, cpuPass] = [median(ca), median(cb), median(cc)]
+    console.log(
+      `   client CPU: plain ${cpuBase.toFixed(1)} us/request; with liblb ${cpuLb.toFixed(1)}: ` +
+        `+${(cpuLb - cpuBase).toFixed(1)} us, ratio ${(cpuLb / cpuBase).toFixed(3)} ` +
+        `(pass-through ${cpuPass.toFixed(1)}, ratio ${(cpuPass / cpuBase).toFixed(3)})`,
     )
   }
   // The binding's share: the request loop alone (Balancer.request, attempt, finish), and a

@@ -146,10 +146,23 @@ export type ErrorCode =
   | 'LB_BATCH_TOO_LARGE'
 
 /**
- * The hot methods of `Balancer`, implemented as direct Node-API callbacks (node/src/fast.rs);
- * this interface merges with the generated class below.
+ * The hot methods of `Balancer`, implemented as direct Node-API callbacks (node/src/fast.rs)
+ * or over native handles (`acquire`, `request`: node/src/leases.rs); this interface merges with
+ * the generated class below.
  */
 export interface Balancer {
+  /**
+   * Picks a node and starts a request on it (its in-flight count + 1) until the returned
+   * `Lease` is finished. Keyed algorithms need `key`. See also `run(key, fn)`.
+   */
+  acquire(key?: Key | null): Lease
+  /**
+   * A request through this balancer: attempts on distinct nodes in the key's retry order
+   * under `{ maxAttempts (1 to 100, default 3), deadlineMs, retryOn (failure kinds, default
+   * all), budget (default: the balancer's), hedge (a Hedging) }`. Nothing is picked until
+   * `attempt()`. See also `run(key, fn, options)`.
+   */
+  request(key?: string | Uint8Array | null, options?: RequestOptions | null): Request
   /**
    * Picks a node and returns its id. `source_hash` and `ring` need a key (a string, `Buffer`
    * or `Uint8Array`); the other algorithms ignore it. Throws `LB_NO_NODES` when no node has
@@ -196,6 +209,81 @@ export interface RequestOptions {
   hedge?: Hedging | null
 }
 
+/** The members of `Lease` (node/src/leases.rs); this interface merges with the generated class. */
+export interface Lease {
+  /** The node's id. */
+  get id(): string
+  /** The node's weight when the lease was acquired. */
+  get weight(): number
+  /**
+   * The node's tag, as given with the node (`{ id, weight, tag }` or `add(id, weight, tag)`;
+   * 0 if none was), as a bigint: tags are 64-bit.
+   */
+  get tag(): bigint
+  /** Whether the lease has ended (finished or cancelled). */
+  get done(): boolean
+  /**
+   * Ends the request: `ok` (default true) is its outcome, `latencyMs` its duration in
+   * milliseconds; without `latencyMs` it is measured since `acquire` by the balancer's
+   * monotonic clock. A failure (`ok: false`) may name its `kind` (one of `failureKinds()`,
+   * default 'error') and, for an overloaded node, a `retryAfterMs` that keeps it from picks
+   * until then: `lease.finish({ ok: false, kind: 'overloaded', retryAfterMs: 5000 })`.
+   * Throws `LB_LEASE_FINISHED` if the lease already ended, `LB_INVALID_OUTCOME` for an
+   * unknown kind or a kind or retry-after with `ok: true` (the lease then stays open).
+   */
+  finish(outcome?: Outcome | null): void
+  /**
+   * Ends the request without an outcome (in-flight released, nothing counted). Throws
+   * `LB_LEASE_FINISHED` if the lease already ended.
+   */
+  cancel(): void
+}
+
+/** What an attempt's outcome decided (`Request.finish`). */
+export interface RequestDecision {
+  /**
+   * 'done' (a success), 'retry' (wait `delayMs`, then `attempt()`), 'stop' (gave up:
+   * `stop` says why) or 'wait' (a hedge is still out: wait for its answer).
+   */
+  decision: string
+  /** For 'retry': milliseconds to wait before the next attempt (else 0). */
+  delayMs: number
+  /** For 'stop': one of `stopReasons()`; else null. */
+  stop: string | null
+}
+
+/** The members of `Request` (node/src/leases.rs); this interface merges with the generated class. */
+export interface Request {
+  /**
+   * The next attempt's lease on an untried node, or null when the request is over (see
+   * `stopped`). Balancer errors (`LB_NO_NODES`, `LB_KEY_REQUIRED`) leave it as it was.
+   */
+  attempt(): Lease | null
+  /**
+   * Ends `lease`, an attempt of this request, with `outcome` (as `Lease.finish` takes it)
+   * and returns the decision. Throws `LB_LEASE_FINISHED` if it already ended, a `TypeError`
+   * if `lease` is not a lease or not an attempt of this request.
+   */
+  finish(lease: Lease, outcome?: Outcome | null): RequestDecision
+  /** Cancels `lease` (a hedge's loser): in-flight released, nothing counted. */
+  cancel(lease: Lease): void
+  /** Sends a hedge now if the hedging policy and the budget allow: a lease, or null. */
+  hedge(): Lease | null
+  /** Milliseconds from the last attempt's start before `hedge()`; null: no hedge. */
+  hedgeAfterMs(): number | null
+  /** Milliseconds the last 'retry' decision said to wait (0 before any). */
+  backoffMs(): number
+  /** Why the request gave up (one of `stopReasons()`), or null. */
+  get stopped(): string | null
+  /** Whether the request is over (succeeded or gave up). */
+  get over(): boolean
+  /** Attempts started so far. */
+  get attempts(): number
+  /** Which attempt succeeded (1-based, in start order), once one has; else null. */
+  get winner(): number | null
+  /** Milliseconds left before the deadline, or null without one. */
+  get remainingMs(): number | null
+}
 
 /**
  * Which binding artifact the generated loader actually loaded: `'native'` for
@@ -304,18 +392,6 @@ export declare class Balancer {
   /** Number of nodes, drained ones included. */
   get size(): number
   /**
-   * Picks a node and starts a request on it (its in-flight count + 1) until the returned
-   * `Lease` is finished. Keyed algorithms need `key`. See also `run(key, fn)`.
-   */
-  acquire(key?: Key | null): Lease
-  /**
-   * A request through this balancer: attempts on distinct nodes in the key's retry order
-   * under `{ maxAttempts (1 to 100, default 3), deadlineMs, retryOn (failure kinds, default
-   * all), budget (default: the balancer's), hedge (a Hedging) }`. Nothing is picked until
-   * `attempt()`. See also `run(key, fn, options)`.
-   */
-  request(key?: string | Uint8Array | null, options?: RequestOptions | null): Request
-  /**
    * Sets (null: removes) the default budget of this balancer's requests: a RetryBudget,
    * RetryThrottle or AdaptiveThrottle. A wrong type throws a TypeError and changes nothing.
    */
@@ -368,70 +444,16 @@ export declare class Hedging {
 /**
  * A request in progress on one node, from `Balancer.acquire()` until it ends: `finish()` it
  * once. A lease garbage-collected unfinished is cancelled (in-flight released, nothing counted).
+ * (Its members are defined by `leases.rs`; their declarations are in `header.d.ts`.)
  */
-export declare class Lease {
-  /** The node's id. */
-  get id(): string
-  /** The node's weight when the lease was acquired. */
-  get weight(): number
-  /**
-   * The node's tag, as given with the node (`{ id, weight, tag }` or `add(id, weight, tag)`;
-   * 0 if none was), as a bigint: tags are 64-bit.
-   */
-  get tag(): bigint
-  /** Whether the lease has ended (finished or cancelled). */
-  get done(): boolean
-  /**
-   * Ends the request: `ok` (default true) is its outcome, `latencyMs` its duration in
-   * milliseconds; without `latencyMs` it is measured since `acquire` by the balancer's
-   * monotonic clock. A failure (`ok: false`) may name its `kind` (one of `failureKinds()`,
-   * default 'error') and, for an overloaded node, a `retryAfterMs` that keeps it from picks
-   * until then: `lease.finish({ ok: false, kind: 'overloaded', retryAfterMs: 5000 })`.
-   * Throws `LB_LEASE_FINISHED` if the lease already ended, `LB_INVALID_OUTCOME` for an
-   * unknown kind or a kind or retry-after with `ok: true` (the lease then stays open).
-   */
-  finish(outcome?: Outcome | null): void
-  /**
-   * Ends the request without an outcome (in-flight released, nothing counted). Throws
-   * `LB_LEASE_FINISHED` if the lease already ended.
-   */
-  cancel(): void
-}
+export declare class Lease {}
 
 /**
  * One request's attempts: `attempt()` a lease, send, `finish(lease, outcome)`, and do what
- * the decision says. Every decision is the core's; this object never waits.
+ * the decision says. Every decision is the core's; this object never waits. (Its members are
+ * defined by `leases.rs`; their declarations are in `header.d.ts`.)
  */
-export declare class Request {
-  /**
-   * The next attempt's lease on an untried node, or null when the request is over (see
-   * `stopped`). Balancer errors (`LB_NO_NODES`, `LB_KEY_REQUIRED`) leave it as it was.
-   */
-  attempt(): Lease | null
-  /**
-   * Ends `lease`, an attempt of this request, with `outcome` (as `Lease.finish` takes it)
-   * and returns the decision. Throws `LB_LEASE_FINISHED` if it already ended.
-   */
-  finish(lease: Lease, outcome?: Outcome | null): RequestDecision
-  /** Cancels `lease` (a hedge's loser): in-flight released, nothing counted. */
-  cancel(lease: Lease): void
-  /** Sends a hedge now if the hedging policy and the budget allow: a lease, or null. */
-  hedge(): Lease | null
-  /** Milliseconds from the last attempt's start before `hedge()`; null: no hedge. */
-  hedgeAfterMs(): number | null
-  /** Milliseconds the last 'retry' decision said to wait (0 before any). */
-  backoffMs(): number
-  /** Why the request gave up (one of `stopReasons()`), or null. */
-  get stopped(): string | null
-  /** Whether the request is over (succeeded or gave up). */
-  get over(): boolean
-  /** Attempts started so far. */
-  get attempts(): number
-  /** Which attempt succeeded (1-based, in start order), once one has; else null. */
-  get winner(): number | null
-  /** Milliseconds left before the deadline, or null without one. */
-  get remainingMs(): number | null
-}
+export declare class Request {}
 
 /**
  * A retry budget (tower's `TpsBudget`, Finagle's `RetryBudget`): every request `deposit`s,
@@ -548,19 +570,6 @@ export declare function noop(): void
 
 /** The option names `new Balancer` accepts (the core's list; keys of `BalancerOptions`). */
 export declare function optionNames(): Array<keyof BalancerOptions>
-
-/** What an attempt's outcome decided. */
-export interface RequestDecision {
-  /**
-   * 'done' (a success), 'retry' (wait `delayMs`, then `attempt()`), 'stop' (gave up:
-   * `stop` says why) or 'wait' (a hedge is still out: wait for its answer).
-   */
-  decision: string
-  /** For 'retry': milliseconds to wait before the next attempt (else 0). */
-  delayMs: number
-  /** For 'stop': one of `stopReasons()`; else null. */
-  stop: string | null
-}
 
 /** Why a request gives up (`Request.stopped`, `LB_REQUEST_FAILED`'s `stop`): the core's list. */
 export declare function stopReasons(): StopReason[]

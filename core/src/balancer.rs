@@ -378,6 +378,24 @@ impl Lease {
         self.snapshot.nodes[self.index].weight
     }
 
+    /// The node's position in [`Lease::members`].
+    #[inline]
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The membership the lease's node was chosen from: every node, in insertion order.
+    pub fn members(&self) -> &[Node] {
+        &self.snapshot.nodes
+    }
+
+    /// [`Picked::attachment`] for the lease's membership (the same value a [`Picked`] from
+    /// that membership sees): bindings find the node's id string there by [`Lease::index`].
+    #[inline]
+    pub fn attachment<T: Any + Send + Sync>(&self, make: impl FnOnce(&[Node]) -> T) -> Option<&T> {
+        self.snapshot.attachment(make)
+    }
+
     /// When the lease was acquired, by the balancer's clock (nanoseconds).
     pub(crate) fn started_ns(&self) -> u64 {
         self.started_ns

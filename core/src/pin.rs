@@ -786,6 +786,21 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_shares_its_memberships_attachment_with_picks() {
+        let b = two_nodes();
+        let picked = b.pick(None).unwrap();
+        let made = *picked.attachment(|nodes| nodes.len()).unwrap();
+        let lease = b.acquire(None).unwrap();
+        // Made once per membership: the lease finds the pick's value, not a new one.
+        assert_eq!(lease.attachment(|_| usize::MAX), Some(&made));
+        assert_eq!(&*lease.members()[lease.index()].id, lease.id());
+        b.update(["c"]).unwrap();
+        let moved = b.acquire(None).unwrap();
+        assert_eq!(moved.attachment(|nodes| nodes.len() + 10), Some(&11));
+        assert_eq!((moved.index(), moved.id()), (0, "c"));
+    }
+
+    #[test]
     fn a_dropped_balancers_pin_lives_until_the_threads_next_miss() {
         static FREED: AtomicUsize = AtomicUsize::new(0);
         on_thread(|| {

@@ -85,6 +85,8 @@ pub struct Helpers {
     env: sys::napi_env,
     /// This environment's fast-pick handles (see `ids.rs`).
     pub fast: std::rc::Rc<crate::ids::Handles>,
+    /// This environment's open leases and requests (see `leases.rs`).
+    pub leases: std::rc::Rc<crate::leases::State>,
 }
 
 impl Helpers {
@@ -92,11 +94,14 @@ impl Helpers {
     /// releases them when the environment shuts down.
     pub fn install(env: &Env) -> napi::Result<*const Helpers> {
         let object: Unknown = env.run_script(HELPERS)?;
+        let fast = std::rc::Rc::<crate::ids::Handles>::default();
+        let leases = std::rc::Rc::new(crate::leases::State::new(std::rc::Rc::clone(&fast)));
         let mut helpers = Box::new(Helpers {
             pack: ptr::null_mut(),
             unpack: ptr::null_mut(),
             env: env.raw(),
-            fast: std::rc::Rc::default(),
+            fast,
+            leases,
         });
         for (name, slot) in [
             (c"pack", &mut helpers.pack),

@@ -40,6 +40,7 @@
 use crate::Balancer;
 use crate::batch::Helpers;
 use crate::error::{Code, Error, OrThrow, Result, type_error};
+use crate::js::OwnArray;
 use napi::bindgen_prelude::{CallbackInfo, Function, JsError, Object, ToNapiValue, panic_to_error};
 use napi::{Env, JsValue, Unknown, sys};
 use napi_derive::napi;
@@ -188,8 +189,9 @@ const RUN: &str = r"(function (exports) {
 /// instance data (napi-rs leaves that slot to addon authors). Runs once per environment (main
 /// thread and each worker) when the module loads.
 ///
-/// It also defines `Balancer.prototype.run` (see [`RUN`]) and wraps the async methods (see
-/// `tasks::ASYNC`).
+/// It also defines `Balancer.prototype.run` (see [`RUN`]), wraps the async methods (see
+/// `tasks::ASYNC`), installs `pick`'s JavaScript half (`ids.rs`) and the lease and request
+/// objects (`leases.rs`).
 #[napi(module_exports)]
 pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
     let install: Function<Object, ()> = env.run_script(RUN)?;
@@ -208,22 +210,53 @@ pub fn install_batch_helpers(exports: Object, env: Env) -> napi::Result<()> {
     // SAFETY: `helpers` was just made and lives until the environment's cleanup hook.
     let handles = unsafe { &(*helpers).fast };
     let [fast_pick, fast_ids, fast_attempts] = crate::ids::functions(&env, handles)?;
+    let record_of = call(
+        &env,
+        install.raw(),
+        &[exports.raw(), fast_pick, fast_ids, fast_attempts],
+    )?;
+    // Leases and requests (`leases.rs`), given `recordOf` (the record of a balancer), `fastIds`
+    // and their private native functions.
+    let install: Unknown = env.run_script(crate::leases::LEASES)?;
+    // SAFETY: as above.
+    let state = unsafe { &(*helpers).leases };
+    let natives = crate::leases::functions(&env, state)?;
+    // SAFETY: a valid env for this thread (the arrays are made of new strings).
+    let (decisions, stops) = unsafe {
+        (
+            OwnArray::to_napi_value(env.raw(), OwnArray(crate::request::DECISIONS.to_vec()))?,
+            OwnArray::to_napi_value(env.raw(), OwnArray(liblb_core::Stop::NAMES.to_vec()))?,
+        )
+    };
+    let scratch = state.scratch(&env)?;
+    let mut args = vec![exports.raw(), record_of, fast_ids, scratch];
+    args.extend(natives);
+    args.extend([decisions, stops]);
+    call(&env, install.raw(), &args)?;
+    Ok(())
+}
+
+/// Calls `function` with `args` and `undefined` as `this`; returns its result.
+fn call(
+    env: &Env,
+    function: sys::napi_value,
+    args: &[sys::napi_value],
+) -> napi::Result<sys::napi_value> {
     let (mut receiver, mut result) = (ptr::null_mut(), ptr::null_mut());
-    let args = [exports.raw(), fast_pick, fast_ids, fast_attempts];
-    // SAFETY: a valid env; `install` is the function the script evaluated to; `args` outlives
-    // the call; out-pointers to locals.
+    // SAFETY: a valid env; `function` is a function made in it; `args` outlives the call;
+    // out-pointers to locals.
     unsafe {
         napi::check_status!(sys::napi_get_undefined(env.raw(), &mut receiver))?;
         napi::check_status!(sys::napi_call_function(
             env.raw(),
             receiver,
-            install.raw(),
+            function,
             args.len(),
             args.as_ptr(),
             &mut result
         ))?;
     }
-    Ok(())
+    Ok(result)
 }
 
 /// Reads `this` and up to `N` arguments (missing ones read as `undefined`) and calls `body` with

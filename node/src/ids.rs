@@ -23,6 +23,9 @@
 //! - On a string answer the JavaScript side refreshes `ids = fastIds(handle)` (that array), so
 //!   `ids` is always the array `fastPick` fills; a number `i` is answered only when `ids[i]` is
 //!   the string of node `i` of the membership the pick came from.
+//! - The script returns `recordOf(balancer)` (the record, made on first use by the
+//!   receiver-checked `__liblbFastPick`) to `leases.rs`, whose `acquire` and requests answer
+//!   a lease's id from the same array, by the same protocol.
 //! - `Balancer.prototype.attempts` works the same way, from the same record: the private
 //!   `fastAttempts(handle, scratch, key, limit)` asks the core for the retry order, puts every
 //!   answered node's string into the membership's array (defining the missing ones), writes the
@@ -51,7 +54,6 @@
 
 use crate::error::{Code, Error, OrThrow, Result};
 use crate::js::{self, KeyBuf};
-use liblb_core::Picked;
 use napi::bindgen_prelude::{JsError, ToNapiValue, panic_to_error};
 use napi::{Env, JsValue, Unknown, sys};
 use std::cell::RefCell;
@@ -119,6 +121,9 @@ pub const PICK: &str = r"(function (exports, fastPick, fastIds, fastAttempts) {
     for (let i = 0; i < count; i++) out[i] = ids[indices[i]]
     return out
   })
+  // For leases.rs: the record of a balancer, made on first use by the receiver-checked
+  // `makeFast` (a TypeError for anything but a Balancer).
+  return (self) => fastOf.get(self) ?? record(self)
 })";
 
 /// Identifies one published membership (core snapshot) across the process.
@@ -168,20 +173,35 @@ impl FastPick {
             None => None,
         };
         let picked = self.core.pick(key).or_throw()?;
-        let raw = env.raw();
         // Only this binding attaches to snapshots, so the type always matches; were it not, the
         // id string itself is a right answer.
-        let Some(membership) = picked.attachment(|_| Membership::next()) else {
-            return id_string(raw, &picked);
+        let membership = picked.attachment(|_| Membership::next()).map(|m| m.0);
+        let count = picked.members().len();
+        self.answer(env.raw(), membership, picked.index(), picked.id(), count)
+    }
+
+    /// The answer for node `index` (id `id`) of `membership` (`count` nodes), as `fastPick`
+    /// gives it: the index when the array `fastIds` returns holds the node's string, else the
+    /// string itself, put into that array (a new one when the membership changed). `None` for
+    /// `membership` (a snapshot this binding did not attach to): the string.
+    pub(crate) fn answer(
+        &self,
+        raw: sys::napi_env,
+        membership: Option<u64>,
+        index: usize,
+        id: &str,
+        count: usize,
+    ) -> Result<sys::napi_value> {
+        let Some(membership) = membership else {
+            return id_string(raw, id);
         };
         // No JavaScript runs while the strings are borrowed, so this cannot fail; if it somehow
         // did, the id string itself is a right answer.
         let Ok(mut strings) = self.strings.try_borrow_mut() else {
-            return id_string(raw, &picked);
+            return id_string(raw, id);
         };
-        let index = picked.index();
         if let Some(s) = strings.as_ref()
-            && s.membership == membership.0
+            && s.membership == membership
             && s.env == raw
             && s.filled[index]
         {
@@ -192,8 +212,13 @@ impl FastPick {
                 .or_throw()?;
             return Ok(number);
         }
-        let (s, _) = Strings::current(&mut strings, raw, membership.0, picked.members().len())?;
-        s.fill(raw, index, picked.id())
+        let (s, _) = Strings::current(&mut strings, raw, membership, count)?;
+        s.fill(raw, index, id)
+    }
+
+    /// The core balancer.
+    pub(crate) fn core(&self) -> &Arc<liblb_core::Balancer> {
+        &self.core
     }
 
     /// `fastAttempts(handle, scratch, key, limit)`: the answers' indices into the array
@@ -401,11 +426,17 @@ impl Strings {
     }
 }
 
-/// The picked node's id as a new JavaScript string.
+/// A node's id as a new JavaScript string.
 #[inline]
-fn id_string(env: sys::napi_env, picked: &Picked) -> Result<sys::napi_value> {
+fn id_string(env: sys::napi_env, id: &str) -> Result<sys::napi_value> {
     // SAFETY: a valid env for this thread, from the caller.
-    unsafe { <&str>::to_napi_value(env, picked.id()) }.or_throw()
+    unsafe { <&str>::to_napi_value(env, id) }.or_throw()
+}
+
+/// The membership token of a lease's snapshot, as [`FastPick::answer`] takes it (`None`: not
+/// this binding's attachment).
+pub(crate) fn lease_membership(lease: &liblb_core::Lease) -> Option<u64> {
+    lease.attachment(|_| Membership::next()).map(|m| m.0)
 }
 
 /// One environment's fast-pick handles: a handle is an index into this list, which holds the
@@ -424,7 +455,7 @@ struct Slots {
 
 impl Handles {
     /// The `FastPick` of `handle`, if it is live.
-    fn get(&self, handle: u32) -> Option<Rc<FastPick>> {
+    pub(crate) fn get(&self, handle: u32) -> Option<Rc<FastPick>> {
         let slots = self.0.try_borrow().ok()?;
         slots.live.get(handle as usize)?.clone()
     }

@@ -474,6 +474,9 @@ pub(crate) fn millis(env: &Env, value: &Unknown<'_>, what: &str) -> Result<Durat
     }
 }
 
+/// The properties of an outcome object, in the order [`outcome`] reads them.
+pub const OUTCOME_FIELDS: [&str; 4] = ["ok", "kind", "latencyMs", "retryAfterMs"];
+
 /// Reads `{ ok, kind, latencyMs, retryAfterMs }`: `ok` a boolean (default true), `kind` one
 /// of `failureKinds()` (a failure's; default 'error'), `latencyMs` and `retryAfterMs`
 /// milliseconds, or absent. `report` (`required`) needs the object and `ok`, and a success's
@@ -509,7 +512,31 @@ pub fn outcome(
     }
     // SAFETY: the value was just checked to be an object.
     let object = unsafe { value.cast::<Object>() }.or_throw()?;
-    let ok = match present(object.get::<Unknown>("ok").or_throw()?)? {
+    outcome_fields(env, what, required, |i| {
+        present(object.get::<Unknown>(OUTCOME_FIELDS[i]).or_throw()?)
+    })
+}
+
+/// [`outcome`] of a plain object (not an array) whose [`OUTCOME_FIELDS`] the caller already
+/// read: `read[i]` is field `i`, `None` when it is `undefined` or `null`. The same checks and
+/// errors, in the same order.
+pub fn outcome_read(
+    env: &Env,
+    what: &str,
+    required: bool,
+    read: [Option<Unknown<'_>>; 4],
+) -> Result<OutcomeArgs> {
+    outcome_fields(env, what, required, |i| Ok(read[i]))
+}
+
+/// [`outcome`] after the object check: `field(i)` gives [`OUTCOME_FIELDS`]`[i]` if present.
+fn outcome_fields<'v>(
+    env: &Env,
+    what: &str,
+    required: bool,
+    field: impl Fn(usize) -> Result<Option<Unknown<'v>>>,
+) -> Result<OutcomeArgs> {
+    let ok = match field(0)? {
         // `report` records what the caller says happened: no default outcome.
         None if required => {
             return Err(type_error(
@@ -529,14 +556,14 @@ pub fn outcome(
             ));
         }
     };
-    let kind = match present(object.get::<Unknown>("kind").or_throw()?)? {
+    let kind = match field(1)? {
         None => None,
         Some(kind) => {
             let name = string(env, &kind, &format!("{what}.kind"))?;
             Some(FailureKind::from_name(&name).or_throw()?)
         }
     };
-    let latency = match present(object.get::<Unknown>("latencyMs").or_throw()?)? {
+    let latency = match field(2)? {
         // A success reported must say how long it took; a failure may not know.
         None if required && ok => {
             return Err(type_error(
@@ -547,7 +574,7 @@ pub fn outcome(
         None => None,
         Some(ms) => Some(millis(env, &ms, &format!("{what}.latencyMs"))?),
     };
-    let retry_after = match present(object.get::<Unknown>("retryAfterMs").or_throw()?)? {
+    let retry_after = match field(3)? {
         None => None,
         Some(ms) => Some(millis(env, &ms, &format!("{what}.retryAfterMs"))?),
     };

@@ -4,7 +4,8 @@
 //! decision is made by `liblb_core`. Each export is one call into the core, guarded by
 //! `#[napi(catch_unwind)]` so a Rust panic becomes a JavaScript `Error` instead of aborting
 //! Node. The three hot methods (`pick`, `pickMany`, `attempts`) are direct Node-API callbacks
-//! with the same guard, defined on the same class (see `fast.rs` for why). A `Balancer` belongs
+//! with the same guard, defined on the same class (see `fast.rs` for why); leases and requests
+//! are JavaScript objects over native handles (see `leases.rs`). A `Balancer` belongs
 //! to the JavaScript thread (main or worker) that created it; each worker makes its own. The core
 //! never locks to pick; the binding's receiver check briefly takes one process-wide napi-rs mutex
 //! per hot call (see `fast.rs`).
@@ -20,13 +21,14 @@ mod error;
 mod fast;
 mod ids;
 mod js;
+mod leases;
 mod request;
 mod tasks;
 
 use error::{OrThrow, Result};
 use js::{Id, Ids, KeyBuf, OwnArray};
 use liblb_core::{Algorithm, FailureKind};
-use napi::bindgen_prelude::{AsyncTask, BigInt, Either, Null};
+use napi::bindgen_prelude::{AsyncTask, Either, Null};
 use napi::{Env, Unknown};
 use napi_derive::napi;
 
@@ -68,152 +70,13 @@ pub struct NodeStats {
 
 /// A request in progress on one node, from `Balancer.acquire()` until it ends: `finish()` it
 /// once. A lease garbage-collected unfinished is cancelled (in-flight released, nothing counted).
+/// (Its members are defined by `leases.rs`; their declarations are in `header.d.ts`.)
 #[napi]
-pub struct Lease {
-    /// `None` once ended. The methods take `&self` and borrow this only for a `take`, never
-    /// while JavaScript runs: a getter of `finish`'s argument that finishes the same lease then
-    /// leaves the outer call an ended lease (`LB_LEASE_FINISHED`), where `&mut self` made
-    /// napi-rs refuse the inner call with "cannot be borrowed mutably" and no code.
-    inner: std::cell::RefCell<Option<liblb_core::Lease>>,
-    id: String,
-    weight: u32,
-    tag: u64,
-    /// The request this lease is an attempt of: its finish and cancel go through it.
-    request: Option<request::Shared>,
-}
+pub struct Lease {}
 
 /// Code of the error thrown when a lease is finished twice (the binding's own: the core's
 /// `Lease::finish` consumes the lease; Python's `LeaseFinishedError` has the same code).
 pub const LEASE_FINISHED: &str = "LB_LEASE_FINISHED";
-
-#[napi]
-impl Lease {
-    /// The node's id.
-    #[napi(getter, catch_unwind)]
-    pub fn id(&self) -> String {
-        self.id.clone()
-    }
-
-    /// The node's weight when the lease was acquired.
-    #[napi(getter, catch_unwind)]
-    pub fn weight(&self) -> u32 {
-        self.weight
-    }
-
-    /// The node's tag, as given with the node (`{ id, weight, tag }` or `add(id, weight, tag)`;
-    /// 0 if none was), as a bigint: tags are 64-bit.
-    #[napi(getter, catch_unwind)]
-    pub fn tag(&self) -> BigInt {
-        BigInt::from(self.tag)
-    }
-
-    /// Whether the lease has ended (finished or cancelled).
-    #[napi(getter, catch_unwind)]
-    pub fn done(&self) -> bool {
-        self.inner.borrow().is_none()
-    }
-
-    /// Ends the request: `ok` (default true) is its outcome, `latencyMs` its duration in
-    /// milliseconds; without `latencyMs` it is measured since `acquire` by the balancer's
-    /// monotonic clock. A failure (`ok: false`) may name its `kind` (one of `failureKinds()`,
-    /// default 'error') and, for an overloaded node, a `retryAfterMs` that keeps it from picks
-    /// until then: `lease.finish({ ok: false, kind: 'overloaded', retryAfterMs: 5000 })`.
-    /// Throws `LB_LEASE_FINISHED` if the lease already ended, `LB_INVALID_OUTCOME` for an
-    /// unknown kind or a kind or retry-after with `ok: true` (the lease then stays open).
-    #[napi(catch_unwind, ts_args_type = "outcome?: Outcome | null")]
-    pub fn finish(&self, env: Env, outcome: Option<Unknown>) -> Result<()> {
-        let args = js::outcome(&env, outcome, "outcome", false)?;
-        let lease = self.open()?;
-        let outcome = args.outcome(Some(lease.elapsed()));
-        match &self.request {
-            Some(request) => drop(request::finish(request, lease, outcome)),
-            None => lease.finish(outcome),
-        }
-        Ok(())
-    }
-
-    /// Ends the request without an outcome (in-flight released, nothing counted). Throws
-    /// `LB_LEASE_FINISHED` if the lease already ended.
-    #[napi(catch_unwind)]
-    pub fn cancel(&self) -> Result<()> {
-        let lease = self.open()?;
-        match &self.request {
-            Some(request) => request.borrow_mut().cancel(lease),
-            None => drop(lease),
-        }
-        Ok(())
-    }
-}
-
-/// A request's lease collected unfinished is cancelled through its request, so the request
-/// does not count it as still out. Finalizers never run inside a call of this binding, so the
-/// request is not borrowed; if it were, the core lease simply drops (cancelled all the same).
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if let (Some(lease), Some(request)) = (self.inner.get_mut().take(), &self.request) {
-            if let Ok(mut request) = request.try_borrow_mut() {
-                request.cancel(lease);
-            }
-        }
-    }
-}
-
-impl Lease {
-    /// A lease that is an attempt of `request`.
-    pub(crate) fn for_request(lease: liblb_core::Lease, request: request::Shared) -> Lease {
-        let mut out = Lease::from_core(lease);
-        out.request = Some(request);
-        out
-    }
-
-    /// A lease of its own.
-    fn from_core(lease: liblb_core::Lease) -> Lease {
-        Lease {
-            id: lease.id().to_string(),
-            weight: lease.weight(),
-            tag: lease.tag(),
-            inner: std::cell::RefCell::new(Some(lease)),
-            request: None,
-        }
-    }
-
-    /// `Request.finish(lease, outcome)`: ends this lease, an attempt of `request`.
-    pub(crate) fn finish_for_request(
-        &self,
-        env: &Env,
-        outcome: Option<Unknown>,
-        request: &request::Shared,
-    ) -> Result<request::RequestDecision> {
-        if !self
-            .request
-            .as_ref()
-            .is_some_and(|r| std::rc::Rc::ptr_eq(r, request))
-        {
-            return Err(error::type_error(
-                env,
-                "lease is not an attempt of this request".into(),
-            ));
-        }
-        let args = js::outcome(env, outcome, "outcome", false)?;
-        let lease = self.open()?;
-        let outcome = args.outcome(Some(lease.elapsed()));
-        Ok(request::finish(request, lease, outcome))
-    }
-
-    /// Takes the lease out, or the `LB_LEASE_FINISHED` error.
-    fn open(&self) -> Result<liblb_core::Lease> {
-        // Borrowed for the `take` only; no JavaScript runs meanwhile.
-        self.inner.borrow_mut().take().ok_or_else(|| {
-            error::Error::new(
-                error::Code::Lb(LEASE_FINISHED),
-                format!(
-                    "the lease on node {:?} has already ended (finished or cancelled)",
-                    self.id
-                ),
-            )
-        })
-    }
-}
 
 /// Nanoseconds of the balancer's clock as milliseconds (`nowMs`, `untilMs`).
 fn ms(ns: u64) -> f64 {
@@ -464,41 +327,6 @@ impl Balancer {
     pub fn size(&self) -> u32 {
         // The core caps membership at 2^24 nodes, so this never truncates.
         self.inner.len() as u32
-    }
-
-    /// Picks a node and starts a request on it (its in-flight count + 1) until the returned
-    /// `Lease` is finished. Keyed algorithms need `key`. See also `run(key, fn)`.
-    #[napi(catch_unwind, ts_args_type = "key?: Key | null")]
-    pub fn acquire(&self, env: Env, key: Option<Unknown>) -> Result<Lease> {
-        let mut buf = KeyBuf::new();
-        let key = match key {
-            Some(key) => js::key_or_none(&env, &key, &mut buf)?,
-            None => None,
-        };
-        let lease = self.inner.acquire(key).or_throw()?;
-        Ok(Lease::from_core(lease))
-    }
-
-    /// A request through this balancer: attempts on distinct nodes in the key's retry order
-    /// under `{ maxAttempts (1 to 100, default 3), deadlineMs, retryOn (failure kinds, default
-    /// all), budget (default: the balancer's), hedge (a Hedging) }`. Nothing is picked until
-    /// `attempt()`. See also `run(key, fn, options)`.
-    #[napi(
-        catch_unwind,
-        ts_args_type = "key?: string | Uint8Array | null, options?: RequestOptions | null"
-    )]
-    pub fn request(
-        &self,
-        env: Env,
-        key: Option<Unknown>,
-        options: Option<Unknown>,
-    ) -> Result<request::Request> {
-        let mut buf = KeyBuf::new();
-        let key = match key {
-            Some(key) => js::key_or_none(&env, &key, &mut buf)?.map(<[u8]>::to_vec),
-            None => None,
-        };
-        request::new(&env, &self.inner, key, options)
     }
 
     /// Sets (null: removes) the default budget of this balancer's requests: a RetryBudget,

@@ -2,25 +2,26 @@
 //! `liblb_core::Request` — attempts on distinct nodes, the retry policy, a budget, hedging —
 //! whose every decision is the core's. `attempt()` and `hedge()` hand out `Lease`s that report
 //! to the request: `request.finish(lease, outcome)` (or `lease.finish(outcome)`) ends one and
-//! returns the decision. The async loop `Balancer.prototype.run(key, fn, options)` is
-//! JavaScript (`fast.rs`): it awaits promises, races hedges and sleeps with timers.
+//! returns the decision. The objects and their methods are made by `leases.rs` (JavaScript over
+//! handles, for speed); this file reads a request's options and encodes a decision. The async
+//! loop `Balancer.prototype.run(key, fn, options)` is JavaScript (`fast.rs`): it awaits
+//! promises, races hedges and sleeps with timers.
 
-use crate::Lease;
 use crate::budget::{AdaptiveThrottle, RetryBudget, RetryThrottle, field, number, options};
 use crate::error::{OrThrow, Result, type_error};
 use crate::js::{self, describe, millis};
 use liblb_core::{
-    Balancer, Budget, Decision, Hedging as CoreHedging, MAX_ATTEMPTS, Outcome, RetryOn, RetryPolicy,
+    Balancer, Budget, Decision, Hedging as CoreHedging, MAX_ATTEMPTS, Outcome, RetryOn,
+    RetryPolicy, Stop,
 };
-use napi::bindgen_prelude::{Either, JavaScriptClassExt, Null};
+use napi::bindgen_prelude::JavaScriptClassExt;
 use napi::{Env, JsValue, Unknown};
 use napi_derive::napi;
 use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::Arc;
 
-/// The core request a JavaScript `Request` wraps, shared with the leases it hands out.
-pub(crate) type Shared = Rc<RefCell<liblb_core::Request<Arc<Balancer>, Vec<u8>>>>;
+/// The core request a JavaScript `Request` stands for.
+pub(crate) type Core = liblb_core::Request<Arc<Balancer>, Vec<u8>>;
 
 /// When a request sends a hedge: `Hedging.after(delayMs)` or `Hedging.percentile(maxExtraLoad)`.
 /// Share one between requests: the percentile rule learns from every request using it.
@@ -96,16 +97,31 @@ pub(crate) fn budget(env: &Env, value: &Unknown<'_>) -> Result<Budget> {
     ))
 }
 
-/// `Balancer.request(key, options)`: the policy, budget and hedging from `options`.
+/// The fields of a request's options, in the order [`new`] reads and checks them.
+pub const OPTION_FIELDS: [&str; 5] = ["maxAttempts", "deadlineMs", "retryOn", "budget", "hedge"];
+
+/// `Balancer.request(key, options)`: the policy, budget and hedging from `options`, or from
+/// its [`OPTION_FIELDS`] as the caller already read them from a plain object (`read[i]` is
+/// field `i`, `None` when `undefined` or `null`).
 pub(crate) fn new(
     env: &Env,
     balancer: &Arc<Balancer>,
     key: Option<Vec<u8>>,
     opts: Option<Unknown<'_>>,
-) -> Result<Request> {
-    let o = options(env, opts, "options")?;
+    read: Option<[Option<Unknown<'_>>; 5]>,
+) -> Result<Core> {
+    let o = match read {
+        Some(_) => None,
+        None => options(env, opts, "options")?,
+    };
+    let field = |i: usize| -> Result<Option<Unknown<'_>>> {
+        match read {
+            Some(read) => Ok(read[i]),
+            None => field(&o, OPTION_FIELDS[i]),
+        }
+    };
     let mut policy = RetryPolicy::default();
-    if let Some(n) = field(&o, "maxAttempts")? {
+    if let Some(n) = field(0)? {
         // Any number that is not a whole 1 to 100 is the core's range error, naming the value.
         let n = number(env, &n, "maxAttempts")?;
         if n.fract() != 0.0 || !(1.0..=f64::from(MAX_ATTEMPTS)).contains(&n) {
@@ -118,10 +134,10 @@ pub(crate) fn new(
         }
         policy.max_attempts = n as u32;
     }
-    if let Some(d) = field(&o, "deadlineMs")? {
+    if let Some(d) = field(1)? {
         policy.deadline = Some(millis(env, &d, "deadlineMs")?);
     }
-    if let Some(kinds) = field(&o, "retryOn")? {
+    if let Some(kinds) = field(2)? {
         let list = js::array(env, &kinds, "retryOn")?;
         let mut names = Vec::new();
         for i in 0..list.len() {
@@ -133,8 +149,8 @@ pub(crate) fn new(
         }
         policy.retry_on = RetryOn::from_names(names.iter().map(String::as_str)).or_throw()?;
     }
-    let budget = field(&o, "budget")?.map(|b| budget(env, &b)).transpose()?;
-    let hedging = match field(&o, "hedge")? {
+    let budget = field(3)?.map(|b| budget(env, &b)).transpose()?;
+    let hedging = match field(4)? {
         None => None,
         Some(h) => Some(
             with_instance(env, &h, |h: &Hedging| h.inner.clone())?.ok_or_else(|| {
@@ -154,132 +170,42 @@ pub(crate) fn new(
     if let Some(hedging) = hedging {
         request = request.with_hedging(hedging);
     }
-    Ok(Request {
-        inner: Rc::new(RefCell::new(request)),
+    Ok(request)
+}
+
+/// The decisions' names, indexed by the low two bits of [`finish`]'s code.
+pub const DECISIONS: [&str; 4] = ["done", "retry", "stop", "wait"];
+
+/// Ends `lease` (an attempt of `request`) with `outcome`: the core's decision as a code (its
+/// index in [`DECISIONS`], plus 4 x (1 + the stop reason's index in `Stop::NAMES`) for a stop)
+/// and a retry's delay in milliseconds (else 0).
+pub(crate) fn finish(
+    request: &RefCell<Core>,
+    lease: liblb_core::Lease,
+    outcome: Outcome,
+) -> Result<(u32, f64)> {
+    let decision = request
+        .try_borrow_mut()
+        .map_err(|_| {
+            crate::error::Error::new(
+                crate::error::Code::Napi(napi::Status::GenericFailure),
+                "liblb: request busy".to_string(),
+            )
+        })?
+        .finish(lease, outcome);
+    Ok(match decision {
+        Decision::Done => (0, 0.0),
+        Decision::Retry(d) => (1, d.as_secs_f64() * 1000.0),
+        Decision::Stop(s) => {
+            let index = Stop::NAMES.iter().position(|n| *n == s.name()).unwrap_or(0);
+            (2 + 4 * (1 + index as u32), 0.0)
+        }
+        Decision::Wait => (3, 0.0),
     })
 }
 
-/// What an attempt's outcome decided.
-#[napi(object)]
-pub struct RequestDecision {
-    /// 'done' (a success), 'retry' (wait `delayMs`, then `attempt()`), 'stop' (gave up:
-    /// `stop` says why) or 'wait' (a hedge is still out: wait for its answer).
-    pub decision: String,
-    /// For 'retry': milliseconds to wait before the next attempt (else 0).
-    pub delay_ms: f64,
-    /// For 'stop': one of `stopReasons()`; else null.
-    pub stop: Either<String, Null>,
-}
-
-/// Ends `lease` (an attempt of `request`) with `outcome`: the core's decision.
-pub(crate) fn finish(
-    request: &Shared,
-    lease: liblb_core::Lease,
-    outcome: Outcome,
-) -> RequestDecision {
-    let decision = request.borrow_mut().finish(lease, outcome);
-    let (name, delay, stop) = match decision {
-        Decision::Done => ("done", 0.0, None),
-        Decision::Retry(d) => ("retry", d.as_secs_f64() * 1000.0, None),
-        Decision::Stop(s) => ("stop", 0.0, Some(s.name())),
-        Decision::Wait => ("wait", 0.0, None),
-    };
-    RequestDecision {
-        decision: name.into(),
-        delay_ms: delay,
-        stop: stop.map_or(Either::B(Null), |s| Either::A(s.into())),
-    }
-}
-
 /// One request's attempts: `attempt()` a lease, send, `finish(lease, outcome)`, and do what
-/// the decision says. Every decision is the core's; this object never waits.
+/// the decision says. Every decision is the core's; this object never waits. (Its members are
+/// defined by `leases.rs`; their declarations are in `header.d.ts`.)
 #[napi]
-pub struct Request {
-    inner: Shared,
-}
-
-impl Request {
-    fn lease(&self, lease: Option<liblb_core::Lease>) -> Option<Lease> {
-        lease.map(|l| Lease::for_request(l, self.inner.clone()))
-    }
-}
-
-#[napi]
-impl Request {
-    /// The next attempt's lease on an untried node, or null when the request is over (see
-    /// `stopped`). Balancer errors (`LB_NO_NODES`, `LB_KEY_REQUIRED`) leave it as it was.
-    #[napi(catch_unwind)]
-    pub fn attempt(&self) -> Result<Option<Lease>> {
-        let lease = self.inner.borrow_mut().attempt().or_throw()?;
-        Ok(self.lease(lease))
-    }
-
-    /// Ends `lease`, an attempt of this request, with `outcome` (as `Lease.finish` takes it)
-    /// and returns the decision. Throws `LB_LEASE_FINISHED` if it already ended.
-    #[napi(catch_unwind, ts_args_type = "lease: Lease, outcome?: Outcome | null")]
-    pub fn finish(
-        &self,
-        env: Env,
-        lease: &Lease,
-        outcome: Option<Unknown>,
-    ) -> Result<RequestDecision> {
-        lease.finish_for_request(&env, outcome, &self.inner)
-    }
-
-    /// Cancels `lease` (a hedge's loser): in-flight released, nothing counted.
-    #[napi(catch_unwind)]
-    pub fn cancel(&self, lease: &Lease) -> Result<()> {
-        lease.cancel()
-    }
-
-    /// Sends a hedge now if the hedging policy and the budget allow: a lease, or null.
-    #[napi(catch_unwind)]
-    pub fn hedge(&self) -> Result<Option<Lease>> {
-        let lease = self.inner.borrow_mut().hedge().or_throw()?;
-        Ok(self.lease(lease))
-    }
-
-    /// Milliseconds from the last attempt's start before `hedge()`; null: no hedge.
-    #[napi(js_name = "hedgeAfterMs", catch_unwind)]
-    pub fn hedge_after_ms(&self) -> Option<f64> {
-        let after = self.inner.borrow().hedge_after();
-        after.map(|d| d.as_secs_f64() * 1000.0)
-    }
-
-    /// Milliseconds the last 'retry' decision said to wait (0 before any).
-    #[napi(js_name = "backoffMs", catch_unwind)]
-    pub fn backoff_ms(&self) -> f64 {
-        self.inner.borrow().backoff().as_secs_f64() * 1000.0
-    }
-
-    /// Why the request gave up (one of `stopReasons()`), or null.
-    #[napi(getter, catch_unwind)]
-    pub fn stopped(&self) -> Option<&'static str> {
-        self.inner.borrow().stopped().map(|s| s.name())
-    }
-
-    /// Whether the request is over (succeeded or gave up).
-    #[napi(getter, catch_unwind)]
-    pub fn over(&self) -> bool {
-        self.inner.borrow().is_over()
-    }
-
-    /// Attempts started so far.
-    #[napi(getter, catch_unwind)]
-    pub fn attempts(&self) -> u32 {
-        self.inner.borrow().attempts()
-    }
-
-    /// Which attempt succeeded (1-based, in start order), once one has; else null.
-    #[napi(getter, catch_unwind)]
-    pub fn winner(&self) -> Option<u32> {
-        self.inner.borrow().winner()
-    }
-
-    /// Milliseconds left before the deadline, or null without one.
-    #[napi(getter, js_name = "remainingMs", catch_unwind)]
-    pub fn remaining_ms(&self) -> Option<f64> {
-        let left = self.inner.borrow().remaining();
-        left.map(|d| d.as_secs_f64() * 1000.0)
-    }
-}
+pub struct Request {}
