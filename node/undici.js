@@ -258,7 +258,9 @@ class Call {
     clearTimeout(this.hedgeTimer)
     this.hedgeTimer = null
     this.controller.target = attempt.target
-    this.abortOthers(attempt, new Error('liblb: another attempt answered first'))
+    // The reason is made only when there is another attempt to abort: an Error captures a
+    // stack trace, a visible share of a request's cost here.
+    if (this.live.size > 1) this.abortOthers(attempt, new Error('liblb: another attempt answered first'))
   }
 
   // Aborts the attempts out other than `keep`, cancelling their leases (nothing counted).
