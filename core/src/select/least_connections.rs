@@ -6,23 +6,72 @@
 //! several peers tie, choose among them — from the first tied peer on, in configuration order
 //! — by smooth weighted round robin: each tied peer's `current_weight` grows by its weight, the
 //! largest (first on ties) wins and loses the sum of the tied weights. A single thread sees
-//! exactly nginx's choices (tested against a transcription of that function).
+//! exactly nginx's choices (tested against a transcription of that function, and against the
+//! O(n) scan this module was before its index, kept as `reference`).
 //!
 //! Here `conns` is the node's in-flight count from leases (`Balancer::acquire`); a plain `pick`
-//! starts no request. The tie-break's current weights are atomics kept with the table (nginx
-//! also resets them when its configuration is reloaded); concurrent picks update them without
-//! a lock, so under contention the tie-break is smooth WRR approximately, never a lost update
-//! of the weights' sum. nginx's `effective_weight` (lowered by `max_fails`) is the weight here:
-//! failures are the health layer's business.
+//! starts no request. nginx's `effective_weight` (lowered by `max_fails`) is the weight here:
+//! failures are the health layer's business. The tie-break's current weights start at 0 with
+//! each table (nginx also resets them when its configuration is reloaded).
 //!
-//! Cost: O(n) per pick, like nginx: every node's count is read. `attempts`: the pick, then the
-//! other nodes by ascending `in_flight / weight` (insertion order on ties), O(n + limit·log
-//! limit).
+//! # The index (equal weights, `std`)
+//!
+//! When every active node has the same weight — nginx's default, and `least_conn`'s common
+//! use — a pick costs O(log n) instead of O(n). With equal weights `conns / weight` orders as
+//! `conns`, and every current weight is a multiple of the weight, so it is kept in units of it.
+//! The nodes with the same in-flight count form a *class*. nginx adds 1 (unit) to every member
+//! of the least class on each pick that ties, which is O(ties); instead each class keeps one
+//! `offset` counting those picks and each node a `key`, its current weight being
+//! `key + offset` of its class. A pick with `m ≥ 2` tied members adds 1 to the offset (every
+//! member +1 at once) and `m` is taken from the winner's key alone; a pick without a tie
+//! changes nothing, as in nginx. Within a class, the largest current weight is the largest key
+//! (the offset is common), so nginx's winner — largest current weight, first in configuration
+//! order on ties — is the first node in the order *(in-flight ascending, key descending,
+//! position ascending)*: the root of a tournament (segment) tree over positions, whose leaves
+//! hold `(in-flight as the index saw it, key)`. A node whose in-flight count changes moves to
+//! another class: its current weight `key + offset(old)` is carried over as
+//! `key' = current - offset(new)`, and its leaf-to-root path is recomputed, O(log n); an
+//! emptied class is forgotten (a class made later starts at offset 0: offsets only matter
+//! within a class). So the sequence of picks is the scan's, pick for pick, for any sequence of
+//! picks, acquires and finishes; the property test in this file checks it against `reference`
+//! over random sequences with weights, health and warming.
+//!
+//! Who tells the index: [`Table::start`](crate::Table::start) and `Table::end` (so leases)
+//! after changing the count; a lease ending on an older membership's table also tells the
+//! current one (`Balancer`), and a newly published table rereads every count once
+//! (`resync`). The index reads the count itself when told, under its lock, so the last one
+//! told has read every change made before it: with no request in flight being changed, the
+//! index equals the counts. A pick also checks its winner's count and, if it differs (a
+//! count changed without telling, through `Load::start` directly or in the window of a
+//! membership change), moves the node and picks again: a node never wins on a count lower
+//! than its own. A node whose count *fell* untold is seen as busier than it is until its
+//! count next changes through the table.
+//!
+//! Concurrency: the index (tree, keys, class offsets) sits behind one mutex, held for
+//! O(log n) per pick and per count change; the counts themselves stay lock-free atomics.
+//! Under contention picks are serialised in lock order, so smooth WRR stays exact in that
+//! order. A pick never reads out of bounds (positions come from the tree built for this
+//! table) and never chooses an unusable node: the index is used only while no node may be
+//! unusable or warming (`Ctx::checking` false).
+//!
+//! Fallbacks, exact and O(n) per pick: with health to check (a node ejected, down, paused or
+//! warming), the scan below runs with the index's current weights under its lock (and then
+//! rebuilds the tree, O(n)); with unequal weights, or without `std` (no lock), the scan
+//! keeps one atomic current weight per node, updated without a lock, so under contention its
+//! tie-break is smooth WRR approximately, never a lost update of the weights' sum.
+//!
+//! `attempts`: the pick, then the other nodes by ascending `in_flight / weight` (insertion
+//! order on ties), O(n + limit·log limit).
+
+#[cfg(test)]
+mod reference;
 
 use super::{Ctx, Select, active_weights};
 use crate::health::Status;
+use crate::load::Load;
 use crate::sync::{AtomicSigned, Ordering};
 use crate::{Node, Options};
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::cmp::Ordering as Order;
 
@@ -31,8 +80,186 @@ pub(crate) struct LeastConnections {
     active: Vec<u32>,
     /// Their weights.
     weights: Vec<u32>,
-    /// nginx's `current_weight` per active node, for the tie-break.
+    /// nginx's `current_weight` per active node, for the scan's tie-break (unused with an
+    /// index, which keeps its own).
     current: Vec<AtomicSigned>,
+    /// The index, when every weight is equal (see the module docs).
+    #[cfg(feature = "std")]
+    index: Option<Indexed>,
+}
+
+/// The O(log n) index and what finds a node in it.
+#[cfg(feature = "std")]
+struct Indexed {
+    /// Each node's position in `active`, by node index (`NONE`: not active).
+    position: Vec<u32>,
+    tree: std::sync::Mutex<Tree>,
+}
+
+#[cfg(feature = "std")]
+impl Indexed {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tree> {
+        // A panic while holding it leaves a tree whose every step kept it consistent (a path
+        // recomputed or not): keep using it.
+        self.tree.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(feature = "std")]
+/// No node (an empty leaf, or a node that is not active).
+const NONE: u32 = u32::MAX;
+
+#[cfg(feature = "std")]
+/// A leaf or a subtree's winner: the node at `pos`, its in-flight count as the index saw it
+/// (its class) and its key (current weight minus its class's offset, in units of the weight).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    seen: usize,
+    key: i64,
+    pos: u32,
+}
+
+#[cfg(feature = "std")]
+impl Entry {
+    /// An empty leaf, after every real node in the order.
+    const EMPTY: Entry = Entry {
+        seen: usize::MAX,
+        key: i64::MIN,
+        pos: NONE,
+    };
+
+    /// The winner of two entries: fewer in flight, then the larger key, then the first.
+    #[inline]
+    fn min(a: Entry, b: Entry) -> Entry {
+        let a_first = (a.seen, core::cmp::Reverse(a.key), a.pos)
+            <= (b.seen, core::cmp::Reverse(b.key), b.pos);
+        if a_first { a } else { b }
+    }
+}
+
+#[cfg(feature = "std")]
+/// The nodes with one in-flight count: how many, and the picks that tied among them (added to
+/// each member's key to give its current weight).
+#[derive(Clone, Copy, Debug, Default)]
+struct Class {
+    offset: i64,
+    members: usize,
+}
+
+#[cfg(feature = "std")]
+/// A tournament tree over positions (see the module docs). `nodes[1]` is the root, the leaf of
+/// position `p` is `nodes[size + p]`, `nodes[i]` is the winner of `nodes[2i]` and
+/// `nodes[2i + 1]`.
+#[derive(Debug)]
+struct Tree {
+    size: usize,
+    nodes: Vec<Entry>,
+    /// The classes, by in-flight count (a handful live at a time: a map, not an array, as
+    /// counts are unbounded).
+    classes: alloc::collections::BTreeMap<usize, Class>,
+}
+
+#[cfg(feature = "std")]
+impl Tree {
+    /// The tree for nodes with these in-flight counts, every current weight 0.
+    fn new(counts: impl ExactSizeIterator<Item = usize>) -> Tree {
+        let size = counts.len().next_power_of_two();
+        let mut tree = Tree {
+            size,
+            nodes: alloc::vec![Entry::EMPTY; 2 * size],
+            classes: Default::default(),
+        };
+        for (p, seen) in counts.enumerate() {
+            tree.nodes[size + p] = Entry {
+                seen,
+                key: 0,
+                pos: p as u32,
+            };
+            tree.classes.entry(seen).or_default().members += 1;
+        }
+        tree.rebuild();
+        tree
+    }
+
+    /// Recomputes every inner node, O(n).
+    fn rebuild(&mut self) {
+        for i in (1..self.size).rev() {
+            self.nodes[i] = Entry::min(self.nodes[2 * i], self.nodes[2 * i + 1]);
+        }
+    }
+
+    /// Recomputes the path from position `p`'s leaf to the root, O(log n).
+    #[inline]
+    fn fix(&mut self, p: usize) {
+        let mut i = (self.size + p) / 2;
+        while i >= 1 {
+            self.nodes[i] = Entry::min(self.nodes[2 * i], self.nodes[2 * i + 1]);
+            i /= 2;
+        }
+    }
+
+    /// The winner: the least loaded node with the largest current weight, first on ties.
+    #[inline]
+    fn root(&self) -> Entry {
+        // With one position, `nodes[1]` is its leaf (size 1): the root either way.
+        self.nodes[1]
+    }
+
+    /// Position `p`'s nginx `current_weight`, in units of the weight.
+    fn current(&self, p: usize) -> i64 {
+        let leaf = self.nodes[self.size + p];
+        leaf.key + self.classes[&leaf.seen].offset
+    }
+
+    /// Sets position `p`'s current weight (the caller recomputes the tree).
+    fn set_current(&mut self, p: usize, current: i64) {
+        let leaf = &mut self.nodes[self.size + p];
+        leaf.key = current - self.classes[&leaf.seen].offset;
+    }
+
+    /// Position `p` now has `count` requests in flight: it changes class, keeping its current
+    /// weight. Returns whether it moved.
+    fn moved(&mut self, p: usize, count: usize) -> bool {
+        let leaf = self.nodes[self.size + p];
+        if leaf.seen == count {
+            return false;
+        }
+        let old = self
+            .classes
+            .get_mut(&leaf.seen)
+            .expect("a leaf's class exists");
+        let current = leaf.key + old.offset;
+        old.members -= 1;
+        if old.members == 0 {
+            self.classes.remove(&leaf.seen);
+        }
+        let new = self.classes.entry(count).or_default();
+        new.members += 1;
+        self.nodes[self.size + p] = Entry {
+            seen: count,
+            key: current - new.offset,
+            pos: leaf.pos,
+        };
+        self.fix(p);
+        true
+    }
+
+    /// nginx's pick among the least loaded: with `m ≥ 2` of them, every one's current weight
+    /// + 1 (the class offset) and the winner's - m; alone, nothing changes.
+    fn pick(&mut self) -> usize {
+        let root = self.root();
+        let class = self
+            .classes
+            .get_mut(&root.seen)
+            .expect("the root's class exists");
+        let p = root.pos as usize;
+        if class.members >= 2 {
+            class.offset += 1;
+            self.nodes[self.size + p].key -= class.members as i64;
+            self.fix(p);
+        }
+        p
+    }
 }
 
 impl LeastConnections {
@@ -63,23 +290,99 @@ impl LeastConnections {
     /// as nginx skips down peers).
     #[inline]
     fn choose(&self, ctx: &Ctx<'_>) -> usize {
+        #[cfg(feature = "std")]
+        if let Some(index) = &self.index {
+            return self.choose_indexed(ctx, index);
+        }
+        // Relaxed: the current weights order nothing else; each update is one atomic
+        // read-modify-write, so their sum is conserved whatever the interleaving.
+        #[allow(
+            clippy::unnecessary_cast,
+            reason = "AtomicSigned is isize on 32-bit targets"
+        )]
+        let add =
+            |p: usize, w: i64| self.current[p].fetch_add(w as _, Ordering::Relaxed) as i64 + w;
+        let sub = |p: usize, total: i64| {
+            self.current[p].fetch_sub(total as _, Ordering::Relaxed);
+        };
+        self.scan(ctx, add, sub)
+    }
+
+    /// The index's choice: its winner, once the winner's count is the one the index holds.
+    #[cfg(feature = "std")]
+    #[inline]
+    fn choose_indexed(&self, ctx: &Ctx<'_>, index: &Indexed) -> usize {
+        let mut tree = index.lock();
+        if ctx.checking() {
+            return self.scan_indexed(ctx, &mut tree);
+        }
+        // A count changed without telling the index (see the module docs): move the node and
+        // look again. Each round settles one node; a bounded number keeps a pick bounded while
+        // other threads change counts untold.
+        for _ in 0..4 {
+            let root = tree.root();
+            let count = ctx.loads[self.active[root.pos as usize] as usize].in_flight();
+            if !tree.moved(root.pos as usize, count) {
+                break;
+            }
+        }
+        tree.pick()
+    }
+
+    /// The exact scan over the index's current weights, with health to check; O(n), and the
+    /// tree rebuilt after (O(n)) when a tie moved current weights.
+    #[cfg(feature = "std")]
+    #[cold]
+    fn scan_indexed(&self, ctx: &Ctx<'_>, tree: &mut Tree) -> usize {
+        // Every weight is `unit`: the index keeps current weights in units of it.
+        let unit = i64::from(self.weights[0]);
+        let tree = core::cell::RefCell::new(tree);
+        let add = |p: usize, _w: i64| {
+            let mut tree = tree.borrow_mut();
+            let current = tree.current(p) + 1;
+            tree.set_current(p, current);
+            current
+        };
+        let sub = |p: usize, total: i64| {
+            let mut tree = tree.borrow_mut();
+            let current = tree.current(p) - total / unit;
+            tree.set_current(p, current);
+            tree.rebuild();
+        };
+        self.scan(ctx, add, sub)
+    }
+
+    /// The scan, nginx's loop: the least loaded of the positions that may be chosen, ties broken
+    /// by smooth WRR. `add(p, w)` adds `w` to `p`'s current weight and returns the sum;
+    /// `sub(p, total)` takes the tied weights' total from the winner's.
+    fn scan(
+        &self,
+        ctx: &Ctx<'_>,
+        add: impl FnMut(usize, i64) -> i64,
+        sub: impl FnOnce(usize, i64),
+    ) -> usize {
         if !ctx.checking() {
-            return self.choose_among(0, |_| true, |a, b| self.compare(ctx, a, b));
+            return self.choose_among(0, |_| true, |a, b| self.compare(ctx, a, b), add, sub);
         }
         let usable = |p: usize| ctx.usable(self.active[p]);
         match (0..self.active.len()).find(|p| usable(*p)) {
-            Some(start) => self.choose_among(start, usable, |a, b| self.compare_warm(ctx, a, b)),
+            Some(start) => {
+                let compare = |a, b| self.compare_warm(ctx, a, b);
+                self.choose_among(start, usable, compare, add, sub)
+            }
             None => 0,
         }
     }
 
     /// The least loaded of the positions from `start` on that `usable` lets through, by
-    /// `compare`; ties broken by smooth WRR.
+    /// `compare`; ties broken by smooth WRR (see [`LeastConnections::scan`]).
     fn choose_among(
         &self,
         start: usize,
         usable: impl Fn(usize) -> bool,
         compare: impl Fn(usize, usize) -> Order,
+        mut add: impl FnMut(usize, i64) -> i64,
+        sub: impl FnOnce(usize, i64),
     ) -> usize {
         let n = self.active.len();
         let mut best = start;
@@ -97,9 +400,7 @@ impl LeastConnections {
         if !many {
             return best;
         }
-        // Smooth WRR among the peers tied with `best`, from `best` on. Relaxed: the current
-        // weights order nothing else; each update is one atomic read-modify-write, so their
-        // sum is conserved whatever the interleaving.
+        // Smooth WRR among the peers tied with `best`, from `best` on.
         let first = best;
         let mut best_current = i64::MIN;
         let mut total: i64 = 0;
@@ -108,17 +409,13 @@ impl LeastConnections {
                 continue;
             }
             let w = i64::from(self.weights[p]);
-            #[allow(
-                clippy::unnecessary_cast,
-                reason = "AtomicSigned is isize on 32-bit targets"
-            )]
-            let current = self.current[p].fetch_add(w as _, Ordering::Relaxed) as i64 + w;
+            let current = add(p, w);
             total += w;
             if current > best_current {
                 (best, best_current) = (p, current);
             }
         }
-        self.current[best].fetch_sub(total as _, Ordering::Relaxed);
+        sub(best, total);
         best
     }
 }
@@ -126,11 +423,38 @@ impl LeastConnections {
 impl Select for LeastConnections {
     const HEALTH_AWARE: bool = true;
     fn build(nodes: &[Node], active: Vec<u32>, _options: &Options) -> LeastConnections {
+        let weights = active_weights(nodes, &active);
         LeastConnections {
-            weights: active_weights(nodes, &active),
             current: active.iter().map(|_| AtomicSigned::new(0)).collect(),
+            #[cfg(feature = "std")]
+            index: None,
+            weights,
             active,
         }
+    }
+
+    fn build_with_loads(
+        nodes: &[Node],
+        active: Vec<u32>,
+        options: &Options,
+        loads: &[Arc<Load>],
+    ) -> LeastConnections {
+        #[allow(unused_mut, reason = "the index needs std")]
+        let mut built = <LeastConnections as Select>::build(nodes, active, options);
+        #[cfg(feature = "std")]
+        if built.weights.windows(2).all(|w| w[0] == w[1]) {
+            let mut position = alloc::vec![NONE; nodes.len()];
+            for (p, i) in built.active.iter().enumerate() {
+                position[*i as usize] = p as u32;
+            }
+            let counts = built.active.iter().map(|i| loads[*i as usize].in_flight());
+            built.index = Some(Indexed {
+                position,
+                tree: std::sync::Mutex::new(Tree::new(counts)),
+            });
+        }
+        let _ = loads;
+        built
     }
 
     fn pick(&self, _key: &[u8], ctx: &Ctx<'_>) -> u32 {
@@ -159,5 +483,180 @@ impl Select for LeastConnections {
         rest.sort_unstable_by(by_load);
         out.push(self.active[first]);
         out.extend(rest.iter().map(|(_, _, p)| self.active[*p]));
+    }
+
+    /// Tells the index that node `index`'s in-flight count changed (it reads the count).
+    fn moved(&self, index: usize, loads: &[Arc<Load>]) {
+        #[cfg(feature = "std")]
+        if let Some(indexed) = &self.index {
+            let p = indexed.position.get(index).copied().unwrap_or(NONE);
+            if p != NONE {
+                indexed.lock().moved(p as usize, loads[index].in_flight());
+            }
+        }
+        let _ = (index, loads);
+    }
+
+    /// Rereads every count (a table just published: counts may have changed since its build).
+    #[cfg(feature = "std")]
+    fn resync(&self, loads: &[Arc<Load>]) {
+        #[cfg(feature = "std")]
+        if let Some(indexed) = &self.index {
+            let mut tree = indexed.lock();
+            for (p, i) in self.active.iter().enumerate() {
+                tree.moved(p, loads[*i as usize].in_flight());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reference;
+    use super::*;
+    use crate::State;
+    use crate::health::{Gate, Policy};
+    use core::time::Duration;
+    use proptest::prelude::*;
+
+    /// Now, in ticks (nanoseconds), for the health checks.
+    const NOW: u64 = 1_000_000_000;
+    /// The slow-start window of the tests, in nanoseconds.
+    const WINDOW: u64 = 1_000_000;
+
+    /// One step of a single-threaded run.
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// Pick (and compare); `attempts` with this limit when `Some`.
+        Pick(Option<usize>),
+        /// A request starts on the node at this index.
+        Start(usize),
+        /// A request on it ends (if one is in flight).
+        End(usize),
+        /// Mark it down or up.
+        Down(usize, bool),
+        /// Start its warm-up this long before now.
+        Warm(usize, u64),
+        /// Check health (`true`) or not (the gate open, as with every node healthy or panic).
+        Check(bool),
+    }
+
+    fn op(n: usize) -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => proptest::option::weighted(0.2, 1..=n + 1).prop_map(Op::Pick),
+            4 => (0..n).prop_map(Op::Start),
+            3 => (0..n).prop_map(Op::End),
+            1 => (0..n, any::<bool>()).prop_map(|(i, d)| Op::Down(i, d)),
+            1 => (0..n, 0..WINDOW + WINDOW / 4).prop_map(|(i, t)| Op::Warm(i, t)),
+            1 => any::<bool>().prop_map(Op::Check),
+        ]
+    }
+
+    /// Runs `ops` on the index (or the scan, for unequal weights) and on the reference over
+    /// the same loads, comparing every answer. Weight-0 nodes are not active (as in a table).
+    fn agree(weights: &[u32], ops: &[Op]) -> Result<(), TestCaseError> {
+        let nodes: Vec<Node> = (weights.iter().enumerate())
+            .map(|(i, w)| Node::new(alloc::format!("n{i}"), *w))
+            .collect();
+        let active: Vec<u32> = (0..nodes.len() as u32)
+            .filter(|i| nodes[*i as usize].weight > 0)
+            .collect();
+        prop_assume!(!active.is_empty());
+        let options = Options {
+            slow_start_window: Duration::from_nanos(WINDOW),
+            ..Options::default()
+        };
+        let loads: Vec<Arc<Load>> = nodes.iter().map(|_| Arc::default()).collect();
+        let new = LeastConnections::build_with_loads(&nodes, active.clone(), &options, &loads);
+        let old = <reference::LeastConnections as Select>::build(&nodes, active, &options);
+        let (state, policy) = (State::new(1), Policy::new(&options));
+        let mut gate = Gate::Open;
+        for (step, op) in ops.iter().enumerate() {
+            let ctx = Ctx {
+                state: &state,
+                loads: &loads,
+                now_ns: NOW,
+                gate,
+                policy: &policy,
+            };
+            match *op {
+                Op::Pick(None) => {
+                    let (a, b) = (new.pick(&[], &ctx), old.pick(&[], &ctx));
+                    prop_assert_eq!(a, b, "step {}: {:?}", step, ops);
+                }
+                Op::Pick(Some(limit)) => {
+                    let (mut a, mut b) = (Vec::new(), Vec::new());
+                    new.attempts(&[], &ctx, limit, &mut a);
+                    old.attempts(&[], &ctx, limit, &mut b);
+                    prop_assert_eq!(a, b, "step {}: {:?}", step, ops);
+                }
+                Op::Start(i) => {
+                    loads[i].start();
+                    new.moved(i, &loads);
+                }
+                Op::End(i) => {
+                    if loads[i].in_flight() > 0 {
+                        loads[i].end(None, 0, Duration::ZERO);
+                        new.moved(i, &loads);
+                    }
+                }
+                Op::Down(i, down) => loads[i].health().set_down(down, NOW),
+                Op::Warm(i, ago) => loads[i].health().warm_from(NOW - ago),
+                Op::Check(check) => {
+                    gate = if check {
+                        Gate::Check { now: NOW }
+                    } else {
+                        Gate::Open
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: if cfg!(miri) { 4 } else { 512 },
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        /// Equal weights (the index): every pick and retry order is the scan's, whatever the
+        /// leases, health and warm-ups did, including weight-0 nodes left out.
+        #[test]
+        fn the_index_answers_as_the_scan(
+            (weights, ops) in (1usize..12, 1u32..=4).prop_flat_map(|(n, w)| (
+                proptest::collection::vec(prop_oneof![8 => Just(w), 1 => Just(0)], n),
+                proptest::collection::vec(op(n), 0..300),
+            ))
+        ) {
+            agree(&weights, &ops)?;
+        }
+
+        /// Unequal weights (the scan, without the index): unchanged from the reference.
+        #[test]
+        fn the_scan_answers_as_before(
+            (weights, ops) in (1usize..12).prop_flat_map(|n| (
+                proptest::collection::vec(0u32..=4, n),
+                proptest::collection::vec(op(n), 0..300),
+            ))
+        ) {
+            agree(&weights, &ops)?;
+        }
+    }
+
+    /// Many idle nodes of equal weight: nginx's tie-break is a rotation in insertion order,
+    /// and a node that takes a request leaves the rotation until it ends.
+    #[test]
+    fn idle_nodes_rotate() {
+        let n = if cfg!(miri) { 20 } else { 1000 };
+        let ops: Vec<Op> = (0..3 * n)
+            .map(|_| Op::Pick(None))
+            .chain([Op::Start(3), Op::Start(7)])
+            .chain((0..2 * n).map(|_| Op::Pick(None)))
+            .chain([Op::End(3)])
+            .chain((0..n).map(|_| Op::Pick(None)))
+            .collect();
+        agree(&alloc::vec![2; n], &ops).unwrap();
     }
 }
