@@ -105,51 +105,66 @@ impl Indexed {
     }
 }
 
-#[cfg(feature = "std")]
 /// No node (an empty leaf, or a node that is not active).
+#[cfg(feature = "std")]
 const NONE: u32 = u32::MAX;
 
+/// The largest in-flight count the index tells apart (2^40 - 1: counts above it, never seen
+/// in practice, compare as equal).
 #[cfg(feature = "std")]
-/// A leaf or a subtree's winner: the node at `pos`, its in-flight count as the index saw it
-/// (its class) and its key (current weight minus its class's offset, in units of the weight).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Entry {
-    seen: usize,
-    key: i64,
-    pos: u32,
-}
+const SEEN_MAX: usize = ((1u64 << 40) - 1) as usize;
+
+/// A leaf or a subtree's winner: the node at position `pos`, its in-flight count as the index
+/// saw it (its class) and its key (current weight minus its class's offset, in units of the
+/// weight), packed so that the winner of two is the smaller integer — bits 88..128 the
+/// count, 24..88 the key order-reversed, 0..24 the position (`MAX_NODES` is 2^24) — which
+/// makes a tree step one branch-free 128-bit comparison instead of three mispredicted ones.
+#[cfg(feature = "std")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Entry(u128);
 
 #[cfg(feature = "std")]
 impl Entry {
     /// An empty leaf, after every real node in the order.
-    const EMPTY: Entry = Entry {
-        seen: usize::MAX,
-        key: i64::MIN,
-        pos: NONE,
-    };
+    const EMPTY: Entry = Entry(u128::MAX);
 
-    /// The winner of two entries: fewer in flight, then the larger key, then the first.
     #[inline]
-    fn min(a: Entry, b: Entry) -> Entry {
-        let a_first = (a.seen, core::cmp::Reverse(a.key), a.pos)
-            <= (b.seen, core::cmp::Reverse(b.key), b.pos);
-        if a_first { a } else { b }
+    fn new(seen: usize, key: i64, pos: u32) -> Entry {
+        debug_assert!(seen <= SEEN_MAX && pos < 1 << 24);
+        // `key ^ MIN` maps i64 to u64 in order; `!` reverses it (the larger key first).
+        let key = !((key as u64) ^ (1 << 63));
+        Entry((seen as u128) << 88 | u128::from(key) << 24 | u128::from(pos))
+    }
+
+    #[inline]
+    fn seen(self) -> usize {
+        (self.0 >> 88) as usize
+    }
+
+    #[inline]
+    fn key(self) -> i64 {
+        (!((self.0 >> 24) as u64) ^ (1 << 63)) as i64
+    }
+
+    #[inline]
+    fn pos(self) -> u32 {
+        (self.0 & 0xff_ffff) as u32
     }
 }
 
-#[cfg(feature = "std")]
 /// The nodes with one in-flight count: how many, and the picks that tied among them (added to
 /// each member's key to give its current weight).
+#[cfg(feature = "std")]
 #[derive(Clone, Copy, Debug, Default)]
 struct Class {
     offset: i64,
     members: usize,
 }
 
-#[cfg(feature = "std")]
 /// A tournament tree over positions (see the module docs). `nodes[1]` is the root, the leaf of
 /// position `p` is `nodes[size + p]`, `nodes[i]` is the winner of `nodes[2i]` and
 /// `nodes[2i + 1]`.
+#[cfg(feature = "std")]
 #[derive(Debug)]
 struct Tree {
     size: usize,
@@ -170,11 +185,8 @@ impl Tree {
             classes: Default::default(),
         };
         for (p, seen) in counts.enumerate() {
-            tree.nodes[size + p] = Entry {
-                seen,
-                key: 0,
-                pos: p as u32,
-            };
+            let seen = seen.min(SEEN_MAX);
+            tree.nodes[size + p] = Entry::new(seen, 0, p as u32);
             tree.classes.entry(seen).or_default().members += 1;
         }
         tree.rebuild();
@@ -184,17 +196,22 @@ impl Tree {
     /// Recomputes every inner node, O(n).
     fn rebuild(&mut self) {
         for i in (1..self.size).rev() {
-            self.nodes[i] = Entry::min(self.nodes[2 * i], self.nodes[2 * i + 1]);
+            self.nodes[i] = self.nodes[2 * i].min(self.nodes[2 * i + 1]);
         }
     }
 
-    /// Recomputes the path from position `p`'s leaf to the root, O(log n).
+    /// Recomputes the path from position `p`'s leaf to the root, O(log n), stopping where a
+    /// winner is unchanged (the ones above it are then too).
     #[inline]
     fn fix(&mut self, p: usize) {
-        let mut i = (self.size + p) / 2;
-        while i >= 1 {
-            self.nodes[i] = Entry::min(self.nodes[2 * i], self.nodes[2 * i + 1]);
+        let mut i = self.size + p;
+        while i > 1 {
+            let winner = self.nodes[i].min(self.nodes[i ^ 1]);
             i /= 2;
+            if self.nodes[i] == winner {
+                break;
+            }
+            self.nodes[i] = winner;
         }
     }
 
@@ -208,38 +225,32 @@ impl Tree {
     /// Position `p`'s nginx `current_weight`, in units of the weight.
     fn current(&self, p: usize) -> i64 {
         let leaf = self.nodes[self.size + p];
-        leaf.key + self.classes[&leaf.seen].offset
+        leaf.key() + self.classes[&leaf.seen()].offset
     }
 
     /// Sets position `p`'s current weight (the caller recomputes the tree).
     fn set_current(&mut self, p: usize, current: i64) {
-        let leaf = &mut self.nodes[self.size + p];
-        leaf.key = current - self.classes[&leaf.seen].offset;
+        let leaf = self.nodes[self.size + p];
+        let key = current - self.classes[&leaf.seen()].offset;
+        self.nodes[self.size + p] = Entry::new(leaf.seen(), key, leaf.pos());
     }
 
     /// Position `p` now has `count` requests in flight: it changes class, keeping its current
     /// weight. Returns whether it moved.
     fn moved(&mut self, p: usize, count: usize) -> bool {
-        let leaf = self.nodes[self.size + p];
-        if leaf.seen == count {
+        let (leaf, count) = (self.nodes[self.size + p], count.min(SEEN_MAX));
+        if leaf.seen() == count {
             return false;
         }
-        let old = self
-            .classes
-            .get_mut(&leaf.seen)
-            .expect("a leaf's class exists");
-        let current = leaf.key + old.offset;
+        let old = (self.classes.get_mut(&leaf.seen())).expect("a leaf's class exists");
+        let current = leaf.key() + old.offset;
         old.members -= 1;
         if old.members == 0 {
-            self.classes.remove(&leaf.seen);
+            self.classes.remove(&leaf.seen());
         }
         let new = self.classes.entry(count).or_default();
         new.members += 1;
-        self.nodes[self.size + p] = Entry {
-            seen: count,
-            key: current - new.offset,
-            pos: leaf.pos,
-        };
+        self.nodes[self.size + p] = Entry::new(count, current - new.offset, leaf.pos());
         self.fix(p);
         true
     }
@@ -248,14 +259,12 @@ impl Tree {
     /// + 1 (the class offset) and the winner's - m; alone, nothing changes.
     fn pick(&mut self) -> usize {
         let root = self.root();
-        let class = self
-            .classes
-            .get_mut(&root.seen)
-            .expect("the root's class exists");
-        let p = root.pos as usize;
+        let class = (self.classes.get_mut(&root.seen())).expect("the root's class exists");
+        let p = root.pos() as usize;
         if class.members >= 2 {
             class.offset += 1;
-            self.nodes[self.size + p].key -= class.members as i64;
+            let key = root.key() - class.members as i64;
+            self.nodes[self.size + p] = Entry::new(root.seen(), key, root.pos());
             self.fix(p);
         }
         p
@@ -321,8 +330,8 @@ impl LeastConnections {
         // other threads change counts untold.
         for _ in 0..4 {
             let root = tree.root();
-            let count = ctx.loads[self.active[root.pos as usize] as usize].in_flight();
-            if !tree.moved(root.pos as usize, count) {
+            let p = root.pos() as usize;
+            if !tree.moved(p, ctx.loads[self.active[p] as usize].in_flight()) {
                 break;
             }
         }
@@ -643,6 +652,36 @@ mod tests {
         ) {
             agree(&weights, &ops)?;
         }
+    }
+
+    /// The packed entry reads back what went in, and orders as (count, key descending,
+    /// position).
+    #[test]
+    fn entries_pack_in_order() {
+        let values = [
+            (0, i64::MIN, 0),
+            (0, -1, 5),
+            (0, 0, 0),
+            (0, 0, 1),
+            (0, i64::MAX, (1 << 24) - 1),
+            (1, 7, 3),
+            (SEEN_MAX, i64::MIN, 0),
+        ];
+        for (seen, key, pos) in values {
+            let e = Entry::new(seen, key, pos);
+            assert_eq!((e.seen(), e.key(), e.pos()), (seen, key, pos));
+        }
+        for a in values {
+            for b in values {
+                let order =
+                    (a.0, core::cmp::Reverse(a.1), a.2).cmp(&(b.0, core::cmp::Reverse(b.1), b.2));
+                assert_eq!(
+                    Entry::new(a.0, a.1, a.2).cmp(&Entry::new(b.0, b.1, b.2)),
+                    order
+                );
+            }
+        }
+        assert!(Entry::new(SEEN_MAX, i64::MIN, (1 << 24) - 2) < Entry::EMPTY);
     }
 
     /// Many idle nodes of equal weight: nginx's tie-break is a rotation in insertion order,
