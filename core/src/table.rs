@@ -513,8 +513,9 @@ impl Table {
     /// Marks this table replaced by a newer one over the same loads.
     #[cfg(feature = "std")]
     pub(crate) fn retire(&self) {
-        // SeqCst: paired with the load in `retired`, as the module docs of least_connections
-        // describe (a change missed in between is caught by the new table's `resync`, mostly).
+        // SeqCst, paired with the load in `retired`: a request ending while the tables change
+        // may still miss both this flag and the new table's `resync`; least_connections
+        // tolerates that (see its module docs).
         self.retired
             .store(true, core::sync::atomic::Ordering::SeqCst);
     }

@@ -14,27 +14,33 @@
 //! failures are the health layer's business. The tie-break's current weights start at 0 with
 //! each table (nginx also resets them when its configuration is reloaded).
 //!
-//! # The index (equal weights, `std`)
+//! # The index (`std`, up to 16 distinct weights)
 //!
-//! When every active node has the same weight — nginx's default, and `least_conn`'s common
-//! use — a pick costs O(log n) instead of O(n). With equal weights `conns / weight` orders as
-//! `conns`, and every current weight is a multiple of the weight, so it is kept in units of it.
-//! The nodes with the same in-flight count form a *class*. nginx adds 1 (unit) to every member
-//! of the least class on each pick that ties, which is O(ties); instead each class keeps one
-//! `offset` counting those picks and each node a `key`, its current weight being
-//! `key + offset` of its class. A pick with `m ≥ 2` tied members adds 1 to the offset (every
-//! member +1 at once) and `m` is taken from the winner's key alone; a pick without a tie
-//! changes nothing, as in nginx. Within a class, the largest current weight is the largest key
-//! (the offset is common), so nginx's winner — largest current weight, first in configuration
-//! order on ties — is the first node in the order *(in-flight ascending, key descending,
-//! position ascending)*: the root of a tournament (segment) tree over positions, whose leaves
-//! hold `(in-flight as the index saw it, key)`. A node whose in-flight count changes moves to
-//! another class: its current weight `key + offset(old)` is carried over as
-//! `key' = current - offset(new)`, and its leaf-to-root path is recomputed, O(log n); an
-//! emptied class is forgotten (a class made later starts at offset 0: offsets only matter
-//! within a class). So the sequence of picks is the scan's, pick for pick, for any sequence of
-//! picks, acquires and finishes; the property test in this file checks it against `reference`
-//! over random sequences with weights, health and warming.
+//! A pick costs O(log n + d), d the number of distinct weights, instead of O(n). Nodes with
+//! the same ratio `in_flight / weight` form a *class*. nginx adds each member's weight to its
+//! current weight on every pick that ties in the least class, which is O(ties); instead each
+//! class keeps one `offset`, the number of those picks, and each node a `key`, its current
+//! weight being `key + weight × offset` of its class. A pick with two or more tied members
+//! adds 1 to the offset (every member + its weight at once) and takes the class's total
+//! weight from the winner's key alone; a pick without a tie changes nothing, as in nginx.
+//!
+//! Among nodes of one weight, the ratio orders as the count and the current weight (in one
+//! class) as the key, so nginx's winner among them — least loaded, largest current weight,
+//! first in configuration order on ties — is the first node in the order *(in-flight
+//! ascending, key descending, position ascending)*: the root of a tournament (segment) tree
+//! over that weight's nodes, whose leaves hold `(in-flight as the index saw it, key,
+//! position)` packed into one `u128`. A pick compares the d roots: the least ratio, then among
+//! the roots in that class the largest `key + weight × (offset + 1)`, then the first position
+//! — nginx's choice, since each tree's root is already its weight's best in that class. A
+//! node whose count changes moves to another class, its current weight carried over
+//! (`key' = current - weight × offset(new)`), and its leaf-to-root path is recomputed,
+//! O(log n). Offsets matter only within a class, so a class made later may start at 0, and
+//! emptied classes are dropped in bulk once they outnumber the nodes; keys are rebased (key =
+//! current weight, offsets 0; O(n)) when an offset reaches 2^61 / max weight, so nothing
+//! overflows. So the sequence of picks is the scan's, pick for pick, for any sequence of
+//! picks, acquires and finishes; the property tests in this file check it against `reference`
+//! over random sequences of leases, weights (0 included), health states, warm-ups and
+//! rebases.
 //!
 //! Who tells the index: [`Table::start`](crate::Table::start) and `Table::end` (so leases)
 //! after changing the count; a lease ending on an older membership's table also tells the
@@ -43,22 +49,24 @@
 //! told has read every change made before it: with no request in flight being changed, the
 //! index equals the counts. A pick also checks its winner's count and, if it differs (a
 //! count changed without telling, through `Load::start` directly or in the window of a
-//! membership change), moves the node and picks again: a node never wins on a count lower
+//! membership change), moves the node and picks again (up to four times): a node never wins on a count lower
 //! than its own. A node whose count *fell* untold is seen as busier than it is until its
 //! count next changes through the table.
 //!
 //! Concurrency: the index (tree, keys, class offsets) sits behind one mutex, held for
 //! O(log n) per pick and per count change; the counts themselves stay lock-free atomics.
 //! Under contention picks are serialised in lock order, so smooth WRR stays exact in that
-//! order. A pick never reads out of bounds (positions come from the tree built for this
+//! order. Memory: per distinct weight, a tree of twice its node count rounded up to a power of
+//! two, 16 bytes a slot (4 MiB at 100,000 equal weights). A pick never reads out of bounds (positions come from the tree built for this
 //! table) and never chooses an unusable node: the index is used only while no node may be
 //! unusable or warming (`Ctx::checking` false).
 //!
 //! Fallbacks, exact and O(n) per pick: with health to check (a node ejected, down, paused or
-//! warming), the scan below runs with the index's current weights under its lock (and then
-//! rebuilds the tree, O(n)); with unequal weights, or without `std` (no lock), the scan
-//! keeps one atomic current weight per node, updated without a lock, so under contention its
-//! tie-break is smooth WRR approximately, never a lost update of the weights' sum.
+//! warming: `Ctx::checking`), the scan below runs with the index's current weights under its
+//! lock, then rebuilds the trees (O(n)) if a tie moved current weights; with more than 16
+//! distinct weights, or without `std` (no lock), the scan keeps one atomic current weight per
+//! node, updated without a lock, so under contention its tie-break is smooth WRR
+//! approximately, never a lost update of the weights' sum.
 //!
 //! `attempts`: the pick, then the other nodes by ascending `in_flight / weight` (insertion
 //! order on ties), O(n + limit·log limit).
@@ -152,59 +160,61 @@ impl Entry {
     }
 }
 
-/// The nodes with one in-flight count: how many, and the picks that tied among them (added to
-/// each member's key to give its current weight).
+/// The nodes with one `in_flight / weight` ratio: how many, their total weight, and the
+/// picks that tied among them (`weight × offset` added to each member's key gives its current
+/// weight).
 #[cfg(feature = "std")]
 #[derive(Clone, Copy, Debug, Default)]
 struct Class {
     offset: i64,
     members: usize,
+    weight: i64,
 }
 
-/// A tournament tree over positions (see the module docs). `nodes[1]` is the root, the leaf of
-/// position `p` is `nodes[size + p]`, `nodes[i]` is the winner of `nodes[2i]` and
-/// `nodes[2i + 1]`.
+/// A class's name: its ratio `count / weight` in lowest terms (every idle node is `(0, 1)`).
+#[cfg(feature = "std")]
+fn class_of(count: usize, weight: u32) -> (u64, u64) {
+    let (count, weight) = (count as u64, u64::from(weight));
+    let g = gcd64(count, weight);
+    (count / g, weight / g)
+}
+
+/// Greatest common divisor (1 for two zeros, which never occur: weights are positive).
+#[cfg(feature = "std")]
+fn gcd64(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.max(1)
+}
+
+/// The nodes of one weight: a tournament tree over their leaves, in configuration order.
+/// `nodes[1]` is the root, leaf `l` is `nodes[size + l]`, `nodes[i]` the winner of
+/// `nodes[2i]` and `nodes[2i + 1]`. Within one weight, the ratio orders as the count and the
+/// current weight as the key, so the root is the group's nginx winner.
 #[cfg(feature = "std")]
 #[derive(Debug)]
-struct Tree {
+struct Group {
+    weight: u32,
     size: usize,
     nodes: Vec<Entry>,
-    /// The classes, by in-flight count (a handful live at a time: a map, not an array, as
-    /// counts are unbounded).
-    classes: alloc::collections::BTreeMap<usize, Class>,
 }
 
 #[cfg(feature = "std")]
-impl Tree {
-    /// The tree for nodes with these in-flight counts, every current weight 0.
-    fn new(counts: impl ExactSizeIterator<Item = usize>) -> Tree {
-        let size = counts.len().next_power_of_two();
-        let mut tree = Tree {
-            size,
-            nodes: alloc::vec![Entry::EMPTY; 2 * size],
-            classes: Default::default(),
-        };
-        for (p, seen) in counts.enumerate() {
-            let seen = seen.min(SEEN_MAX);
-            tree.nodes[size + p] = Entry::new(seen, 0, p as u32);
-            tree.classes.entry(seen).or_default().members += 1;
-        }
-        tree.rebuild();
-        tree
-    }
-
-    /// Recomputes every inner node, O(n).
+impl Group {
+    /// Recomputes every inner node, O(size).
     fn rebuild(&mut self) {
         for i in (1..self.size).rev() {
             self.nodes[i] = self.nodes[2 * i].min(self.nodes[2 * i + 1]);
         }
     }
 
-    /// Recomputes the path from position `p`'s leaf to the root, O(log n), stopping where a
+    /// Sets leaf `l` and recomputes its path to the root, O(log size), stopping where a
     /// winner is unchanged (the ones above it are then too).
     #[inline]
-    fn fix(&mut self, p: usize) {
-        let mut i = self.size + p;
+    fn set(&mut self, l: usize, entry: Entry) {
+        let mut i = self.size + l;
+        self.nodes[i] = entry;
         while i > 1 {
             let winner = self.nodes[i].min(self.nodes[i ^ 1]);
             i /= 2;
@@ -215,59 +225,220 @@ impl Tree {
         }
     }
 
-    /// The winner: the least loaded node with the largest current weight, first on ties.
+    /// The group's winner (with one leaf, `nodes[1]` is that leaf: size 1).
     #[inline]
     fn root(&self) -> Entry {
-        // With one position, `nodes[1]` is its leaf (size 1): the root either way.
         self.nodes[1]
     }
+}
 
-    /// Position `p`'s nginx `current_weight`, in units of the weight.
-    fn current(&self, p: usize) -> i64 {
-        let leaf = self.nodes[self.size + p];
-        leaf.key() + self.classes[&leaf.seen()].offset
+/// Most distinct weights the index takes: a pick compares one candidate per weight.
+#[cfg(feature = "std")]
+const MAX_GROUPS: usize = 16;
+
+/// The index (see the module docs): one tree per distinct weight, and the classes.
+#[derive(Debug)]
+#[cfg(feature = "std")]
+struct Tree {
+    groups: Vec<Group>,
+    /// Each position's group and leaf.
+    slot: Vec<(u32, u32)>,
+    /// The classes, by ratio (a handful live at a time: a map, as counts are unbounded).
+    classes: alloc::collections::BTreeMap<(u64, u64), Class>,
+    /// The class offset at which keys are rebased (so `weight × offset` stays in an i64).
+    rebase_at: i64,
+}
+
+#[cfg(feature = "std")]
+impl Tree {
+    /// The index for nodes of these weights and in-flight counts, every current weight 0;
+    /// `None` with more than [`MAX_GROUPS`] distinct weights.
+    fn new(weights: &[u32], counts: impl ExactSizeIterator<Item = usize>) -> Option<Tree> {
+        let mut distinct: Vec<u32> = Vec::new();
+        let mut slot = Vec::with_capacity(weights.len());
+        let mut sizes: Vec<usize> = Vec::new();
+        for w in weights {
+            let g = match distinct.iter().position(|d| d == w) {
+                Some(g) => g,
+                None if distinct.len() == MAX_GROUPS => return None,
+                None => {
+                    distinct.push(*w);
+                    sizes.push(0);
+                    distinct.len() - 1
+                }
+            };
+            slot.push((g as u32, sizes[g] as u32));
+            sizes[g] += 1;
+        }
+        let groups = (distinct.iter().zip(&sizes))
+            .map(|(w, n)| Group {
+                weight: *w,
+                size: n.next_power_of_two(),
+                nodes: alloc::vec![Entry::EMPTY; 2 * n.next_power_of_two()],
+            })
+            .collect();
+        let max = i64::from(*distinct.iter().max().unwrap_or(&1)).max(1);
+        let mut tree = Tree {
+            groups,
+            slot,
+            classes: Default::default(),
+            rebase_at: (1 << 61) / max,
+        };
+        for (p, count) in counts.enumerate() {
+            let count = count.min(SEEN_MAX);
+            let (g, l) = tree.slot[p];
+            let group = &mut tree.groups[g as usize];
+            group.nodes[group.size + l as usize] = Entry::new(count, 0, p as u32);
+            let class = tree
+                .classes
+                .entry(class_of(count, group.weight))
+                .or_default();
+            class.members += 1;
+            class.weight += i64::from(group.weight);
+        }
+        tree.groups.iter_mut().for_each(Group::rebuild);
+        Some(tree)
     }
 
-    /// Sets position `p`'s current weight (the caller recomputes the tree).
+    /// Position `p`'s leaf and weight.
+    #[inline]
+    fn leaf(&self, p: usize) -> (Entry, u32) {
+        let (g, l) = self.slot[p];
+        let group = &self.groups[g as usize];
+        (group.nodes[group.size + l as usize], group.weight)
+    }
+
+    /// Sets position `p`'s leaf and fixes its group's tree.
+    #[inline]
+    fn set(&mut self, p: usize, entry: Entry) {
+        let (g, l) = self.slot[p];
+        self.groups[g as usize].set(l as usize, entry);
+    }
+
+    /// Recomputes every group's tree, O(n).
+    fn rebuild(&mut self) {
+        self.groups.iter_mut().for_each(Group::rebuild);
+    }
+
+    /// Position `p`'s nginx `current_weight`.
+    fn current(&self, p: usize) -> i64 {
+        let (leaf, w) = self.leaf(p);
+        leaf.key() + i64::from(w) * self.classes[&class_of(leaf.seen(), w)].offset
+    }
+
+    /// Sets position `p`'s current weight, leaving the trees to the caller (`rebuild`).
     fn set_current(&mut self, p: usize, current: i64) {
-        let leaf = self.nodes[self.size + p];
-        let key = current - self.classes[&leaf.seen()].offset;
-        self.nodes[self.size + p] = Entry::new(leaf.seen(), key, leaf.pos());
+        let (leaf, w) = self.leaf(p);
+        let key = current - i64::from(w) * self.classes[&class_of(leaf.seen(), w)].offset;
+        let (g, l) = self.slot[p];
+        let group = &mut self.groups[g as usize];
+        group.nodes[group.size + l as usize] = Entry::new(leaf.seen(), key, leaf.pos());
     }
 
     /// Position `p` now has `count` requests in flight: it changes class, keeping its current
     /// weight. Returns whether it moved.
     fn moved(&mut self, p: usize, count: usize) -> bool {
-        let (leaf, count) = (self.nodes[self.size + p], count.min(SEEN_MAX));
+        let count = count.min(SEEN_MAX);
+        let (leaf, w) = self.leaf(p);
         if leaf.seen() == count {
             return false;
         }
-        let old = (self.classes.get_mut(&leaf.seen())).expect("a leaf's class exists");
-        let current = leaf.key() + old.offset;
+        let weight = i64::from(w);
+        let old = (self.classes.get_mut(&class_of(leaf.seen(), w))).expect("a leaf's class");
+        let current = leaf.key() + weight * old.offset;
         old.members -= 1;
-        if old.members == 0 {
-            self.classes.remove(&leaf.seen());
+        old.weight -= weight;
+        // Emptied classes stay (a node moving between two counts would otherwise remove and
+        // insert a map entry each time), until they outnumber the nodes.
+        if self.classes.len() > 2 * self.slot.len() + 64 {
+            self.classes.retain(|_, class| class.members > 0);
         }
-        let new = self.classes.entry(count).or_default();
+        let new = self.classes.entry(class_of(count, w)).or_default();
         new.members += 1;
-        self.nodes[self.size + p] = Entry::new(count, current - new.offset, leaf.pos());
-        self.fix(p);
+        new.weight += weight;
+        let key = current - weight * new.offset;
+        self.set(p, Entry::new(count, key, leaf.pos()));
         true
     }
 
-    /// nginx's pick among the least loaded: with `m ≥ 2` of them, every one's current weight
-    /// + 1 (the class offset) and the winner's - m; alone, nothing changes.
-    fn pick(&mut self) -> usize {
-        let root = self.root();
-        let class = (self.classes.get_mut(&root.seen())).expect("the root's class exists");
+    /// nginx's winner: the group roots of the least ratio, the largest current weight after
+    /// this pick's increment (first in order on ties). Returns its group and whether it is
+    /// tied (its class has other members).
+    #[inline]
+    fn winner(&self) -> (usize, bool) {
+        let ratio = |g: usize| {
+            let group = &self.groups[g];
+            (group.root().seen() as u128, u128::from(group.weight))
+        };
+        // The least ratio (first group on ties: any would do, they are one class).
+        let mut least = 0;
+        for g in 1..self.groups.len() {
+            let ((c, w), (lc, lw)) = (ratio(g), ratio(least));
+            if c * lw < lc * w {
+                least = g;
+            }
+        }
+        let (root, weight) = (self.groups[least].root(), self.groups[least].weight);
+        let class = self.classes[&class_of(root.seen(), weight)];
+        if class.members < 2 {
+            return (least, false);
+        }
+        if self.groups.len() == 1 {
+            return (least, true);
+        }
+        // Among the roots in that class, by current weight after the increment, then order.
+        let k = class.offset + 1;
+        let (lc, lw) = ratio(least);
+        let score = |g: usize| {
+            let group = &self.groups[g];
+            let root = group.root();
+            (
+                root.key() + i64::from(group.weight) * k,
+                core::cmp::Reverse(root.pos()),
+            )
+        };
+        let mut best = least;
+        for g in 0..self.groups.len() {
+            let (c, w) = ratio(g);
+            if c * lw == lc * w && score(g) > score(best) {
+                best = g;
+            }
+        }
+        (best, true)
+    }
+
+    /// nginx's pick: with a tie, every member's current weight + its weight (the class
+    /// offset + 1) and the winner's - the class's weight; alone, nothing changes. Returns the
+    /// winner's position.
+    fn pick(&mut self, (g, tied): (usize, bool)) -> usize {
+        let (root, weight) = (self.groups[g].root(), self.groups[g].weight);
         let p = root.pos() as usize;
-        if class.members >= 2 {
+        if tied {
+            let class =
+                (self.classes.get_mut(&class_of(root.seen(), weight))).expect("the root's class");
             class.offset += 1;
-            let key = root.key() - class.members as i64;
-            self.nodes[self.size + p] = Entry::new(root.seen(), key, root.pos());
-            self.fix(p);
+            let (offset, total) = (class.offset, class.weight);
+            self.set(p, Entry::new(root.seen(), root.key() - total, root.pos()));
+            if offset >= self.rebase_at {
+                self.rebase();
+            }
         }
         p
+    }
+
+    /// Every key set to its current weight and every offset to 0 (once per 2^61 / max weight
+    /// tied picks in one class), O(n).
+    #[cold]
+    fn rebase(&mut self) {
+        for p in 0..self.slot.len() {
+            let current = self.current(p);
+            let (g, l) = self.slot[p];
+            let group = &mut self.groups[g as usize];
+            let leaf = group.nodes[group.size + l as usize];
+            group.nodes[group.size + l as usize] = Entry::new(leaf.seen(), current, leaf.pos());
+        }
+        self.classes.values_mut().for_each(|c| c.offset = 0);
+        self.rebuild();
     }
 }
 
@@ -328,14 +499,15 @@ impl LeastConnections {
         // A count changed without telling the index (see the module docs): move the node and
         // look again. Each round settles one node; a bounded number keeps a pick bounded while
         // other threads change counts untold.
+        let mut winner = tree.winner();
         for _ in 0..4 {
-            let root = tree.root();
-            let p = root.pos() as usize;
+            let p = tree.groups[winner.0].root().pos() as usize;
             if !tree.moved(p, ctx.loads[self.active[p] as usize].in_flight()) {
                 break;
             }
+            winner = tree.winner();
         }
-        tree.pick()
+        tree.pick(winner)
     }
 
     /// The exact scan over the index's current weights, with health to check; O(n), and the
@@ -343,18 +515,16 @@ impl LeastConnections {
     #[cfg(feature = "std")]
     #[cold]
     fn scan_indexed(&self, ctx: &Ctx<'_>, tree: &mut Tree) -> usize {
-        // Every weight is `unit`: the index keeps current weights in units of it.
-        let unit = i64::from(self.weights[0]);
         let tree = core::cell::RefCell::new(tree);
-        let add = |p: usize, _w: i64| {
+        let add = |p: usize, w: i64| {
             let mut tree = tree.borrow_mut();
-            let current = tree.current(p) + 1;
+            let current = tree.current(p) + w;
             tree.set_current(p, current);
             current
         };
         let sub = |p: usize, total: i64| {
             let mut tree = tree.borrow_mut();
-            let current = tree.current(p) - total / unit;
+            let current = tree.current(p) - total;
             tree.set_current(p, current);
             tree.rebuild();
         };
@@ -451,16 +621,18 @@ impl Select for LeastConnections {
         #[allow(unused_mut, reason = "the index needs std")]
         let mut built = <LeastConnections as Select>::build(nodes, active, options);
         #[cfg(feature = "std")]
-        if built.weights.windows(2).all(|w| w[0] == w[1]) {
-            let mut position = alloc::vec![NONE; nodes.len()];
-            for (p, i) in built.active.iter().enumerate() {
-                position[*i as usize] = p as u32;
-            }
+        {
             let counts = built.active.iter().map(|i| loads[*i as usize].in_flight());
-            built.index = Some(Indexed {
-                position,
-                tree: std::sync::Mutex::new(Tree::new(counts)),
-            });
+            if let Some(tree) = Tree::new(&built.weights, counts) {
+                let mut position = alloc::vec![NONE; nodes.len()];
+                for (p, i) in built.active.iter().enumerate() {
+                    position[*i as usize] = p as u32;
+                }
+                built.index = Some(Indexed {
+                    position,
+                    tree: std::sync::Mutex::new(tree),
+                });
+            }
         }
         let _ = loads;
         built
@@ -564,6 +736,15 @@ mod tests {
     /// Runs `ops` on the index (or the scan, for unequal weights) and on the reference over
     /// the same loads, comparing every answer. Weight-0 nodes are not active (as in a table).
     fn agree(weights: &[u32], ops: &[Op]) -> Result<(), TestCaseError> {
+        agree_rebasing(weights, ops, None)
+    }
+
+    /// [`agree`], the index rebasing its keys once a class offset reaches `rebase_at`.
+    fn agree_rebasing(
+        weights: &[u32],
+        ops: &[Op],
+        rebase_at: Option<i64>,
+    ) -> Result<(), TestCaseError> {
         let nodes: Vec<Node> = (weights.iter().enumerate())
             .map(|(i, w)| Node::new(alloc::format!("n{i}"), *w))
             .collect();
@@ -577,6 +758,14 @@ mod tests {
         };
         let loads: Vec<Arc<Load>> = nodes.iter().map(|_| Arc::default()).collect();
         let new = LeastConnections::build_with_loads(&nodes, active.clone(), &options, &loads);
+        let distinct = weights
+            .iter()
+            .filter(|w| **w > 0)
+            .collect::<alloc::collections::BTreeSet<_>>();
+        prop_assert_eq!(new.index.is_some(), distinct.len() <= MAX_GROUPS);
+        if let (Some(at), Some(index)) = (rebase_at, &new.index) {
+            index.lock().rebase_at = at;
+        }
         let old = <reference::LeastConnections as Select>::build(&nodes, active, &options);
         let (state, policy) = (State::new(1), Policy::new(&options));
         let mut gate = Gate::Open;
@@ -642,11 +831,23 @@ mod tests {
             agree(&weights, &ops)?;
         }
 
-        /// Unequal weights (the scan, without the index): unchanged from the reference.
+        /// Unequal weights (one tree per weight), keys rebased often or never.
         #[test]
-        fn the_scan_answers_as_before(
+        fn unequal_weights_answer_as_the_scan(
             (weights, ops) in (1usize..12).prop_flat_map(|n| (
                 proptest::collection::vec(0u32..=4, n),
+                proptest::collection::vec(op(n), 0..300),
+            )),
+            rebase_at in proptest::option::of(1i64..4),
+        ) {
+            agree_rebasing(&weights, &ops, rebase_at)?;
+        }
+
+        /// More distinct weights than the index takes: the scan, unchanged.
+        #[test]
+        fn many_weights_keep_the_scan(
+            (weights, ops) in (MAX_GROUPS + 1..MAX_GROUPS + 8).prop_flat_map(|n| (
+                Just((1..=n as u32).collect::<Vec<u32>>()),
                 proptest::collection::vec(op(n), 0..300),
             ))
         ) {
