@@ -173,7 +173,7 @@ struct Class {
 
 /// A class's name: its ratio `count / weight` in lowest terms (every idle node is `(0, 1)`).
 #[cfg(feature = "std")]
-fn class_of(count: usize, weight: u32) -> (u64, u64) {
+fn reduced(count: usize, weight: u32) -> (u64, u64) {
     let (count, weight) = (count as u64, u64::from(weight));
     let g = gcd64(count, weight);
     (count / g, weight / g)
@@ -289,15 +289,25 @@ impl Tree {
             let (g, l) = tree.slot[p];
             let group = &mut tree.groups[g as usize];
             group.nodes[group.size + l as usize] = Entry::new(count, 0, p as u32);
-            let class = tree
-                .classes
-                .entry(class_of(count, group.weight))
-                .or_default();
+            let weight = group.weight;
+            let name = tree.class_of(count, weight);
+            let class = tree.classes.entry(name).or_default();
             class.members += 1;
-            class.weight += i64::from(group.weight);
+            class.weight += i64::from(weight);
         }
         tree.groups.iter_mut().for_each(Group::rebuild);
         Some(tree)
+    }
+
+    /// The class of `count` requests on a node of `weight`: with one weight, the count itself
+    /// names it (no gcd on the hot path).
+    #[inline]
+    fn class_of(&self, count: usize, weight: u32) -> (u64, u64) {
+        if self.groups.len() == 1 {
+            (count as u64, 1)
+        } else {
+            reduced(count, weight)
+        }
     }
 
     /// Position `p`'s leaf and weight.
@@ -320,16 +330,46 @@ impl Tree {
         self.groups.iter_mut().for_each(Group::rebuild);
     }
 
+    /// The offset of the class of `count` requests on a node of `weight`.
+    #[inline]
+    fn offset(&self, count: usize, weight: u32) -> i64 {
+        self.classes[&self.class_of(count, weight)].offset
+    }
+
     /// Position `p`'s nginx `current_weight`.
     fn current(&self, p: usize) -> i64 {
         let (leaf, w) = self.leaf(p);
-        leaf.key() + i64::from(w) * self.classes[&class_of(leaf.seen(), w)].offset
+        leaf.key() + i64::from(w) * self.offset(leaf.seen(), w)
+    }
+
+    /// Adds `w` to position `p`'s current weight and returns it, leaving the trees to the
+    /// caller (`rebuild`). `memo` keeps the last class offset looked up: a scan's tied nodes
+    /// are mostly of one class, so most skip the map.
+    fn add_current(&mut self, p: usize, w: i64, memo: &mut Option<(usize, u32, i64)>) -> i64 {
+        let (leaf, weight) = self.leaf(p);
+        let offset = match *memo {
+            Some((seen, at, offset)) if seen == leaf.seen() && at == weight => offset,
+            _ => {
+                let offset = self.offset(leaf.seen(), weight);
+                *memo = Some((leaf.seen(), weight, offset));
+                offset
+            }
+        };
+        let current = leaf.key() + i64::from(weight) * offset + w;
+        self.set_key(p, leaf, current - i64::from(weight) * offset);
+        current
     }
 
     /// Sets position `p`'s current weight, leaving the trees to the caller (`rebuild`).
     fn set_current(&mut self, p: usize, current: i64) {
         let (leaf, w) = self.leaf(p);
-        let key = current - i64::from(w) * self.classes[&class_of(leaf.seen(), w)].offset;
+        let key = current - i64::from(w) * self.offset(leaf.seen(), w);
+        self.set_key(p, leaf, key);
+    }
+
+    /// Sets position `p`'s key in its leaf only.
+    #[inline]
+    fn set_key(&mut self, p: usize, leaf: Entry, key: i64) {
         let (g, l) = self.slot[p];
         let group = &mut self.groups[g as usize];
         group.nodes[group.size + l as usize] = Entry::new(leaf.seen(), key, leaf.pos());
@@ -344,7 +384,7 @@ impl Tree {
             return false;
         }
         let weight = i64::from(w);
-        let old = (self.classes.get_mut(&class_of(leaf.seen(), w))).expect("a leaf's class");
+        let old = (self.classes.get_mut(&self.class_of(leaf.seen(), w))).expect("a leaf's class");
         let current = leaf.key() + weight * old.offset;
         old.members -= 1;
         old.weight -= weight;
@@ -353,7 +393,7 @@ impl Tree {
         if self.classes.len() > 2 * self.slot.len() + 64 {
             self.classes.retain(|_, class| class.members > 0);
         }
-        let new = self.classes.entry(class_of(count, w)).or_default();
+        let new = self.classes.entry(self.class_of(count, w)).or_default();
         new.members += 1;
         new.weight += weight;
         let key = current - weight * new.offset;
@@ -379,7 +419,7 @@ impl Tree {
             }
         }
         let (root, weight) = (self.groups[least].root(), self.groups[least].weight);
-        let class = self.classes[&class_of(root.seen(), weight)];
+        let class = self.classes[&self.class_of(root.seen(), weight)];
         if class.members < 2 {
             return (least, false);
         }
@@ -414,8 +454,8 @@ impl Tree {
         let (root, weight) = (self.groups[g].root(), self.groups[g].weight);
         let p = root.pos() as usize;
         if tied {
-            let class =
-                (self.classes.get_mut(&class_of(root.seen(), weight))).expect("the root's class");
+            let class = (self.classes.get_mut(&self.class_of(root.seen(), weight)))
+                .expect("the root's class");
             class.offset += 1;
             let (offset, total) = (class.offset, class.weight);
             self.set(p, Entry::new(root.seen(), root.key() - total, root.pos()));
@@ -443,27 +483,25 @@ impl Tree {
 }
 
 impl LeastConnections {
-    /// `in_flight / weight` of position `a` against `b`.
+    /// Position `p` as the scan compares it: `(in_flight, weight)`, the weight scaled to
+    /// 1024ths, or `None` if it may not be chosen. With health to check, warming nodes count
+    /// with their share of weight (`in_flight / (weight · share)`); status is read once per
+    /// node and comparison.
     #[inline]
-    fn compare(&self, ctx: &Ctx<'_>, a: usize, b: usize) -> Order {
-        let load = |p: usize| ctx.loads[self.active[p] as usize].in_flight() as u128;
-        let wa = u128::from(self.weights[a]);
-        let wb = u128::from(self.weights[b]);
-        (load(a) * wb).cmp(&(load(b) * wa))
-    }
-
-    /// `in_flight / (weight · share)` of position `a` against `b`, with health to check:
-    /// warming nodes count with their share of weight (in 1/1024ths).
-    fn compare_warm(&self, ctx: &Ctx<'_>, a: usize, b: usize) -> Order {
-        let load = |p: usize| ctx.loads[self.active[p] as usize].in_flight() as u128;
-        let weight = |p: usize| {
-            let share = match ctx.status(self.active[p]) {
-                Status::Warming { share, .. } => (share * 1024.0) as u128,
-                _ => 1024,
-            };
-            u128::from(self.weights[p]) * share.max(1)
+    fn view(&self, ctx: &Ctx<'_>, p: usize) -> Option<(u64, u64)> {
+        let index = self.active[p];
+        let share = if ctx.checking() {
+            match ctx.status(index) {
+                // Through u32, a hardware conversion (share ≤ 1, so the same value as u128's).
+                Status::Warming { share, .. } => u64::from((share * 1024.0) as u32).max(1),
+                status if status.usable() => 1024,
+                _ => return None,
+            }
+        } else {
+            1024
         };
-        (load(a) * weight(b)).cmp(&(load(b) * weight(a)))
+        let load = ctx.loads[index as usize].in_flight() as u64;
+        Some((load, u64::from(self.weights[p]) * share))
     }
 
     /// nginx's choice, as a position in `active` (peers that may not be chosen are skipped,
@@ -516,12 +554,8 @@ impl LeastConnections {
     #[cold]
     fn scan_indexed(&self, ctx: &Ctx<'_>, tree: &mut Tree) -> usize {
         let tree = core::cell::RefCell::new(tree);
-        let add = |p: usize, w: i64| {
-            let mut tree = tree.borrow_mut();
-            let current = tree.current(p) + w;
-            tree.set_current(p, current);
-            current
-        };
+        let mut memo = None;
+        let add = |p: usize, w: i64| tree.borrow_mut().add_current(p, w, &mut memo);
         let sub = |p: usize, total: i64| {
             let mut tree = tree.borrow_mut();
             let current = tree.current(p) - total;
@@ -531,47 +565,30 @@ impl LeastConnections {
         self.scan(ctx, add, sub)
     }
 
-    /// The scan, nginx's loop: the least loaded of the positions that may be chosen, ties broken
-    /// by smooth WRR. `add(p, w)` adds `w` to `p`'s current weight and returns the sum;
-    /// `sub(p, total)` takes the tied weights' total from the winner's.
+    /// The scan, nginx's loop: the least loaded of the positions that may be chosen, ties
+    /// broken by smooth WRR. `add(p, w)` adds `w` to `p`'s current weight and returns the sum;
+    /// `sub(p, total)` takes the tied weights' total from the winner's. With none that may be
+    /// chosen, position 0.
     fn scan(
         &self,
         ctx: &Ctx<'_>,
-        add: impl FnMut(usize, i64) -> i64,
-        sub: impl FnOnce(usize, i64),
-    ) -> usize {
-        if !ctx.checking() {
-            return self.choose_among(0, |_| true, |a, b| self.compare(ctx, a, b), add, sub);
-        }
-        let usable = |p: usize| ctx.usable(self.active[p]);
-        match (0..self.active.len()).find(|p| usable(*p)) {
-            Some(start) => {
-                let compare = |a, b| self.compare_warm(ctx, a, b);
-                self.choose_among(start, usable, compare, add, sub)
-            }
-            None => 0,
-        }
-    }
-
-    /// The least loaded of the positions from `start` on that `usable` lets through, by
-    /// `compare`; ties broken by smooth WRR (see [`LeastConnections::scan`]).
-    fn choose_among(
-        &self,
-        start: usize,
-        usable: impl Fn(usize) -> bool,
-        compare: impl Fn(usize, usize) -> Order,
         mut add: impl FnMut(usize, i64) -> i64,
         sub: impl FnOnce(usize, i64),
     ) -> usize {
+        // `load_a / weight_a` against `load_b / weight_b`, cross-multiplied (u64 · u64 fits
+        // u128 exactly).
+        let cmp = |(la, wa): (u64, u64), (lb, wb): (u64, u64)| {
+            (u128::from(la) * u128::from(wb)).cmp(&(u128::from(lb) * u128::from(wa)))
+        };
         let n = self.active.len();
-        let mut best = start;
+        let Some((mut best, mut least)) = (0..n).find_map(|p| Some((p, self.view(ctx, p)?))) else {
+            return 0;
+        };
         let mut many = false;
-        for p in start + 1..n {
-            if !usable(p) {
-                continue;
-            }
-            match compare(p, best) {
-                Order::Less => (best, many) = (p, false),
+        for p in best + 1..n {
+            let Some(v) = self.view(ctx, p) else { continue };
+            match cmp(v, least) {
+                Order::Less => (best, least, many) = (p, v, false),
                 Order::Equal => many = true,
                 Order::Greater => {}
             }
@@ -584,7 +601,7 @@ impl LeastConnections {
         let mut best_current = i64::MIN;
         let mut total: i64 = 0;
         for p in first..n {
-            if !usable(p) || compare(p, first) != Order::Equal {
+            if (self.view(ctx, p)).is_none_or(|v| cmp(v, least) != Order::Equal) {
                 continue;
             }
             let w = i64::from(self.weights[p]);
