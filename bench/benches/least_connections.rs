@@ -9,7 +9,9 @@
 //!   loaded are a small tie set.
 //! - `acquire_finish/<n>`: a lease taken and finished (in-flight up and down, the outcome
 //!   counted) on idle nodes; `acquire_finish_busy/<n>`: the same on the busy nodes.
-//! - `weighted_pick/<n>`: weights 1..=5, all idle (no index: the exact scan).
+//! - `weighted_pick/<n>`: weights 1..=5, all idle (five trees, one per weight).
+//! - `pick_checking/<n>`: equal weights, all idle, one node marked down: health must be
+//!   checked, so the pick falls back to the exact O(n) scan (under the index's lock).
 //! - `plain_p2c/<n>`: the baseline.
 //!
 //! Run: `cargo bench -p liblb-bench --bench least_connections`.
@@ -105,6 +107,10 @@ fn least_connections(c: &mut Criterion) {
         let w = balancer(n, true);
         g.bench_with_input(BenchmarkId::new("weighted_pick", n), &n, |bench, _| {
             bench.iter(|| black_box(w.pick(None).unwrap().tag()))
+        });
+        b.mark_down("10.0.0.1:80").unwrap();
+        g.bench_with_input(BenchmarkId::new("pick_checking", n), &n, |bench, _| {
+            bench.iter(|| black_box(b.pick(None).unwrap().tag()))
         });
     }
     g.finish();
