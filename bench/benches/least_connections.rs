@@ -96,13 +96,17 @@ fn least_connections(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("pick_busy", n), &n, |bench, _| {
             bench.iter(|| black_box(b.pick(None).unwrap().tag()))
         });
-        g.bench_with_input(BenchmarkId::new("acquire_finish_busy", n), &n, |bench, _| {
-            bench.iter(|| {
-                let lease = b.acquire(None).unwrap();
-                black_box(lease.tag());
-                lease.finish(latency);
-            })
-        });
+        g.bench_with_input(
+            BenchmarkId::new("acquire_finish_busy", n),
+            &n,
+            |bench, _| {
+                bench.iter(|| {
+                    let lease = b.acquire(None).unwrap();
+                    black_box(lease.tag());
+                    lease.finish(latency);
+                })
+            },
+        );
         drop(held);
         let w = balancer(n, true);
         g.bench_with_input(BenchmarkId::new("weighted_pick", n), &n, |bench, _| {
