@@ -127,6 +127,25 @@ impl Snapshot {
         }
     }
 
+    /// Tells the current membership's table that node `index` of this (older) one changed its
+    /// in-flight count, if the node is still a member (the same load, not a re-added id).
+    fn tell_current(&self, index: usize) {
+        let Some(current) = self.current.upgrade() else {
+            return;
+        };
+        let current = current.load();
+        let current: &Snapshot = &current;
+        if core::ptr::eq(current, self) {
+            return;
+        }
+        let load = &self.table.loads()[index];
+        if let Ok(i) = current.find(&self.nodes[index].id)
+            && Arc::ptr_eq(&current.table.loads()[i], load)
+        {
+            current.table.moved(i);
+        }
+    }
+
     /// Ends a request on node `index` of this membership (see [`Lease`]).
     fn end(&self, index: usize, outcome: Option<Outcome>) {
         self.end_at(index, outcome, self.clock.now_ns());
@@ -135,6 +154,9 @@ impl Snapshot {
     /// [`Snapshot::end`] at `now`, a reading of this snapshot's clock.
     fn end_at(&self, index: usize, outcome: Option<Outcome>, now: u64) {
         let counted: Counted = (self.table).end_counting(index, outcome, &self.state, now);
+        if self.table.tracks_load() && self.table.retired() {
+            self.tell_current(index);
+        }
         if counted.is_nothing() {
             return;
         }
@@ -945,6 +967,10 @@ impl Balancer {
         );
         let snapshot = Arc::new(snapshot);
         self.current.store(snapshot.clone());
+        // Requests ending on the old table from now on also tell the new one; those that
+        // ended since it was built are read here.
+        current.table.retire();
+        snapshot.table.resync();
         #[cfg(all(not(loom), target_has_atomic = "64"))]
         self.version.bump();
         // Nodes came or went: the health summary (panic, what is pending) now describes the

@@ -35,6 +35,10 @@ pub struct Table {
     penalty: Penalty,
     /// This table's identity, unique in the process (see `health::Summary::adopt`).
     id: usize,
+    /// Whether a newer table over the same loads was published (`Balancer`): a request
+    /// ending here must also tell that one (see [`Table::tracks_load`]).
+    #[cfg(feature = "std")]
+    retired: core::sync::atomic::AtomicBool,
 }
 
 /// Hands out table identities (0 is never one: it means "none adopted"). A `usize` wraps
@@ -126,7 +130,7 @@ impl Table {
             .filter(|i| nodes[*i as usize].weight > 0)
             .collect();
         let selector = (!active.is_empty())
-            .then(|| Selector::build(algorithm, nodes, active.clone(), options));
+            .then(|| Selector::build(algorithm, nodes, active.clone(), options, &loads));
         let weights: Vec<u32> = nodes.iter().map(|n| n.weight).collect();
         Ok(Table {
             algorithm,
@@ -142,6 +146,8 @@ impl Table {
                 max_pause: options.max_retry_after,
             },
             id: next_id(),
+            #[cfg(feature = "std")]
+            retired: core::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -478,6 +484,47 @@ impl Table {
         if self.policy.balance_factor > 0 {
             state.in_flight.fetch_add(1, Ordering::Relaxed);
         }
+        self.moved(index);
+    }
+
+    /// Whether the selector indexes in-flight counts (`least_connections`): it must be told
+    /// of every change ([`Table::start`] and [`Table::end`] do).
+    #[inline]
+    pub(crate) fn tracks_load(&self) -> bool {
+        self.algorithm == Algorithm::LeastConnections
+    }
+
+    /// Tells the selector that node `index`'s in-flight count changed.
+    #[inline]
+    pub(crate) fn moved(&self, index: usize) {
+        if let (true, Some(selector)) = (self.tracks_load(), &self.selector) {
+            selector.moved(index, &self.loads);
+        }
+    }
+
+    /// Tells the selector that any count may have changed (this table was just published).
+    #[cfg(feature = "std")]
+    pub(crate) fn resync(&self) {
+        if let (true, Some(selector)) = (self.tracks_load(), &self.selector) {
+            selector.resync(&self.loads);
+        }
+    }
+
+    /// Marks this table replaced by a newer one over the same loads.
+    #[cfg(feature = "std")]
+    pub(crate) fn retire(&self) {
+        // SeqCst, paired with the load in `retired`: a request ending while the tables change
+        // may still miss both this flag and the new table's `resync`; least_connections
+        // tolerates that (see its module docs).
+        self.retired
+            .store(true, core::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether [`Table::retire`] was called.
+    #[cfg(feature = "std")]
+    #[inline]
+    pub(crate) fn retired(&self) -> bool {
+        self.retired.load(core::sync::atomic::Ordering::SeqCst)
     }
 
     /// A request started with [`Table::start`] ends at `now_ns`: `None` = cancelled (nothing
@@ -502,6 +549,7 @@ impl Table {
         if self.policy.balance_factor > 0 {
             state.in_flight.fetch_sub(1, Ordering::Relaxed);
         }
+        self.moved(index);
         match outcome {
             Some(outcome) => self.record_counting(index, outcome, state, now_ns),
             None => Counted::NOTHING,

@@ -138,3 +138,54 @@ fn thread_rounds_keep_shares_exact_per_thread() {
         }
     }
 }
+
+/// least_connections keeps an index of the in-flight counts (issue 23): threads acquiring and
+/// finishing leases, with membership changes in between (leases ending on older tables), must
+/// leave it equal to the counts once quiet. Then `n` acquires take one lease per node, and `n`
+/// more another each: least_conn never puts a second request on a node while one has none.
+#[test]
+fn least_connections_index_settles_to_the_counts() {
+    let ids: Vec<Node> = (0..12).map(|i| Node::new(format!("n{i}"), 1)).collect();
+    let b = Arc::new(Balancer::new(Algorithm::LeastConnections, ids, Options::default()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..3)
+        .map(|t| {
+            let (b, stop) = (Arc::clone(&b), Arc::clone(&stop));
+            thread::spawn(move || {
+                let mut held = Vec::new();
+                let mut i = 0usize;
+                while !stop.load(Ordering::Relaxed) || i < 100 {
+                    held.push(b.acquire(None).unwrap());
+                    if (i + t) % 3 == 0 {
+                        held.swap_remove(i % held.len());
+                    }
+                    if held.len() > 8 {
+                        held.clear();
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    for i in 0..if cfg!(miri) { 4 } else { 400 } {
+        let id = format!("extra{}", i % 3);
+        let _ = if i % 2 == 0 {
+            b.add(Node::new(id, 1))
+        } else {
+            b.remove(&id)
+        };
+        thread::yield_now();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(b.stats().iter().all(|s| s.in_flight == 0));
+    let n = b.nodes().len();
+    for round in 1..=2 {
+        let held: Vec<_> = (0..n * round).map(|_| b.acquire(None).unwrap()).collect();
+        let stats = b.stats();
+        assert!(stats.iter().all(|s| s.in_flight == round), "{stats:?}");
+        drop(held);
+    }
+}

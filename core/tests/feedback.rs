@@ -244,6 +244,9 @@ fn least_connections_matches_nginx_pick_for_pick() {
         vec![5, 1, 1],
         vec![3, 2, 4, 1],
         vec![2, 7, 1],
+        // Equal weights: least_connections' index (issue 23), with many ties.
+        vec![2; 7],
+        vec![1; 40],
     ] {
         let nodes: Vec<Node> = weights
             .iter()
@@ -275,6 +278,47 @@ fn least_connections_matches_nginx_pick_for_pick() {
             );
             open.push((expected, lease));
         }
+    }
+}
+
+/// Leases that outlive a membership change end on the old table: the new one must learn of
+/// them (least_connections indexes the counts, issue 23). nginx resets current weights on a
+/// reload, as a new table does.
+#[test]
+fn least_connections_follows_leases_across_membership_changes() {
+    let ids = |n: usize| {
+        (0..n)
+            .map(|i| Node::new(format!("n{i}"), 1))
+            .collect::<Vec<_>>()
+    };
+    let b = Balancer::new(Algorithm::LeastConnections, ids(6), Options::default()).unwrap();
+    let mut nginx = NginxLeastConn {
+        weights: vec![1; 6],
+        conns: vec![0; 6],
+        current: vec![0; 6],
+    };
+    let mut open: Vec<(usize, liblb_core::Lease)> = Vec::new();
+    let mut g = liblb_core::SplitMix64::new(11);
+    for step in 0..600 {
+        if step % 150 == 149 {
+            // A node joins: a new table, tie-break state reset, old leases still open.
+            let n = nginx.weights.len();
+            b.add(Node::new(format!("n{n}"), 1)).unwrap();
+            nginx.weights.push(1);
+            nginx.conns.push(0);
+            nginx.current = vec![0; n + 1];
+            continue;
+        }
+        if !open.is_empty() && g.next() % 3 == 0 {
+            let (i, lease) = open.swap_remove((g.next() % open.len() as u64) as usize);
+            nginx.conns[i] -= 1;
+            lease.success();
+            continue;
+        }
+        let expected = nginx.get();
+        let lease = b.acquire(None).unwrap();
+        assert_eq!(lease.id(), format!("n{expected}"), "step {step}");
+        open.push((expected, lease));
     }
 }
 

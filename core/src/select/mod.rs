@@ -119,6 +119,25 @@ pub(crate) trait Select: Sized {
     /// weight > 0, in insertion order, never empty. `options` are already validated.
     fn build(nodes: &[Node], active: Vec<u32>, options: &Options) -> Self;
 
+    /// [`Select::build`] for selectors that index the nodes' loads (`loads[i]` for `nodes[i]`,
+    /// read once: `moved` keeps them current).
+    fn build_with_loads(
+        nodes: &[Node],
+        active: Vec<u32>,
+        options: &Options,
+        _loads: &[Arc<Load>],
+    ) -> Self {
+        Self::build(nodes, active, options)
+    }
+
+    /// Node `index`'s in-flight count changed (a request started or ended through the table):
+    /// for selectors that index counts.
+    fn moved(&self, _index: usize, _loads: &[Arc<Load>]) {}
+
+    /// Every count may have changed untold (the table was just published): reread them.
+    #[cfg(feature = "std")]
+    fn resync(&self, _loads: &[Arc<Load>]) {}
+
     /// The chosen node's index. `key` is empty for unkeyed algorithms (they ignore it).
     fn pick(&self, key: &[u8], ctx: &Ctx<'_>) -> u32;
 
@@ -263,9 +282,24 @@ macro_rules! algorithms {
                 nodes: &[Node],
                 active: Vec<u32>,
                 options: &Options,
+                loads: &[Arc<Load>],
             ) -> Selector {
                 match algorithm {
-                    $(Algorithm::$variant => Selector::$variant(Select::build(nodes, active, options)),)*
+                    $(Algorithm::$variant => Selector::$variant(Select::build_with_loads(nodes, active, options, loads)),)*
+                }
+            }
+
+            #[inline]
+            pub(crate) fn moved(&self, index: usize, loads: &[Arc<Load>]) {
+                match self {
+                    $(Selector::$variant(s) => s.moved(index, loads),)*
+                }
+            }
+
+            #[cfg(feature = "std")]
+            pub(crate) fn resync(&self, loads: &[Arc<Load>]) {
+                match self {
+                    $(Selector::$variant(s) => s.resync(loads),)*
                 }
             }
 
