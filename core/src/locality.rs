@@ -457,6 +457,7 @@ mod tests {
 
     // edf_scheduler_test.cc: EdfSchedulerTest.Empty, Unweighted, Weighted
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy safe code (24,000 heap picks: minutes interpreted).
     fn edf_round_robin_and_weighted() {
         assert_eq!(Edf::new().pick(), None);
         let mut rr = Edf::new();
@@ -485,6 +486,7 @@ mod tests {
     // EdfSchedulerTest.SchedulerWithZeroPicksEqualToEmptyWithAddedEntries and
     // SchedulerWithSomePicksEqualToEmptyWithAddedEntries
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy safe code (a million picks: hours interpreted).
     fn with_picks_equals_a_schedule_that_made_the_picks() {
         let ones: Vec<(usize, f64)> = (0..128).map(|i| (i, (i + 1) as f64)).collect();
         let mut added = Edf::new();
@@ -512,6 +514,7 @@ mod tests {
     // schedules made with random pre-picks follows the weights (within 1 point; 100,000
     // schedules each, fixed seed, where Envoy draws 400,000).
     #[test]
+    #[cfg_attr(miri, ignore)] // Compute-heavy safe code (400,000 schedules: hours interpreted).
     fn first_picks_of_randomly_pre_picked_schedules_follow_the_weights() {
         let sets: [&[f64]; 4] = [
             &[25.0, 75.0],
