@@ -374,12 +374,13 @@ class _Requests(Generic[Req]):
         self._requests = requests
         self._serializer = serializer
         self.replayable = isinstance(requests, Sequence) and not isinstance(requests, (str, bytes))
+        self.is_async = isinstance(requests, AsyncIterable)
         self._error: BaseException | None = None
 
     def attempt(self) -> Iterator[Any]:
         """The requests for one attempt."""
         self._error = None
-        assert not isinstance(self._requests, AsyncIterable), "an async iterable needs an AsyncChannel"
+        assert not isinstance(self._requests, AsyncIterable)  # refused by sync_only()
         try:
             for message in self._requests:
                 yield self._serializer(message) if self._serializer is not None else message
@@ -400,6 +401,13 @@ class _Requests(Generic[Req]):
         except Exception as exc:
             self._error = exc
             raise
+
+    def sync_only(self) -> _Requests[Req]:
+        """These requests, checked for a grpcio (sync) call: an async iterable is refused with
+        a TypeError before anything is picked (grpcio would fail it as the node's UNKNOWN)."""
+        if self.is_async:
+            raise TypeError("an async iterable of requests needs liblb.grpc.AsyncChannel, not Channel")
+        return self
 
     def raise_own(self, lease: Lease, error: grpc.RpcError) -> None:
         """Raises the caller's exception that ended this attempt, if one did."""
@@ -456,7 +464,7 @@ class StreamUnary(_Method[Req, Res]):
     def __call__(
         self, requests: Iterable[Req], timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any
     ) -> Res:
-        messages = self._requests(requests)
+        messages = self._requests(requests).sync_only()
         if not messages.replayable:
             policy["max_attempts"] = 1
         req = self._channel.request(self._method, requests, metadata, timeout, **policy)
@@ -476,7 +484,7 @@ class StreamStream(_Method[Req, Res]):
     def __call__(
         self, requests: Iterable[Req], timeout: float | None = None, metadata: _Metadata | None = None, **policy: Any
     ) -> Generator[Res, None, None]:
-        messages = self._requests(requests)
+        messages = self._requests(requests).sync_only()
         if not messages.replayable:
             policy["max_attempts"] = 1
         req = self._channel.request(self._method, requests, metadata, timeout, **policy)

@@ -279,6 +279,12 @@ def test_a_callers_failing_request_iterator_is_not_the_nodes_fault(servers: Call
             list(channel.stream_stream(f"/{SERVICE}/Echo")(requests(), timeout=5))
         with pytest.raises(RuntimeError, match="serialize"):
             channel.stream_unary(f"/{SERVICE}/Join", request_serializer=broken)([b"a"], timeout=5)
+        # An async iterable is grpc.aio's: refused before anything is picked.
+        async def later() -> AsyncIterator[bytes]:
+            yield b"a"
+
+        with pytest.raises(TypeError, match="AsyncChannel"):
+            channel.stream_unary(f"/{SERVICE}/Join")(later(), timeout=5)  # type: ignore[arg-type]
         # Cancelled, nothing counted: the node did nothing wrong; the next call goes through.
         assert counted(b) == {ok.address: (0, 0, 0)}
         assert channel.stream_unary(f"/{SERVICE}/Join")([b"a"], timeout=5) == b"0 a"
