@@ -213,6 +213,10 @@ enum lb_result
      * disabled): nothing may be chosen until a node is back (Envoy's "no healthy upstream").
      */
     LB_RESULT_NO_USABLE_NODES = 109,
+    /**
+     * A locality had more than three `/`-separated parts (region/zone/sub_zone) or a NUL.
+     */
+    LB_RESULT_INVALID_LOCALITY = 110,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

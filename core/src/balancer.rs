@@ -15,7 +15,7 @@ use crate::health::Counted;
 use crate::load::Outcome;
 use crate::request::{Budget, Request};
 use crate::sync::publish::{Mutex, Published};
-use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, State, Status, Table};
+use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, Routing, State, Status, Table};
 use alloc::boxed::Box;
 use alloc::string::{String, ToString};
 use alloc::sync::{Arc, Weak};
@@ -330,8 +330,9 @@ pub struct Balancer {
     #[cfg(all(not(loom), target_has_atomic = "64"))]
     version: Arc<crate::pin::Version<Snapshot>>,
     state: Arc<State>,
-    /// Serialises writers only; picks never touch it.
-    writer: Mutex<()>,
+    /// Serialises writers only (picks never touch it), and holds what the caller said of
+    /// localities, which every rebuild reads.
+    writer: Mutex<Routing>,
     /// The budget every [`Balancer::request`] gets (see [`Balancer::set_budget`]).
     budget: std::sync::RwLock<Option<Budget>>,
     /// Whether `budget` is set: a request reads one flag when it is not.
@@ -347,6 +348,10 @@ pub struct NodeInfo {
     pub weight: u32,
     /// The caller's tag.
     pub tag: u64,
+    /// Its locality (`region/zone/sub_zone`, as given).
+    pub locality: String,
+    /// Its priority level (0 = most preferred).
+    pub priority: u32,
 }
 
 /// A node's load as listed by [`Balancer::stats`].
@@ -358,6 +363,10 @@ pub struct NodeStats {
     pub weight: u32,
     /// The caller's tag.
     pub tag: u64,
+    /// Its locality (`region/zone/sub_zone`, as given).
+    pub locality: String,
+    /// Its priority level (0 = most preferred).
+    pub priority: u32,
     /// Requests started (leases acquired) and not yet ended.
     pub in_flight: usize,
     /// Requests ended with an outcome (finished leases and reports).
@@ -625,7 +634,7 @@ impl Balancer {
             #[cfg(all(not(loom), target_has_atomic = "64"))]
             version: Arc::default(),
             state,
-            writer: Mutex::new(()),
+            writer: Mutex::new(Routing::default()),
             budget: std::sync::RwLock::new(None),
             budgeted: core::sync::atomic::AtomicBool::new(false),
         })
@@ -800,6 +809,8 @@ impl Balancer {
                 id: node.id.to_string(),
                 weight: node.weight,
                 tag: node.tag,
+                locality: node.locality.to_string(),
+                priority: node.priority,
                 in_flight: load.in_flight(),
                 requests: load.requests(),
                 failures: load.failures(),
@@ -873,6 +884,8 @@ impl Balancer {
                 id: n.id.to_string(),
                 weight: n.weight,
                 tag: n.tag,
+                locality: n.locality.to_string(),
+                priority: n.priority,
             })
             .collect()
     }
@@ -930,16 +943,79 @@ impl Balancer {
         })
     }
 
+    /// Turns on locality-weighted balancing (for the unkeyed algorithms): each locality's
+    /// weight, scaled by its availability as Envoy does (`weight × min(1,
+    /// overprovisioning_factor / 100 × usable / nodes)`), and localities chosen by Envoy's EDF
+    /// schedule; a locality left out has weight 0. An empty list turns it off. Fails (changing
+    /// nothing) on an invalid locality. See `docs/localities.md`.
+    pub fn set_locality_weights<L: AsRef<str>>(
+        &self,
+        weights: impl IntoIterator<Item = (L, u32)>,
+    ) -> Result<()> {
+        let weights: Vec<(Box<str>, u32)> = (weights.into_iter())
+            .map(|(l, w)| (Box::from(l.as_ref()), w))
+            .collect();
+        self.change_routed(|_, routing| {
+            routing.locality_weights = weights;
+            Ok(())
+        })
+    }
+
+    /// The caller's own locality (`None`: unknown), for zone-aware routing together with
+    /// [`Balancer::set_local_localities`]. Fails (changing nothing) on an invalid locality.
+    pub fn set_local_locality(&self, locality: Option<&str>) -> Result<()> {
+        self.change_routed(|_, routing| {
+            routing.local_locality = locality.map(Box::from);
+            Ok(())
+        })
+    }
+
+    /// How the caller's own fleet is spread: instances per locality (Envoy's local cluster).
+    /// With [`Balancer::set_local_locality`] it turns on zone-aware routing for the unkeyed
+    /// algorithms: requests stay in the caller's locality as far as that locality's share of
+    /// the usable nodes at priority 0 covers its share of the callers, the rest go to the
+    /// localities with capacity to spare. An empty spread turns it off.
+    pub fn set_local_localities<L: AsRef<str>>(
+        &self,
+        spread: impl IntoIterator<Item = (L, u64)>,
+    ) -> Result<()> {
+        let spread: Vec<(Box<str>, u64)> = (spread.into_iter())
+            .map(|(l, n)| (Box::from(l.as_ref()), n))
+            .collect();
+        self.change_routed(|_, routing| {
+            routing.local_localities = spread;
+            Ok(())
+        })
+    }
+
+    /// What the caller said of localities (see [`Routing`]).
+    pub fn routing(&self) -> Routing {
+        self.writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Applies `edit` to a copy of the node list, builds its table and publishes both. Writers
     /// hold the mutex so no concurrent change is lost; on error nothing is published. Building
     /// the table validates the whole list (ids, duplicates, size): the one place that does.
     fn change(&self, edit: impl FnOnce(&mut Vec<Node>) -> Result<()>) -> Result<()> {
+        self.change_routed(|nodes, _| edit(nodes))
+    }
+
+    /// [`Balancer::change`] that may also change the routing (locality weights, the caller's
+    /// own locality and fleet): kept only if the new table builds.
+    fn change_routed(
+        &self,
+        edit: impl FnOnce(&mut Vec<Node>, &mut Routing) -> Result<()>,
+    ) -> Result<()> {
         // A writer that panicked left no partial state behind (it publishes whole snapshots),
         // so a poisoned mutex is safe to keep using.
-        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let current = self.current.load();
         let mut nodes = current.nodes.clone();
-        edit(&mut nodes)?;
+        let mut routing = writer.clone();
+        edit(&mut nodes, &mut routing)?;
         // A node that stays keeps its load; a new one (or one re-added after removal)
         // starts fresh, and warms up if slow start is on.
         let mut joined = Vec::new();
@@ -954,8 +1030,9 @@ impl Balancer {
                 }
             })
             .collect();
-        let table =
-            Table::build_with_loads(current.table.algorithm(), &self.options, &nodes, loads)?;
+        let algorithm = current.table.algorithm();
+        let table = Table::build_routed(algorithm, &self.options, &routing, &nodes, loads)?;
+        *writer = routing;
         let now = self.clock.now_ns();
         for at in joined {
             table.warm_up(at, &self.state, now);

@@ -49,6 +49,8 @@ pub enum Error {
         /// What the option accepts.
         expected: &'static str,
     },
+    /// A locality had more than three `/`-separated parts (region, zone, sub-zone), or a NUL.
+    InvalidLocality(String),
     /// An outcome could not be understood: an unknown failure kind, a negative or non-finite
     /// latency or retry-after (the text says which).
     InvalidOutcome(String),
@@ -78,6 +80,7 @@ impl Error {
             Error::UnknownHash(_) => "LB_UNKNOWN_HASH",
             Error::InvalidOptionValue { .. } => "LB_INVALID_OPTION_VALUE",
             Error::InvalidOutcome(_) => "LB_INVALID_OUTCOME",
+            Error::InvalidLocality(_) => "LB_INVALID_LOCALITY",
         }
     }
 }
@@ -106,6 +109,9 @@ impl Error {
             Error::UnknownOption(_) => "unknown option",
             Error::UnknownHash(_) => "unknown hash (valid: sha256, xxh3)",
             Error::InvalidOptionValue { .. } => "invalid option value",
+            Error::InvalidLocality(_) => {
+                "invalid locality: at most region/zone/sub_zone, without NUL"
+            }
             Error::InvalidOutcome(_) => {
                 "invalid outcome: not a known outcome or failure kind, or a negative time"
             }
@@ -189,6 +195,11 @@ impl fmt::Display for Error {
                 expected,
             } => write!(f, "option {option:?} expects {expected}, got {value:?}"),
             Error::InvalidOutcome(detail) => write!(f, "invalid outcome: {detail}"),
+            Error::InvalidLocality(locality) => write!(
+                f,
+                "invalid locality {locality:?}: at most three parts, region/zone/sub_zone, \
+                 without NUL"
+            ),
         }
     }
 }

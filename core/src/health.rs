@@ -115,6 +115,9 @@ pub(crate) struct Policy {
     outliers: Outliers,
     /// `hash_balance_factor`, 0 = off.
     pub(crate) balance_factor: u32,
+    /// Panic is decided per priority level by the table's routing (`route`), not over every
+    /// node by the summary.
+    pub(crate) levels: bool,
 }
 
 impl Policy {
@@ -163,6 +166,7 @@ impl Policy {
                 fp_enforcing: options.enforcing_failure_percentage,
             },
             balance_factor: options.hash_balance_factor,
+            levels: false,
         }
     }
 }
@@ -462,6 +466,9 @@ pub(crate) struct Summary {
     panic: AtomicBool,
     /// A scan is running.
     scanning: AtomicBool,
+    /// Scans completed: what the summary describes changed at most this many times (tables
+    /// with priority levels or localities refresh their routing when it moves; see `route`).
+    scans: AtomicUsize,
     /// An ejection is being decided.
     ejecting: AtomicBool,
     /// When the current outlier-detection interval ends, in ticks, once `interval_started`.
@@ -509,6 +516,12 @@ impl Summary {
     #[inline]
     pub(crate) fn checking(&self) -> bool {
         self.check.load(Ordering::Acquire)
+    }
+
+    /// Scans completed so far (see `scans`).
+    #[inline]
+    pub(crate) fn scans(&self) -> usize {
+        self.scans.load(Ordering::Acquire)
     }
 
     /// Whether the last scan found the balancer in panic.
@@ -595,7 +608,8 @@ impl Summary {
                 usable_weight += u64::from(members.weights[i as usize]);
             }
         }
-        let panic = policy.panic_threshold > 0
+        let panic = !policy.levels
+            && policy.panic_threshold > 0
             && (healthy as u64) * 100 < u64::from(policy.panic_threshold) * total as u64;
         self.panic.store(panic, Ordering::Relaxed);
         self.usable_weight.store(
@@ -613,6 +627,7 @@ impl Summary {
         if self.stale.load(Ordering::SeqCst) {
             self.check.store(true, Ordering::SeqCst);
         }
+        self.scans.fetch_add(1, Ordering::Release);
         self.scanning.store(false, Ordering::Release);
     }
 

@@ -48,6 +48,7 @@ mod options;
 mod pin;
 pub mod priority;
 mod rng;
+mod route;
 mod select;
 mod state;
 mod sync;
@@ -64,11 +65,12 @@ pub use hash::HashKind;
 pub use health::Status;
 pub use hedge::{HIGHEST_LATENCY_MS, Hedging, LatencyWindow};
 pub use load::{Failure, FailureKind, Load, Outcome, Penalty};
-pub use node::{Node, id_from_utf8, validate_id};
+pub use node::{Node, id_from_utf8, locality_key, validate_id, validate_locality};
 pub use options::{
     Algorithm, DEFAULT_FAILURE_PENALTY, DEFAULT_MAX_RETRY_AFTER, OptionValue, Options,
 };
 pub use rng::{SplitMix64, bounded};
+pub use route::Routing;
 pub use state::State;
 pub use table::Table;
 

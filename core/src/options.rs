@@ -138,6 +138,19 @@ pub struct Options {
     /// once, so threads do not contend pick by pick (shares stay exact per block); 0 (the
     /// default) keeps one exact global order. At most 2^20.
     pub thread_rounds: u32,
+    /// Priority levels and localities: a level (or locality) with at least 100 / this share of
+    /// its nodes usable takes its full share of traffic; below that, the rest spills to the
+    /// next level (Envoy's `overprovisioning_factor`, in percent); default 140, at least 1.
+    pub overprovisioning_factor: u32,
+    /// Zone-aware routing needs at least this many usable nodes at priority 0 (Envoy's
+    /// `min_cluster_size`); default 6.
+    pub zone_aware_min_cluster_size: u64,
+    /// The percentage of picks that zone-aware routing routes (Envoy's `routing_enabled`);
+    /// the others spread over every locality; default 100.
+    pub zone_aware_routing_enabled: u32,
+    /// Zone-aware routing weighs localities by their usable nodes' weights (1, Envoy's
+    /// `HEALTHY_HOSTS_WEIGHT`) instead of counting them (0, the default: `HEALTHY_HOSTS_NUM`).
+    pub zone_aware_by_weight: u32,
 }
 
 /// `max_ejection_time`'s default (Envoy's `DEFAULT_MAX_EJECTION_TIME_MS`), raised to
@@ -187,6 +200,10 @@ impl Default for Options {
             failure_penalty: DEFAULT_FAILURE_PENALTY,
             max_retry_after: DEFAULT_MAX_RETRY_AFTER,
             thread_rounds: 0,
+            overprovisioning_factor: crate::priority::DEFAULT_OVERPROVISIONING_FACTOR,
+            zone_aware_min_cluster_size: 6,
+            zone_aware_routing_enabled: 100,
+            zone_aware_by_weight: 0,
         }
     }
 }
@@ -224,6 +241,10 @@ impl Options {
         "failure_percentage_minimum_hosts",
         "failure_percentage_request_volume",
         "enforcing_failure_percentage",
+        "overprovisioning_factor",
+        "zone_aware_min_cluster_size",
+        "zone_aware_routing_enabled",
+        "zone_aware_by_weight",
     ];
 
     /// The options that take any number, not only integers (decimal text such as `"1.5"`).
@@ -320,6 +341,10 @@ impl Options {
                     "enforcing_failure_percentage" => {
                         changed.enforcing_failure_percentage = small?;
                     }
+                    "overprovisioning_factor" => changed.overprovisioning_factor = small?,
+                    "zone_aware_min_cluster_size" => changed.zone_aware_min_cluster_size = v,
+                    "zone_aware_routing_enabled" => changed.zone_aware_routing_enabled = small?,
+                    "zone_aware_by_weight" => changed.zone_aware_by_weight = small?,
                     _ => changed.thread_rounds = small?,
                 }
             }
@@ -473,6 +498,26 @@ impl Options {
                 self.enforcing_failure_percentage.to_string(),
                 default.enforcing_failure_percentage.to_string(),
             ),
+            (
+                "overprovisioning_factor",
+                self.overprovisioning_factor.to_string(),
+                default.overprovisioning_factor.to_string(),
+            ),
+            (
+                "zone_aware_min_cluster_size",
+                self.zone_aware_min_cluster_size.to_string(),
+                default.zone_aware_min_cluster_size.to_string(),
+            ),
+            (
+                "zone_aware_routing_enabled",
+                self.zone_aware_routing_enabled.to_string(),
+                default.zone_aware_routing_enabled.to_string(),
+            ),
+            (
+                "zone_aware_by_weight",
+                self.zone_aware_by_weight.to_string(),
+                default.zone_aware_by_weight.to_string(),
+            ),
         ];
         // A max that follows the base is not listed (setting the base brings it back); one
         // that was given is, even at 300000, so it still holds if the base grows.
@@ -585,6 +630,18 @@ impl Options {
             "max_ejection_percent" => percent(self.max_ejection_percent),
             "panic_threshold" => percent(self.panic_threshold),
             "min_weight_percent" => percent(self.min_weight_percent),
+            "zone_aware_routing_enabled" => percent(self.zone_aware_routing_enabled),
+            "overprovisioning_factor" if self.overprovisioning_factor == 0 => {
+                Err(invalid(option, "0".to_string(), "at least 1 (percent)"))
+            }
+            "zone_aware_by_weight" if self.zone_aware_by_weight > 1 => {
+                let value = self.zone_aware_by_weight.to_string();
+                Err(invalid(
+                    option,
+                    value,
+                    "0 (healthy host counts) or 1 (healthy weights)",
+                ))
+            }
             "slow_start_aggression" => {
                 let aggression = self.slow_start_aggression;
                 if aggression.is_finite() && aggression > 0.0 {

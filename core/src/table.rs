@@ -5,10 +5,12 @@
 use crate::health::{Counted, Gate, Members, Policy, Status};
 use crate::load::{Load, Outcome, Penalty};
 use crate::node::{Node, validate_id};
+use crate::route::{Layout, Routing};
 use crate::select::{Ctx, Selector};
 use crate::state::State;
 use crate::sync::Ordering;
 use crate::{Algorithm, Error, MAX_NODES, Options, Result};
+use alloc::boxed::Box;
 use alloc::string::ToString;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -18,7 +20,7 @@ use core::sync::atomic::AtomicUsize;
 pub struct Table {
     algorithm: Algorithm,
     /// `None` when no node has weight > 0.
-    selector: Option<Selector>,
+    plan: Option<Plan>,
     /// Each node's load, indexed like the node list (shared with other tables holding the
     /// same node).
     loads: Vec<Arc<Load>>,
@@ -39,6 +41,42 @@ pub struct Table {
     /// ending here must also tell that one (see [`Table::tracks_load`]).
     #[cfg(feature = "std")]
     retired: core::sync::atomic::AtomicBool,
+}
+
+/// Where a table's picks come from.
+enum Plan {
+    /// One structure over every active node (one priority level, no locality routing).
+    Flat(Selector),
+    /// Priority levels and localities, each group with its own structure (see `route`).
+    Routed(Box<Layout>),
+}
+
+/// What a pick places: a key (keyed algorithms; empty for the others) or a caller's 64-bit
+/// key hash (`pick_hash`).
+#[derive(Clone, Copy)]
+enum By<'k> {
+    Key(&'k [u8]),
+    Hash(u64),
+}
+
+impl By<'_> {
+    #[inline]
+    fn pick(self, selector: &Selector, ctx: &Ctx<'_>) -> u32 {
+        match self {
+            By::Key(key) => selector.pick(key, ctx),
+            // Only algorithms that take hashes are given one (`Table::takes`).
+            By::Hash(hash) => selector.by_hash(hash).unwrap_or_default(),
+        }
+    }
+
+    fn attempts(self, selector: &Selector, ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
+        match self {
+            By::Key(key) => selector.attempts(key, ctx, limit, out),
+            By::Hash(hash) => {
+                selector.attempts_by_hash(hash, limit, out);
+            }
+        }
+    }
 }
 
 /// Hands out table identities (0 is never one: it means "none adopted"). A `usize` wraps
@@ -68,7 +106,7 @@ impl core::fmt::Debug for Table {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Table")
             .field("algorithm", &self.algorithm)
-            .field("empty", &self.selector.is_none())
+            .field("empty", &self.plan.is_none())
             .finish()
     }
 }
@@ -81,6 +119,7 @@ fn validate_nodes(nodes: &[Node]) -> Result<()> {
     for node in nodes {
         validate_id(&node.id)?;
     }
+    crate::route::validate_localities(nodes)?;
     // Sort 64-bit hashes of the ids rather than the ids themselves (a million string
     // comparisons is most of a large build); only equal hashes compare the ids.
     let mut hashed: Vec<(u64, u32)> = nodes
@@ -123,23 +162,54 @@ impl Table {
         nodes: &[Node],
         loads: Vec<Arc<Load>>,
     ) -> Result<Table> {
+        Table::build_routed(algorithm, options, &Routing::default(), nodes, loads)
+    }
+
+    /// [`Table::build_with_loads`] with what the caller says of localities (their weights,
+    /// its own place): picks go priority level → locality → algorithm (see [`Routing`]).
+    /// Nodes in one priority level with no locality routing pick exactly as without it.
+    ///
+    /// # Panics
+    /// If `loads` and `nodes` differ in length.
+    pub fn build_routed(
+        algorithm: Algorithm,
+        options: &Options,
+        routing: &Routing,
+        nodes: &[Node],
+        loads: Vec<Arc<Load>>,
+    ) -> Result<Table> {
         assert_eq!(loads.len(), nodes.len(), "one load per node");
         options.validate()?;
+        routing.validate()?;
         validate_nodes(nodes)?;
         let active: Vec<u32> = (0..nodes.len() as u32)
             .filter(|i| nodes[*i as usize].weight > 0)
             .collect();
-        let selector = (!active.is_empty())
-            .then(|| Selector::build(algorithm, nodes, active.clone(), options, &loads));
+        let mut policy = Policy::new(options);
+        let plan = (!active.is_empty()).then(|| {
+            match Layout::build(algorithm, options, routing, nodes, &active, &loads) {
+                Some(layout) => {
+                    policy.levels = layout.levels();
+                    Plan::Routed(Box::new(layout))
+                }
+                None => Plan::Flat(Selector::build(
+                    algorithm,
+                    nodes,
+                    active.clone(),
+                    options,
+                    &loads,
+                )),
+            }
+        });
         let weights: Vec<u32> = nodes.iter().map(|n| n.weight).collect();
         Ok(Table {
             algorithm,
-            selector,
+            plan,
             loads,
             total_weight: weights.iter().map(|w| u64::from(*w)).sum(),
             weights,
             active,
-            policy: Policy::new(options),
+            policy,
             decay: options.decay,
             penalty: Penalty {
                 base: options.failure_penalty,
@@ -161,15 +231,25 @@ impl Table {
         self.algorithm
     }
 
-    /// The selector and the key bytes, or why the table cannot pick.
+    /// The plan and the key bytes, or why the table cannot pick.
     #[inline]
-    fn ready<'k>(&self, key: Option<&'k [u8]>) -> Result<(&Selector, &'k [u8])> {
-        let selector = self.selector.as_ref().ok_or(Error::NoNodes)?;
+    fn ready<'k>(&self, key: Option<&'k [u8]>) -> Result<(&Plan, &'k [u8])> {
+        let plan = self.plan.as_ref().ok_or(Error::NoNodes)?;
         match key {
-            Some(key) => Ok((selector, key)),
+            Some(key) => Ok((plan, key)),
             None if self.algorithm.is_keyed() => Err(Error::KeyRequired(self.algorithm.name())),
-            None => Ok((selector, &[])),
+            None => Ok((plan, &[])),
         }
+    }
+
+    /// The plan, for a pick by a caller's hash: [`Error::NoNodes`] or
+    /// [`Error::HashUnsupported`] when it cannot be made.
+    fn takes(&self) -> Result<&Plan> {
+        let plan = self.plan.as_ref().ok_or(Error::NoNodes)?;
+        if !self.algorithm.takes_hash() {
+            return Err(Error::HashUnsupported(self.algorithm.name()));
+        }
+        Ok(plan)
     }
 
     /// Whether a pick with this key can succeed: `Err(NoNodes)` or `Err(KeyRequired)` exactly
@@ -199,12 +279,53 @@ impl Table {
         state: &State,
         now_ns: impl FnOnce() -> u64,
     ) -> Result<usize> {
-        let (selector, key) = self.ready(key)?;
+        let (plan, key) = self.ready(key)?;
         let ctx = self.ctx(state, now_ns);
-        if !ctx.checking() && self.policy.balance_factor == 0 {
-            return Ok(selector.pick(key, &ctx) as usize);
+        self.pick_by(plan, By::Key(key), &ctx).map(|i| i as usize)
+    }
+
+    /// A pick from `plan` in `ctx`.
+    #[inline]
+    fn pick_by(&self, plan: &Plan, by: By<'_>, ctx: &Ctx<'_>) -> Result<u32> {
+        match plan {
+            Plan::Flat(selector) => {
+                if !ctx.checking() && self.policy.balance_factor == 0 {
+                    return Ok(by.pick(selector, ctx));
+                }
+                let n = self.active.len();
+                (self.pick_checked(selector, n, by, ctx)).or_else(|drawn| self.none_usable(drawn))
+            }
+            Plan::Routed(layout) => self.pick_routed(layout, by, ctx),
         }
-        self.pick_checked(selector, key, &ctx).map(|i| i as usize)
+    }
+
+    /// A pick routed by priority level and locality: the chosen group's pick, or, when it has
+    /// no usable node, the next group's in [`Layout::order`].
+    fn pick_routed(&self, layout: &Layout, by: By<'_>, ctx: &Ctx<'_>) -> Result<u32> {
+        let choice = layout.choose(ctx, &self.weights, self.level_hash(by));
+        let mut drawn = None;
+        for (group, panic) in layout.order(ctx, &self.weights, choice) {
+            let ctx = ctx.within(group, panic);
+            if !ctx.checking() && self.policy.balance_factor == 0 {
+                return Ok(by.pick(&group.selector, &ctx));
+            }
+            match self.pick_checked(&group.selector, group.members.len(), by, &ctx) {
+                Ok(index) => return Ok(index),
+                Err(fallback) => drawn = drawn.or(Some(fallback)),
+            }
+        }
+        self.none_usable(drawn.unwrap_or_default())
+    }
+
+    /// What places a keyed pick on a priority level: the caller's hash, or the key's xxh3;
+    /// `None` for unkeyed picks (drawn at random).
+    fn level_hash<'k>(&self, by: By<'k>) -> impl FnOnce() -> Option<u64> + 'k {
+        let keyed = self.algorithm.is_keyed();
+        move || match by {
+            By::Hash(hash) => Some(hash),
+            By::Key(key) if keyed => Some(xxhash_rust::xxh3::xxh3_64(key)),
+            By::Key(_) => None,
+        }
     }
 
     /// This table's membership, as health reads it.
@@ -239,6 +360,7 @@ impl Table {
             now_ns,
             gate,
             policy: &self.policy,
+            position: None,
         }
     }
 
@@ -251,56 +373,64 @@ impl Table {
         self.algorithm.is_timed() || state.health.checking()
     }
 
-    /// A pick that honours health and bounded loads (see `health`): for the load-aware
-    /// algorithms the selector checks its candidates; other unkeyed picks are redrawn until
-    /// one is taken (a uniform or weighted draw conditioned on being usable stays uniform or
-    /// weighted over the usable nodes; round robin skips); keyed picks walk the key's retry
-    /// order, so only an unusable node's keys move, and they return with it.
-    fn pick_checked(&self, selector: &Selector, key: &[u8], ctx: &Ctx<'_>) -> Result<u32> {
-        if self.algorithm.is_keyed() {
-            return self.pick_keyed(selector, key, ctx);
+    /// A pick among `selector`'s `n` nodes that honours health and bounded loads (see
+    /// `health`): for the load-aware algorithms the selector checks its candidates; other
+    /// unkeyed picks are redrawn until one is taken (a uniform or weighted draw conditioned on
+    /// being usable stays uniform or weighted over the usable nodes; round robin skips); keyed
+    /// picks walk the key's retry order, so only an unusable node's keys move, and they return
+    /// with it. `Err` holds the node to fall back to when none may be chosen.
+    fn pick_checked(
+        &self,
+        selector: &Selector,
+        n: usize,
+        by: By<'_>,
+        ctx: &Ctx<'_>,
+    ) -> Result<u32, u32> {
+        if self.algorithm.is_keyed() || matches!(by, By::Hash(_)) {
+            let first = by.pick(selector, ctx);
+            return self.first_fitting(first, n, ctx, |limit, order| {
+                by.attempts(selector, ctx, limit, order)
+            });
         }
         if self.algorithm.health_aware() {
-            let index = selector.pick(key, ctx);
+            let index = by.pick(selector, ctx);
             return if ctx.usable(index) {
                 Ok(index)
             } else {
-                self.first_usable(selector, key, ctx, index)
+                Self::first_usable(selector, n, by, ctx, index)
             };
         }
         let mut index = 0;
         for _ in 0..REDRAWS {
-            index = selector.pick(key, ctx);
+            index = by.pick(selector, ctx);
             // Only a warming candidate takes a draw (so skipping an unusable node leaves the
             // seeded sequence of the others as it was).
             if ctx.accept(index, || ctx.rng.next()) {
                 return Ok(index);
             }
         }
-        self.first_usable(selector, key, ctx, index)
+        Self::first_usable(selector, n, by, ctx, index)
     }
 
-    /// The first node of the full retry order that may be chosen. When none may (possible
-    /// only while panic is off for this pick): with `panic_threshold` 0 the pick fails with
-    /// [`Error::NoUsableNodes`], as Envoy chooses no host; otherwise (a summary not yet
-    /// rescanned into panic) it falls back to `drawn`, failing open.
+    /// The first node of the full retry order that may be chosen, or `Err(drawn)` when none
+    /// may (see [`Table::none_usable`]).
     #[cold]
     fn first_usable(
-        &self,
         selector: &Selector,
-        key: &[u8],
+        n: usize,
+        by: By<'_>,
         ctx: &Ctx<'_>,
         drawn: u32,
-    ) -> Result<u32> {
+    ) -> Result<u32, u32> {
         let mut order = Vec::new();
-        selector.attempts(key, ctx, self.active.len(), &mut order);
-        match order.into_iter().find(|i| ctx.usable(*i)) {
-            Some(index) => Ok(index),
-            None => self.none_usable(drawn),
-        }
+        by.attempts(selector, ctx, n, &mut order);
+        order.into_iter().find(|i| ctx.usable(*i)).ok_or(drawn)
     }
 
-    /// What a pick answers when no node may be chosen (see [`Table::first_usable`]).
+    /// What a pick answers when no node may be chosen (possible only while panic is off for
+    /// this pick): with `panic_threshold` 0 the pick fails with [`Error::NoUsableNodes`], as
+    /// Envoy chooses no host; otherwise (a summary not yet rescanned into panic) it falls back
+    /// to `fallback`, failing open.
     fn none_usable(&self, fallback: u32) -> Result<u32> {
         if self.policy.strict() {
             Err(Error::NoUsableNodes)
@@ -309,30 +439,22 @@ impl Table {
         }
     }
 
-    /// A keyed pick: the first node in the key's retry order that is usable and, with bounded
-    /// loads, under its bound; if none is under its bound, the first usable one.
-    fn pick_keyed(&self, selector: &Selector, key: &[u8], ctx: &Ctx<'_>) -> Result<u32> {
-        let first = selector.pick(key, ctx);
-        self.first_fitting(first, ctx, |limit, order| {
-            selector.attempts(key, ctx, limit, order)
-        })
-    }
-
     /// `first` if it is usable and under its bound (bounded loads), else the first such node
-    /// of the retry order `attempts` writes (asked for a growing prefix, so a far node costs
-    /// more only when the near ones do not fit); if none is under its bound, the first usable.
+    /// of the retry order `attempts` writes (asked for a growing prefix of the `n` nodes, so a
+    /// far node costs more only when the near ones do not fit); if none is under its bound,
+    /// the first usable; if none is usable, `Err(first)`.
     fn first_fitting(
         &self,
         first: u32,
+        n: usize,
         ctx: &Ctx<'_>,
         mut attempts: impl FnMut(usize, &mut Vec<u32>),
-    ) -> Result<u32> {
+    ) -> Result<u32, u32> {
         let bound = self.load_bound(ctx);
         let fits = |i: u32| ctx.usable(i) && bound.is_none_or(|b| self.under(i, b, ctx));
         if fits(first) {
             return Ok(first);
         }
-        let n = self.active.len();
         let mut order = Vec::new();
         let mut limit = 4.min(n);
         loop {
@@ -346,10 +468,7 @@ impl Table {
             }
             limit = (limit * 8).min(n);
         }
-        match order.into_iter().find(|i| ctx.usable(*i)) {
-            Some(i) => Ok(i),
-            None => self.none_usable(first),
-        }
+        order.into_iter().find(|i| ctx.usable(*i)).ok_or(first)
     }
 
     /// [`Table::pick_hash`] honouring health and bounded loads as keyed picks do: a hash whose
@@ -365,16 +484,9 @@ impl Table {
         state: &State,
         now_ns: impl FnOnce() -> u64,
     ) -> Result<usize> {
-        let first = self.pick_hash(hash)?;
+        let plan = self.takes()?;
         let ctx = self.ctx(state, now_ns);
-        if !ctx.checking() && self.policy.balance_factor == 0 {
-            return Ok(first);
-        }
-        let selector = self.selector.as_ref().ok_or(Error::NoNodes)?;
-        let index = self.first_fitting(first as u32, &ctx, |limit, order| {
-            selector.attempts_by_hash(hash, limit, order);
-        })?;
-        Ok(index as usize)
+        self.pick_by(plan, By::Hash(hash), &ctx).map(|i| i as usize)
     }
 
     /// [`Table::attempts_hash`] with usable nodes first (each group in retry order); the first
@@ -399,21 +511,12 @@ impl Table {
         limit: usize,
         out: &mut Vec<u32>,
     ) -> Result<()> {
-        let ctx = self.ctx(state, now_ns);
-        if !ctx.checking() && self.policy.balance_factor == 0 {
-            return self.attempts_hash(hash, limit, out);
-        }
-        let selector = self.selector.as_ref().ok_or(Error::NoNodes)?;
-        let mut order = Vec::new();
-        self.attempts_hash(hash, self.active.len(), &mut order)?;
+        let plan = self.takes()?;
         if limit == 0 {
             return Ok(());
         }
-        let first = self.first_fitting(order[0], &ctx, |limit, order| {
-            selector.attempts_by_hash(hash, limit, order);
-        })?;
-        self.usable_first(first, order, &ctx, limit, out);
-        Ok(())
+        let ctx = self.ctx(state, now_ns);
+        self.attempts_by(plan, By::Hash(hash), &ctx, limit, out)
     }
 
     /// Writes `first`, then the rest of `order`'s usable nodes, then (unless panic is off:
@@ -497,16 +600,25 @@ impl Table {
     /// Tells the selector that node `index`'s in-flight count changed.
     #[inline]
     pub(crate) fn moved(&self, index: usize) {
-        if let (true, Some(selector)) = (self.tracks_load(), &self.selector) {
-            selector.moved(index, &self.loads);
+        if self.tracks_load() {
+            self.selectors(|selector| selector.moved(index, &self.loads));
+        }
+    }
+
+    /// Calls `f` on every structure of the table (one, or one per routed group).
+    fn selectors(&self, mut f: impl FnMut(&Selector)) {
+        match &self.plan {
+            None => {}
+            Some(Plan::Flat(selector)) => f(selector),
+            Some(Plan::Routed(layout)) => layout.groups().for_each(|g| f(&g.selector)),
         }
     }
 
     /// Tells the selector that any count may have changed (this table was just published).
     #[cfg(feature = "std")]
     pub(crate) fn resync(&self) {
-        if let (true, Some(selector)) = (self.tracks_load(), &self.selector) {
-            selector.resync(&self.loads);
+        if self.tracks_load() {
+            self.selectors(|selector| selector.resync(&self.loads));
         }
     }
 
@@ -623,7 +735,12 @@ impl Table {
     /// Whether picks at `now_ns` ignore health because too few nodes are healthy (the
     /// summary is rescanned first if it is due).
     pub fn panic(&self, state: &State, now_ns: u64) -> bool {
-        let _ = self.ctx(state, || now_ns);
+        let ctx = self.ctx(state, || now_ns);
+        if let Some(Plan::Routed(layout)) = &self.plan {
+            if layout.levels() {
+                return layout.panic(&ctx, &self.weights);
+            }
+        }
         state.health.checking() && state.health.panic()
     }
 
@@ -636,28 +753,48 @@ impl Table {
         state.health.adopt(self.id);
     }
 
-    /// The node for a caller's 64-bit key hash — what `pick` answers for a key with that hash —
-    /// for algorithms where [`Algorithm::takes_hash`]; [`Error::HashUnsupported`] otherwise.
+    /// The node for a caller's 64-bit key hash — what `pick` answers for a key with that hash
+    /// while every node is usable — for algorithms where [`Algorithm::takes_hash`];
+    /// [`Error::HashUnsupported`] otherwise.
     pub fn pick_hash(&self, hash: u64) -> Result<usize> {
-        let selector = self.selector.as_ref().ok_or(Error::NoNodes)?;
-        let index = selector.by_hash(hash);
-        index
-            .map(|i| i as usize)
-            .ok_or(Error::HashUnsupported(self.algorithm.name()))
+        let plan = self.takes()?;
+        let selector = match plan {
+            Plan::Flat(selector) => selector,
+            Plan::Routed(layout) => &layout.calm_level(hash).selector,
+        };
+        Ok(selector.by_hash(hash).unwrap_or_default() as usize)
     }
 
     /// [`Table::attempts`] for a 64-bit key hash (see [`Table::pick_hash`]).
     pub fn attempts_hash(&self, hash: u64, limit: usize, out: &mut Vec<u32>) -> Result<()> {
-        let selector = self.selector.as_ref().ok_or(Error::NoNodes)?;
-        if !self.algorithm.takes_hash() {
-            return Err(Error::HashUnsupported(self.algorithm.name()));
-        }
+        let plan = self.takes()?;
         if limit > 0 {
             let mut order = Vec::with_capacity(limit.min(64));
-            selector.attempts_by_hash(hash, limit, &mut order);
+            match plan {
+                Plan::Flat(selector) => {
+                    selector.attempts_by_hash(hash, limit, &mut order);
+                }
+                Plan::Routed(layout) => {
+                    let state = State::new(0);
+                    let ctx = self.bare_ctx(&state);
+                    self.routed_order(layout, By::Hash(hash), &ctx, limit, &mut order);
+                }
+            }
             out.extend_from_slice(&order);
         }
         Ok(())
+    }
+
+    /// A context with no health and no time, for the answers that ignore both.
+    fn bare_ctx<'a>(&'a self, state: &'a State) -> Ctx<'a> {
+        Ctx {
+            state,
+            loads: &self.loads,
+            now_ns: 0,
+            gate: Gate::Open,
+            policy: &self.policy,
+            position: None,
+        }
     }
 
     /// Appends up to `limit` distinct node indices in retry order to `out` (the first is what
@@ -677,7 +814,8 @@ impl Table {
     /// With health to check, usable nodes come first (each group in retry order; with
     /// `panic_threshold` 0 unusable ones are left out, and none usable fails with
     /// [`Error::NoUsableNodes`] as a pick does); with bounded loads (keyed algorithms) the first
-    /// is the node a pick would choose.
+    /// is the node a pick would choose. With priority levels and localities the order walks
+    /// the chosen group, the rest of its level, then the other levels (see `route`).
     pub fn attempts_with(
         &self,
         key: Option<&[u8]>,
@@ -686,39 +824,124 @@ impl Table {
         limit: usize,
         out: &mut Vec<u32>,
     ) -> Result<()> {
-        let (selector, key) = self.ready(key)?;
+        let (plan, key) = self.ready(key)?;
         if limit == 0 {
             return Ok(());
         }
         let ctx = self.ctx(state, now_ns);
+        self.attempts_by(plan, By::Key(key), &ctx, limit, out)
+    }
+
+    /// The retry order of `by` from `plan`, usable nodes first (see [`Table::attempts_with`]).
+    fn attempts_by(
+        &self,
+        plan: &Plan,
+        by: By<'_>,
+        ctx: &Ctx<'_>,
+        limit: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
         let mut order = Vec::with_capacity(limit.min(64));
-        let bounded = self.policy.balance_factor > 0 && self.algorithm.is_keyed();
+        let keyed = self.algorithm.is_keyed() || matches!(by, By::Hash(_));
+        let bounded = self.policy.balance_factor > 0 && keyed;
+        let selector = match plan {
+            Plan::Routed(layout) => {
+                self.routed_order(layout, by, ctx, limit, &mut order);
+                if !ctx.checking() && !bounded {
+                    out.extend(order.into_iter().take(limit));
+                    return Ok(());
+                }
+                let first = if bounded {
+                    self.pick_routed(layout, by, ctx)?
+                } else {
+                    match order.iter().copied().find(|i| ctx.usable(*i)) {
+                        Some(i) => i,
+                        None => self.none_usable(order[0])?,
+                    }
+                };
+                self.usable_first(first, order, ctx, limit, out);
+                return Ok(());
+            }
+            Plan::Flat(selector) => selector,
+        };
         if !ctx.checking() && !bounded {
-            selector.attempts(key, &ctx, limit, &mut order);
+            by.attempts(selector, ctx, limit, &mut order);
             out.extend_from_slice(&order);
             return Ok(());
         }
         // Widen the order until it holds `limit` usable nodes or every node.
         let n = self.active.len();
-        let mut want = limit.min(n);
-        loop {
-            order.clear();
-            selector.attempts(key, &ctx, want, &mut order);
-            let usable = order.iter().filter(|i| ctx.usable(**i)).count();
-            if usable >= limit || order.len() < want || want >= n {
-                break;
-            }
-            want = want.saturating_mul(4).min(n);
-        }
+        self.widened(selector, n, by, ctx, limit, &mut order);
         let first = if bounded {
-            self.pick_keyed(selector, key, &ctx)?
+            self.pick_checked(selector, n, by, ctx)
+                .or_else(|first| self.none_usable(first))?
         } else {
             match order.iter().copied().find(|i| ctx.usable(*i)) {
                 Some(i) => i,
                 None => self.none_usable(order[0])?,
             }
         };
-        self.usable_first(first, order, &ctx, limit, out);
+        self.usable_first(first, order, ctx, limit, out);
         Ok(())
+    }
+
+    /// `selector`'s retry order of `by` over its `n` nodes, asked for a growing prefix until
+    /// it holds `limit` usable nodes or all `n`.
+    fn widened(
+        &self,
+        selector: &Selector,
+        n: usize,
+        by: By<'_>,
+        ctx: &Ctx<'_>,
+        limit: usize,
+        order: &mut Vec<u32>,
+    ) {
+        let mut want = limit.min(n);
+        loop {
+            order.clear();
+            by.attempts(selector, ctx, want, order);
+            let usable = order.iter().filter(|i| ctx.usable(**i)).count();
+            if usable >= limit || order.len() < want || want >= n {
+                break;
+            }
+            want = want.saturating_mul(4).min(n);
+        }
+    }
+
+    /// The retry order across a layout's groups (see [`Layout::order`]): each group's order,
+    /// without the nodes already listed, until `limit` usable nodes are listed.
+    fn routed_order(
+        &self,
+        layout: &Layout,
+        by: By<'_>,
+        ctx: &Ctx<'_>,
+        limit: usize,
+        order: &mut Vec<u32>,
+    ) {
+        let choice = layout.choose(ctx, &self.weights, self.level_hash(by));
+        let mut listed = alloc::vec![false; self.loads.len()];
+        let (mut usable, mut part) = (0, Vec::new());
+        for (group, panic) in layout.order(ctx, &self.weights, choice) {
+            let ctx = ctx.within(group, panic);
+            // Enough for the usable nodes still wanted, however many of these are listed.
+            let wanted = (limit - usable).saturating_add(order.len());
+            self.widened(
+                &group.selector,
+                group.members.len(),
+                by,
+                &ctx,
+                wanted,
+                &mut part,
+            );
+            for i in part.drain(..) {
+                if !core::mem::replace(&mut listed[i as usize], true) {
+                    usable += usize::from(ctx.usable(i));
+                    order.push(i);
+                }
+            }
+            if usable >= limit {
+                break;
+            }
+        }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Codes 1..=13 are core `Error` kinds (the same failures every binding reports, see
 //! `Error::code`); from 100 up, codes of the C boundary and core kinds added later (105, 106,
-//! 109).
+//! 109, 110).
 //! Names and texts of the core's kinds come from the core (`Error::code`, `Error::summary`).
 
 use core::ffi::{CStr, c_char};
@@ -91,6 +91,8 @@ pub enum lb_result {
     /// Every node with weight > 0 is ejected or marked down and `panic_threshold` is 0 (panic
     /// disabled): nothing may be chosen until a node is back (Envoy's "no healthy upstream").
     NoUsableNodes = 109,
+    /// A locality had more than three `/`-separated parts (region/zone/sub_zone) or a NUL.
+    InvalidLocality = 110,
 }
 
 /// The one list of codes: each variant once, with where its name and text come from —
@@ -168,6 +170,7 @@ lb_result_table! {
         "the lease has already ended (finished or cancelled)"
     ),
     NoUsableNodes => core(Error::NoUsableNodes),
+    InvalidLocality => core(Error::InvalidLocality(String::new())),
 }
 
 impl From<Error> for lb_result {

@@ -796,6 +796,7 @@ mod tests {
                 now_ns: NOW,
                 gate,
                 policy: &policy,
+                position: None,
             };
             match *op {
                 Op::Pick(None) => {

@@ -27,6 +27,7 @@ pub(crate) mod weighted_round_robin;
 use crate::health::{Gate, Policy, Status, unit};
 use crate::load::Load;
 use crate::state::State;
+use crate::sync::AtomicCounter;
 use crate::{Node, Options};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -41,6 +42,9 @@ pub(crate) struct Ctx<'a> {
     /// How this pick treats health (see `health`).
     pub(crate) gate: Gate,
     pub(crate) policy: &'a Policy,
+    /// The round-robin position of the group picked from, when it keeps its own (a locality
+    /// or priority group, see `route`); `None`: the balancer's (`State::next_position`).
+    pub(crate) position: Option<&'a AtomicCounter>,
 }
 
 impl<'a> Ctx<'a> {
@@ -53,6 +57,33 @@ impl<'a> Ctx<'a> {
             now_ns: 0,
             gate: Gate::Open,
             policy,
+            position: None,
+        }
+    }
+
+    /// This context for a pick inside a routed group (see `route`): the group's own
+    /// round-robin position, and no health check when its level is in panic.
+    #[inline]
+    pub(crate) fn within<'g>(&self, group: &'g crate::route::Group, panic: bool) -> Ctx<'g>
+    where
+        'a: 'g,
+    {
+        Ctx {
+            state: self.state,
+            loads: self.loads,
+            now_ns: self.now_ns,
+            gate: if panic { Gate::Open } else { self.gate },
+            policy: self.policy,
+            position: Some(&group.position),
+        }
+    }
+
+    /// The next round-robin position: the group's own, or the balancer's (see `position`).
+    #[inline]
+    pub(crate) fn next_position(&self, block: u64) -> u64 {
+        match self.position {
+            Some(counter) => crate::sync::next_position(counter),
+            None => self.state.next_position(block),
         }
     }
 

@@ -44,12 +44,12 @@ impl Select for RoundRobin {
     #[inline]
     fn pick(&self, _key: &[u8], ctx: &Ctx<'_>) -> u32 {
         let n = self.active.len() as u64;
-        self.active[(ctx.state.next_position(self.block) % n) as usize]
+        self.active[(ctx.next_position(self.block) % n) as usize]
     }
 
     fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
         let n = self.active.len();
-        let start = (ctx.state.next_position(self.block) % n as u64) as usize;
+        let start = (ctx.next_position(self.block) % n as u64) as usize;
         out.extend((0..limit.min(n)).map(|i| self.active[(start + i) % n]));
     }
 }

@@ -363,11 +363,11 @@ impl Select for WeightedRoundRobin {
 
     #[inline]
     fn pick(&self, _key: &[u8], ctx: &Ctx<'_>) -> u32 {
-        self.active[self.at(ctx.state.next_position(self.block))]
+        self.active[self.at(ctx.next_position(self.block))]
     }
 
     fn attempts(&self, _key: &[u8], ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
-        let c = ctx.state.next_position(self.block);
+        let c = ctx.next_position(self.block);
         out.push(self.at(c) as u32);
         let g = core::cell::RefCell::new(SplitMix64::new(c));
         let next = || g.borrow_mut().next();
