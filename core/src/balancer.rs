@@ -933,6 +933,17 @@ impl Balancer {
         })
     }
 
+    /// Moves a node to `locality` at `priority` (a membership change, as a weight change is).
+    /// Fails on an unknown id or an invalid locality, changing nothing.
+    pub fn set_location(&self, id: &str, locality: &str, priority: u32) -> Result<()> {
+        self.change(|nodes| {
+            let i = position(nodes, id)?;
+            nodes[i].locality = Box::from(locality);
+            nodes[i].priority = priority;
+            Ok(())
+        })
+    }
+
     /// Replaces the whole membership atomically. Fails (changing nothing) on any invalid or
     /// duplicate id.
     pub fn update<N: Into<Node>>(&self, nodes: impl IntoIterator<Item = N>) -> Result<()> {

@@ -448,7 +448,16 @@ fn bad_localities_are_specific_errors_and_change_nothing() {
         b.set_local_locality(Some("nul\0")),
         Err(Error::InvalidLocality("nul\0".into()))
     );
+    assert_eq!(
+        b.set_location("a0", "1/2/3/4", 0),
+        Err(Error::InvalidLocality("1/2/3/4".into()))
+    );
+    assert_eq!(
+        b.set_location("zz", "r", 0),
+        Err(Error::UnknownNode("zz".into()))
+    );
     assert_eq!(b.len(), 2);
+    assert_eq!(b.nodes()[0].locality, "r/z");
     assert_eq!(b.routing(), Default::default());
     b.pick(None).unwrap();
     // Trailing empty parts name the same locality.

@@ -106,6 +106,8 @@ struct Case {
     algorithm: &'static str,
     options: Value,
     nodes: Vec<(String, u32)>,
+    /// Each node's locality and priority, or empty: written `[id, weight, locality, priority]`.
+    places: Vec<(String, u32)>,
     steps: Vec<Value>,
 }
 
@@ -121,8 +123,154 @@ fn case(
         algorithm,
         options,
         nodes: nodes.iter().map(|(id, w)| (id.to_string(), *w)).collect(),
+        places: Vec::new(),
         steps,
     }
+}
+
+/// A case whose nodes have a locality and a priority: `(id, weight, locality, priority)`.
+fn located_case(
+    name: &'static str,
+    algorithm: &'static str,
+    options: Value,
+    nodes: &[(&str, u32, &str, u32)],
+    steps: Vec<Value>,
+) -> Case {
+    Case {
+        name: name.to_string(),
+        algorithm,
+        options,
+        nodes: nodes
+            .iter()
+            .map(|(id, w, ..)| (id.to_string(), *w))
+            .collect(),
+        places: (nodes.iter())
+            .map(|(.., locality, priority)| (locality.to_string(), *priority))
+            .collect(),
+        steps,
+    }
+}
+
+/// Priority levels, locality weights and zone-aware routing (issue 24).
+fn locality_cases() -> Vec<Case> {
+    let levels = [
+        ("p0", 1, "", 0),
+        ("p1", 1, "", 0),
+        ("p2", 1, "", 0),
+        ("p3", 1, "", 0),
+        ("s0", 1, "", 1),
+        ("s1", 1, "", 1),
+        ("s2", 1, "", 1),
+        ("s3", 1, "", 1),
+    ];
+    let zones = [
+        ("a0", 1, "r/a", 0),
+        ("a1", 1, "r/a", 0),
+        ("b0", 1, "r/b", 0),
+        ("b1", 1, "r/b", 0),
+        ("c0", 1, "r/c", 0),
+        ("c1", 1, "r/c", 0),
+        ("f0", 1, "r/a", 1),
+    ];
+    let mut out = Vec::new();
+    // P0 loses 3 of 4 nodes: 1/4 × 140 = 35% stays, 65% spills to P1.
+    let mut steps = unkeyed(8);
+    steps.extend(["p0", "p1", "p2"].map(|id| node_op("mark_down", id)));
+    steps.extend(unkeyed(40));
+    steps.push(attempts(None, 8));
+    steps.push(json!({"op": "panic"}));
+    for (name, algorithm) in [
+        ("levels_random", "random"),
+        ("levels_round_robin", "round_robin"),
+        ("levels_least_request", "least_request"),
+    ] {
+        out.push(located_case(
+            name,
+            algorithm,
+            json!({"seed": 7}),
+            &levels,
+            steps.clone(),
+        ));
+    }
+    // Keyed: a key's level is xxh3(key) % 100 + 1 against the loads; the caller's hash by itself.
+    let hashes = ["0", "45", "46", "99", "12345678901234567890"];
+    let mut steps = picks(&keys(20));
+    steps.extend(["p0", "p1", "p2"].map(|id| node_op("mark_down", id)));
+    steps.extend(picks(&keys(20)));
+    steps.extend(hashes.map(|h| json!({"op": "pick_hash", "hash": h})));
+    steps.push(attempts(Some("user:42"), 8));
+    out.push(located_case(
+        "levels_maglev",
+        "maglev",
+        json!({}),
+        &levels,
+        steps.clone(),
+    ));
+    out.push(located_case(
+        "levels_ring",
+        "ring",
+        json!({}),
+        &levels,
+        steps,
+    ));
+    // Locality weights: Envoy's EDF sequence, then availability scaling.
+    let mut steps = vec![
+        json!({"op": "set_locality_weights", "weights": [["r/a", 1], ["r/b", 2], ["r/c", 3]]}),
+    ];
+    steps.extend(unkeyed(24));
+    steps.push(node_op("mark_down", "c0"));
+    steps.extend(unkeyed(24));
+    steps.push(attempts(None, 7));
+    steps.push(json!({"op": "set_locality_weights", "weights": []}));
+    steps.extend(unkeyed(7));
+    out.push(located_case(
+        "locality_weights_round_robin",
+        "round_robin",
+        json!({}),
+        &zones,
+        steps,
+    ));
+    // Zone-aware: the caller in r/a with half its fleet there keeps 66.66% local.
+    let mut steps = vec![
+        json!({"op": "set_local_locality", "locality": "r/a"}),
+        json!({"op": "set_local_localities", "spread": [["r/a", 4], ["r/b", 2], ["r/c", 2]]}),
+    ];
+    steps.extend(unkeyed(40));
+    steps.push(attempts(None, 7));
+    steps.push(node_op("mark_down", "b0"));
+    steps.extend(unkeyed(12));
+    steps.push(json!({"op": "set_local_locality", "locality": null}));
+    steps.extend(unkeyed(12));
+    out.push(located_case(
+        "zone_aware_random",
+        "random",
+        json!({"seed": 11, "zone_aware_min_cluster_size": 5}),
+        &zones,
+        steps,
+    ));
+    // Moving nodes, and bad localities: specific errors, nothing changed.
+    let steps = vec![
+        json!({"op": "set_location", "id": "p0", "locality": "r/z", "priority": 1}),
+        pick(None),
+        pick(None),
+        pick(None),
+        json!({"op": "set_location", "id": "p1", "locality": "a/b/c/d", "priority": 0}),
+        json!({"op": "set_location", "id": "nope", "locality": "r", "priority": 0}),
+        json!({"op": "add", "id": "x", "weight": 1, "locality": "1/2/3/4", "priority": 0}),
+        json!({"op": "set_locality_weights", "weights": [["a/b/c/d", 1]]}),
+        json!({"op": "set_local_locality", "locality": "a/b/c/d"}),
+        json!({"op": "add", "id": "x", "weight": 1, "locality": "r/x", "priority": 2}),
+        pick(None),
+        pick(None),
+    ];
+    out.push(located_case(
+        "locality_errors",
+        "round_robin",
+        json!({}),
+        &[("p0", 1, "", 0), ("p1", 1, "", 0)],
+        steps,
+    ));
+    out
 }
 
 fn cases() -> Vec<Case> {
@@ -282,6 +430,7 @@ fn cases() -> Vec<Case> {
     out.extend(feedback_cases());
     out.extend(health_cases());
     out.extend(outcome_cases());
+    out.extend(locality_cases());
     // Every algorithm over an empty node list answers "no nodes".
     for algorithm in Algorithm::NAMES {
         out.push(Case {
@@ -289,6 +438,7 @@ fn cases() -> Vec<Case> {
             algorithm,
             options: json!({}),
             nodes: Vec::new(),
+            places: Vec::new(),
             steps: vec![pick(Some("k")), attempts(Some("k"), 2)],
         });
     }
@@ -298,6 +448,7 @@ fn cases() -> Vec<Case> {
         algorithm: "random",
         options: json!({"seed": 9_007_199_254_740_991u64}),
         nodes: uniform(&["n1", "n2", "n3", "n4"]),
+        places: Vec::new(),
         steps: unkeyed(12),
     });
     out
@@ -389,6 +540,7 @@ fn feedback_cases() -> Vec<Case> {
         algorithm: "least_request",
         options: json!({"seed": 3}),
         nodes: vec![("a".into(), 1), ("b".into(), 2), ("c".into(), 1)],
+        places: Vec::new(),
         steps: lr,
     });
     let mut lc: Vec<Value> = (0..5).map(|_| acquire(None)).collect();
@@ -400,6 +552,7 @@ fn feedback_cases() -> Vec<Case> {
         algorithm: "least_connections",
         options: json!({}),
         nodes: vec![("a".into(), 3), ("b".into(), 1), ("c".into(), 1)],
+        places: Vec::new(),
         steps: lc,
     });
     let mut pe = vec![report("fast", true, 1), report("slow", true, 100)];
@@ -411,6 +564,7 @@ fn feedback_cases() -> Vec<Case> {
         algorithm: "peak_ewma",
         options: json!({"seed": 5}),
         nodes: uniform(&["fast", "slow", "new"]),
+        places: Vec::new(),
         steps: pe,
     });
     let mut ring = vec![
@@ -424,6 +578,7 @@ fn feedback_cases() -> Vec<Case> {
         algorithm: "ring",
         options: json!({}),
         nodes: uniform(&["NodeA", "NodeB", "NodeC"]),
+        places: Vec::new(),
         steps: ring,
     });
     // 64-bit hashes beyond 2^53 are text, so every language reads them exactly.
@@ -442,6 +597,7 @@ fn feedback_cases() -> Vec<Case> {
             nodes: (1..=5)
                 .map(|i| (format!("10.0.0.{i}:80"), i % 2 + 1))
                 .collect(),
+            places: Vec::new(),
             steps,
         });
     }
@@ -450,6 +606,7 @@ fn feedback_cases() -> Vec<Case> {
         algorithm: "ketama",
         options: json!({}),
         nodes: uniform(&["a:11211", "b:11211"]),
+        places: Vec::new(),
         steps: vec![json!({"op": "pick_hash", "hash": "7"}), pick(Some("k"))],
     });
     out
@@ -492,6 +649,7 @@ fn health_cases() -> Vec<Case> {
         algorithm: "round_robin",
         options: json!({"consecutive_failures": 2}),
         nodes: abcd.clone(),
+        places: Vec::new(),
         steps: eject,
     });
     let mut panic = Vec::new();
@@ -510,6 +668,7 @@ fn health_cases() -> Vec<Case> {
             ("c".into(), 3),
             ("d".into(), 4),
         ],
+        places: Vec::new(),
         steps: panic,
     });
     let ks = keys(24);
@@ -536,6 +695,7 @@ fn health_cases() -> Vec<Case> {
             algorithm: algorithm.name(),
             options: json!({"seed": 4}),
             nodes: (1..=5).map(|i| (format!("10.0.0.{i}:80"), 1)).collect(),
+            places: Vec::new(),
             steps,
         });
     }
@@ -551,6 +711,7 @@ fn health_cases() -> Vec<Case> {
         algorithm: "maglev",
         options: json!({"hash_balance_factor": 125, "table_size": 251}),
         nodes: abcd,
+        places: Vec::new(),
         steps: bounded,
     });
     out
@@ -588,6 +749,7 @@ fn outcome_cases() -> Vec<Case> {
         // Two nodes may be out at once (50% of four), so the lease's pause is not capped.
         options: json!({"max_ejection_percent": 50}),
         nodes: abcd.clone(),
+        places: Vec::new(),
         steps: pause,
     });
     // (b) Errors and timeouts extend the failure streak (5 by default); overloaded answers,
@@ -615,6 +777,7 @@ fn outcome_cases() -> Vec<Case> {
         algorithm: "round_robin",
         options: json!({"max_ejection_percent": 50}),
         nodes: abcd.clone(),
+        places: Vec::new(),
         steps: streak,
     });
     // (c) The failure penalty (failure_penalty_ms, 5 s by default) in peak_ewma's estimate:
@@ -640,6 +803,7 @@ fn outcome_cases() -> Vec<Case> {
         algorithm: "peak_ewma",
         options: json!({"seed": 21, "max_ejection_percent": 100}),
         nodes: uniform(&["fast", "slow", "timeout", "busy", "ok"]),
+        places: Vec::new(),
         steps: penalty,
     });
     // ... and without it a failure samples its own latency, or nothing.
@@ -648,6 +812,7 @@ fn outcome_cases() -> Vec<Case> {
         algorithm: "peak_ewma",
         options: json!({"failure_penalty_ms": 0}),
         nodes: uniform(&["a", "b"]),
+        places: Vec::new(),
         steps: vec![
             report_failed("a", "error", Some(1), None),
             report_failed("b", "timeout", None, None),
@@ -675,6 +840,7 @@ fn outcome_cases() -> Vec<Case> {
         algorithm: "round_robin",
         options: json!({}),
         nodes: abcd,
+        places: Vec::new(),
         steps: bad,
     });
     out
@@ -1089,16 +1255,23 @@ pub fn build_with(
     }
 }
 
-/// `[[id, weight], ...]` as nodes.
+/// `[[id, weight], ...]` as nodes; a node may add its locality and priority:
+/// `[id, weight, locality, priority]`.
 pub fn parse_nodes(nodes: &Value) -> Vec<Node> {
     nodes
         .as_array()
         .expect("nodes is an array")
         .iter()
-        .map(|pair| {
-            let id = pair[0].as_str().expect("node id is a string");
-            let weight = pair[1].as_u64().expect("weight is an integer") as u32;
-            Node::new(id, weight)
+        .map(|node| {
+            let id = node[0].as_str().expect("node id is a string");
+            let weight = node[1].as_u64().expect("weight is an integer") as u32;
+            match node.get(2) {
+                Some(locality) => Node::new(id, weight).located(
+                    locality.as_str().expect("locality is a string"),
+                    node[3].as_u64().expect("priority is an integer") as u32,
+                ),
+                None => Node::new(id, weight),
+            }
         })
         .collect()
 }
@@ -1191,7 +1364,37 @@ pub fn run_step(
         }
         "add" => {
             let weight = step["weight"].as_u64().expect("weight") as u32;
-            b.add(Node::new(str_of(step, "id"), weight))?;
+            let mut node = Node::new(str_of(step, "id"), weight);
+            if let Some(locality) = step.get("locality") {
+                let priority = step["priority"].as_u64().expect("priority") as u32;
+                node = node.located(locality.as_str().expect("locality"), priority);
+            }
+            b.add(node)?;
+            Value::Null
+        }
+        "set_location" => {
+            let priority = step["priority"].as_u64().expect("priority") as u32;
+            b.set_location(str_of(step, "id"), str_of(step, "locality"), priority)?;
+            Value::Null
+        }
+        "set_locality_weights" => {
+            let weights = step["weights"].as_array().expect("weights");
+            b.set_locality_weights(weights.iter().map(|w| {
+                let locality = w[0].as_str().expect("locality");
+                (locality, w[1].as_u64().expect("weight") as u32)
+            }))?;
+            Value::Null
+        }
+        "set_local_locality" => {
+            b.set_local_locality(step["locality"].as_str())?;
+            Value::Null
+        }
+        "set_local_localities" => {
+            let spread = step["spread"].as_array().expect("spread");
+            b.set_local_localities(spread.iter().map(|w| {
+                let locality = w[0].as_str().expect("locality");
+                (locality, w[1].as_u64().expect("count"))
+            }))?;
             Value::Null
         }
         "remove" => {
@@ -1278,7 +1481,12 @@ pub fn generate() -> Value {
     let cases: Vec<Value> = cases()
         .into_iter()
         .map(|c| {
-            let nodes = Value::Array(c.nodes.iter().map(|(id, w)| json!([id, w])).collect());
+            let nodes = (c.nodes.iter().enumerate())
+                .map(|(i, (id, w))| match c.places.get(i) {
+                    Some((locality, priority)) => json!([id, w, locality, priority]),
+                    None => json!([id, w]),
+                })
+                .collect();
             // Cases that let time pass run on a manual clock, so the expectations are exact;
             // the others on the real clock, like every reader.
             let time = if c.steps.iter().any(|s| s["op"] == "sleep") {
