@@ -4,12 +4,12 @@ import datetime
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Final, Literal, TypedDict, TypeVar, final
+from typing import Any, Final, Literal, TypedDict, TypeVar, final, overload
 
 from typing_extensions import TypeAlias
 
 _Key: TypeAlias = str | bytes | bytearray | memoryview
-_NodeSpec: TypeAlias = str | tuple[str, int] | tuple[str, int, int]
+_NodeSpec: TypeAlias = str | tuple[str, int] | tuple[str, int, int] | Node
 _Nodes: TypeAlias = Iterable[_NodeSpec] | Mapping[str, int]
 _Latency: TypeAlias = float | datetime.timedelta
 _FailureKind: TypeAlias = Literal["error", "timeout", "overloaded"]
@@ -22,6 +22,8 @@ _T = TypeVar("_T")
 class _NodeStats(TypedDict):
     id: str
     weight: int
+    locality: str
+    priority: int
     in_flight: int
     requests: int
     failures: int
@@ -32,6 +34,8 @@ class _NodeStats(TypedDict):
 
 __all__ = [
     "Balancer",
+    "Node",
+    "InvalidLocalityError",
     "Lease",
     "Request",
     "Hedging",
@@ -105,8 +109,10 @@ class Balancer:
     ``success_rate_stdev_factor``, ``enforcing_success_rate``,
     ``failure_percentage_threshold``, ``failure_percentage_minimum_hosts``,
     ``failure_percentage_request_volume``, ``enforcing_failure_percentage``);
-    ``thread_rounds`` (round robin). docs/algorithms.md and
-    docs/health.md say which algorithm reads which.
+    ``thread_rounds`` (round robin); priority levels and localities
+    (``overprovisioning_factor``, ``zone_aware_min_cluster_size``,
+    ``zone_aware_routing_enabled``, ``zone_aware_by_weight``). docs/algorithms.md,
+    docs/health.md and docs/localities.md say which algorithm reads which.
     """
 
     def __new__(
@@ -144,6 +150,10 @@ class Balancer:
         failure_percentage_minimum_hosts: int | str | None = None,
         failure_percentage_request_volume: int | str | None = None,
         enforcing_failure_percentage: int | str | None = None,
+        overprovisioning_factor: int | str | None = None,
+        zone_aware_min_cluster_size: int | str | None = None,
+        zone_aware_routing_enabled: int | str | None = None,
+        zone_aware_by_weight: int | str | None = None,
         budget: _Budget | None = None,
     ) -> Balancer: ...
     def request(
@@ -237,8 +247,28 @@ class Balancer:
     def stats(self) -> list[_NodeStats]:
         """Each node's load, in insertion order (``latency`` in seconds, or None; ``until`` on
         the ``now()`` clock; ``remaining`` = ``until`` - the time of the call, or None)."""
-    def add(self, id: str, weight: int = 1, tag: int = 0) -> None:
-        """Adds a node at the end; its leases hand back ``tag``."""
+    def add(
+        self,
+        id: str | Node,
+        weight: int = 1,
+        tag: int = 0,
+        *,
+        locality: str | None = None,
+        priority: int | None = None,
+    ) -> None:
+        """Adds a node at the end (or a ``Node``); its leases hand back ``tag``."""
+    def set_location(self, id: str, locality: str, priority: int | None = None) -> None:
+        """Moves a node to ``locality`` at ``priority`` (a membership change)."""
+    def set_locality_weights(
+        self, weights: Mapping[str, int] | Iterable[tuple[str, int]]
+    ) -> None:
+        """Locality-weighted balancing: each locality's weight (empty turns it off)."""
+    def set_local_locality(self, locality: str | None) -> None:
+        """The caller's own locality, for zone-aware routing (None: unknown)."""
+    def set_local_localities(
+        self, spread: Mapping[str, int] | Iterable[tuple[str, int]]
+    ) -> None:
+        """The caller's fleet per locality: with ``set_local_locality``, zone-aware routing."""
     def mark_down(self, id: str) -> None:
         """Takes a node out of service until ``mark_up``: no rebuild, weight kept."""
     def mark_up(self, id: str) -> None:
@@ -252,11 +282,42 @@ class Balancer:
         """Changes a node's weight (0 drains it)."""
     def update(self, nodes: _Nodes) -> None:
         """Replaces the whole membership atomically."""
-    def nodes(self) -> list[tuple[str, int]]:
-        """The nodes as ``(id, weight)`` pairs, in insertion order."""
+    @overload
+    def nodes(self, *, located: Literal[False] = False) -> list[tuple[str, int]]:
+        """The nodes as ``(id, weight)`` pairs, or ``Node``s with ``located=True``."""
+    @overload
+    def nodes(self, *, located: Literal[True]) -> list[Node]: ...
+
     def __len__(self) -> int: ...
     def __contains__(self, id: object, /) -> bool:
         """``id in balancer``: whether a node has this id (False for a non-str)."""
+
+@final
+class Node:
+    """A node: id, weight, and where it runs: ``locality`` ("region/zone/sub_zone") and
+    ``priority`` (0 = most preferred)."""
+
+    def __new__(
+        cls,
+        id: str,
+        weight: int | None = None,
+        *,
+        locality: str | None = None,
+        priority: int | None = None,
+        tag: int | None = None,
+    ) -> Node: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def weight(self) -> int: ...
+    @property
+    def locality(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def tag(self) -> int: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
 
 @final
 class Lease:
@@ -421,6 +482,9 @@ class NoNodesError(Error):
 class NoUsableNodesError(NoNodesError):
     """Every node with weight > 0 is ejected or marked down and panic_threshold is 0, so no
     node may be chosen (LB_NO_USABLE_NODES)."""
+
+class InvalidLocalityError(Error):
+    """A locality has more than three parts (region/zone/sub_zone) or a NUL character (LB_INVALID_LOCALITY)."""
 
 class InvalidNodeIdError(Error):
     """A node id is empty (LB_EMPTY_ID) or contains a NUL character (LB_ID_CONTAINS_NUL)."""

@@ -42,7 +42,7 @@ const PRESIZE_KEYS: usize = 4096;
 const KEY_TYPES: &str = "str or a bytes-like object (bytes, bytearray, memoryview)";
 
 /// The name of `obj`'s type, for error messages.
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
         .name()
         .map(|n| n.to_string())
@@ -52,7 +52,7 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 /// A str's UTF-8, borrowed from the str object (CPython caches it; for ASCII it is the str's
 /// own data); a str that has none (a lone surrogate) is the core's `InvalidUtf8`. For node ids.
 #[inline]
-fn utf8<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
+pub(crate) fn utf8<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
     s.to_str().map_err(|_| CoreError(Error::InvalidUtf8).into())
 }
 
@@ -270,10 +270,14 @@ pub(crate) fn count(name: &str, value: &Bound<'_, PyAny>, saturate: bool) -> PyR
     }
 }
 
-/// One node: an id (weight 1) or an `(id, weight)` pair (a 2-item tuple or list).
+/// One node: an id (weight 1), an `(id, weight)` pair (a 2-item tuple or list), an
+/// `(id, weight, tag)` triple, or a `liblb.Node` (with its locality and priority).
 fn node(item: &Bound<'_, PyAny>) -> PyResult<Node> {
     if item.is_instance_of::<PyString>() {
         return Ok(Node::new(node_id(item)?, 1));
+    }
+    if let Ok(node) = item.cast::<crate::node::PyNode>() {
+        return Ok(node.get().to_core());
     }
     // A snapshot of the items: reading a weight or tag can run Python code (`__index__`), which
     // could change a list under us.
@@ -294,7 +298,7 @@ fn node(item: &Bound<'_, PyAny>) -> PyResult<Node> {
             }
         }
         _ => Err(PyTypeError::new_err(format!(
-            "a node must be an id (str), an (id, weight) pair or an (id, weight, tag) triple, got {}",
+            "a node must be an id (str), an (id, weight) pair, an (id, weight, tag) triple or a liblb.Node, got {}",
             node_repr(item)
         ))),
     }

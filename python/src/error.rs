@@ -89,6 +89,12 @@ create_exception!(
 );
 create_exception!(
     liblb,
+    InvalidLocalityError,
+    Error,
+    "A locality has more than three parts (region/zone/sub_zone) or a NUL character (LB_INVALID_LOCALITY)."
+);
+create_exception!(
+    liblb,
     UnknownAlgorithmError,
     Error,
     "The algorithm name is not one of liblb.ALGORITHMS (LB_UNKNOWN_ALGORITHM)."
@@ -161,6 +167,7 @@ fn class_of<'py>(py: Python<'py>, error: &E) -> Bound<'py, PyType> {
         E::TooManyNodes(_) => py.get_type::<TooManyNodesError>(),
         E::HashUnsupported(_) => py.get_type::<HashUnsupportedError>(),
         E::InvalidOutcome(_) => py.get_type::<InvalidOutcomeError>(),
+        E::InvalidLocality(_) => py.get_type::<InvalidLocalityError>(),
         // The same MemoryError the binding raises for its own batch limits (convert.rs).
         E::BatchTooLarge(_) => py.get_type::<PyMemoryError>(),
         E::UnknownAlgorithm(_) => py.get_type::<UnknownAlgorithmError>(),
@@ -228,7 +235,7 @@ impl<T> OrRaise<T> for liblb_core::Result<T> {
 /// it as the class attribute `code`, taken from the core itself (never retyped here).
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    let with_code: [(Bound<'_, PyType>, Option<E>); 17] = [
+    let with_code: [(Bound<'_, PyType>, Option<E>); 18] = [
         (py.get_type::<Error>(), None),
         (py.get_type::<NoNodesError>(), Some(E::NoNodes)),
         (py.get_type::<NoUsableNodesError>(), Some(E::NoUsableNodes)),
@@ -251,6 +258,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         (
             py.get_type::<InvalidOutcomeError>(),
             Some(E::InvalidOutcome(String::new())),
+        ),
+        (
+            py.get_type::<InvalidLocalityError>(),
+            Some(E::InvalidLocality(String::new())),
         ),
         (
             py.get_type::<UnknownAlgorithmError>(),

@@ -18,6 +18,7 @@ mod bench;
 mod budget;
 mod convert;
 mod error;
+mod node;
 mod request;
 
 use convert::{KeyBatch, OutcomeArgs, with_key};
@@ -329,6 +330,8 @@ impl PyBalancer {
             let row = PyDict::new(py);
             row.set_item("id", s.id)?;
             row.set_item("weight", s.weight)?;
+            row.set_item("locality", s.locality)?;
+            row.set_item("priority", s.priority)?;
             row.set_item("in_flight", s.in_flight)?;
             row.set_item("requests", s.requests)?;
             row.set_item("failures", s.failures)?;
@@ -342,17 +345,75 @@ impl PyBalancer {
         PyList::new(py, rows.collect::<PyResult<Vec<_>>>()?)
     }
 
-    /// Adds a node at the end; `tag` (an int 0..2**64-1, default 0) is handed back by its leases.
-    #[pyo3(signature = (id, weight=1, tag=0))]
+    /// Adds a node at the end: an id with its `weight`, `tag` (an int 0..2**64-1, default 0,
+    /// handed back by its leases), `locality` and `priority`, or a `liblb.Node`.
+    #[pyo3(signature = (id, weight=1, tag=0, *, locality=None, priority=None))]
     fn add(
         &self,
         py: Python<'_>,
         id: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::weight_arg)] weight: u32,
         #[pyo3(from_py_with = convert::tag)] tag: u64,
+        locality: Option<&Bound<'_, PyAny>>,
+        priority: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let node = liblb_core::Node::with_tag(convert::node_id(id)?, weight, tag);
+        let node = match id.cast::<node::PyNode>() {
+            Ok(node) => node.get().to_core(),
+            Err(_) => liblb_core::Node::with_tag(convert::node_id(id)?, weight, tag).located(
+                locality.map(node::locality).transpose()?.unwrap_or_default(),
+                priority.map(node::priority).transpose()?.unwrap_or(0),
+            ),
+        };
         py.detach(|| self.inner.add(node)).or_raise()
+    }
+
+    /// Moves a node to `locality` (`"region/zone/sub_zone"`) at `priority` (0 = most
+    /// preferred): a membership change, as `set_weight` is.
+    #[pyo3(signature = (id, locality, priority=None))]
+    fn set_location(
+        &self,
+        py: Python<'_>,
+        id: &Bound<'_, PyAny>,
+        locality: &Bound<'_, PyAny>,
+        priority: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let id = convert::node_id(id)?;
+        let locality = node::locality(locality)?;
+        let priority = priority.map(node::priority).transpose()?.unwrap_or(0);
+        py.detach(|| self.inner.set_location(id, &locality, priority))
+            .or_raise()
+    }
+
+    /// Locality-weighted balancing (unkeyed algorithms): `{locality: weight}` or `(locality,
+    /// weight)` pairs; each weight is scaled by its locality's availability and localities are
+    /// chosen by Envoy's EDF schedule. A locality left out takes no traffic while a listed one
+    /// can. Empty turns it off. See docs/localities.md.
+    fn set_locality_weights(&self, py: Python<'_>, weights: &Bound<'_, PyAny>) -> PyResult<()> {
+        let weights = node::per_locality("weights", weights, node::locality_weight)?;
+        py.detach(|| self.inner.set_locality_weights(weights))
+            .or_raise()
+    }
+
+    /// The caller's own locality (None: unknown), for zone-aware routing with
+    /// `set_local_localities`.
+    fn set_local_locality(
+        &self,
+        py: Python<'_>,
+        locality: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let locality = locality.map(node::locality).transpose()?;
+        py.detach(|| self.inner.set_local_locality(locality.as_deref()))
+            .or_raise()
+    }
+
+    /// How the caller's own fleet is spread: `{locality: instances}` or pairs. With
+    /// `set_local_locality` it turns on zone-aware routing (unkeyed algorithms): requests stay
+    /// in the caller's locality as far as its share of the usable priority-0 nodes covers its
+    /// share of the callers. Empty turns it off.
+    fn set_local_localities(&self, py: Python<'_>, spread: &Bound<'_, PyAny>) -> PyResult<()> {
+        let spread = node::per_locality("spread", spread, node::instances)?;
+        py.detach(|| self.inner.set_local_localities(spread))
+            .or_raise()
     }
 
     /// Takes a node out of service until `mark_up` (active health checks): no rebuild, its
@@ -396,10 +457,18 @@ impl PyBalancer {
         py.detach(|| self.inner.update(nodes)).or_raise()
     }
 
-    /// The nodes as `(id, weight)` pairs, in insertion order.
-    fn nodes(&self) -> Vec<(String, u32)> {
+    /// The nodes as `(id, weight)` pairs, in insertion order; with `located=True` as
+    /// `liblb.Node`s, with their locality, priority and tag.
+    #[pyo3(signature = (*, located=false))]
+    fn nodes<'py>(&self, py: Python<'py>, located: bool) -> PyResult<Bound<'py, PyList>> {
         let nodes = self.inner.nodes();
-        nodes.into_iter().map(|n| (n.id, n.weight)).collect()
+        if located {
+            let nodes = nodes.into_iter().map(node::PyNode::from_info);
+            let nodes: Vec<Bound<'py, node::PyNode>> =
+                nodes.map(|n| Bound::new(py, n)).collect::<PyResult<_>>()?;
+            return PyList::new(py, nodes);
+        }
+        PyList::new(py, nodes.into_iter().map(|n| (n.id, n.weight)))
     }
 
     fn __len__(&self) -> usize {
@@ -695,6 +764,7 @@ fn id_list<'py>(py: Python<'py>, picks: &Picks) -> PyResult<Bound<'py, PyList>> 
 fn _liblb(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyBalancer>()?;
+    m.add_class::<node::PyNode>()?;
     m.add_class::<PyLease>()?;
     m.add_class::<request::PyRequest>()?;
     m.add_class::<request::PyHedging>()?;

@@ -26,6 +26,7 @@ CLASSES: list[tuple[type[liblb.Error], type[Exception], str | None]] = [
     (liblb.UnknownAlgorithmError, liblb.Error, "LB_UNKNOWN_ALGORITHM"),
     (liblb.HashUnsupportedError, liblb.Error, "LB_HASH_UNSUPPORTED"),
     (liblb.InvalidOutcomeError, liblb.Error, "LB_INVALID_OUTCOME"),
+    (liblb.InvalidLocalityError, liblb.Error, "LB_INVALID_LOCALITY"),
     (liblb.LeaseFinishedError, liblb.Error, "LB_LEASE_FINISHED"),
     (liblb.AttemptOpenError, liblb.Error, "LB_ATTEMPT_OPEN"),
     (liblb.RequestFailedError, liblb.Error, "LB_REQUEST_FAILED"),

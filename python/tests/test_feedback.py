@@ -144,9 +144,9 @@ def test_acquire_errors() -> None:
 def test_report_and_stats() -> None:
     b = liblb.Balancer("peak_ewma", [("a", 2), "b"], seed=1)
     assert b.stats() == [
-        {"id": "a", "weight": 2, "in_flight": 0, "requests": 0, "failures": 0, "latency": None,
+        {"id": "a", "weight": 2, "locality": "", "priority": 0, "in_flight": 0, "requests": 0, "failures": 0, "latency": None,
          "status": "healthy", "until": None, "remaining": None},
-        {"id": "b", "weight": 1, "in_flight": 0, "requests": 0, "failures": 0, "latency": None,
+        {"id": "b", "weight": 1, "locality": "", "priority": 0, "in_flight": 0, "requests": 0, "failures": 0, "latency": None,
          "status": "healthy", "until": None, "remaining": None},
     ]
     b.report("a", ok=True, latency=0.02)
@@ -199,6 +199,8 @@ def test_every_core_option_is_accepted() -> None:
         "success_rate_request_volume": 50, "success_rate_stdev_factor": 1500,
         "enforcing_failure_percentage": 10, "failure_percentage_threshold": 80,
         "failure_percentage_minimum_hosts": 4, "failure_percentage_request_volume": 40,
+        "overprovisioning_factor": 120, "zone_aware_min_cluster_size": 3,
+        "zone_aware_routing_enabled": 80, "zone_aware_by_weight": 1,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
     for algorithm in liblb.ALGORITHMS:
@@ -266,6 +268,8 @@ def test_repr_evaluates_back_with_every_option() -> None:
         "success_rate_request_volume": 50, "success_rate_stdev_factor": 1500,
         "enforcing_failure_percentage": 10, "failure_percentage_threshold": 80,
         "failure_percentage_minimum_hosts": 4, "failure_percentage_request_volume": 40,
+        "overprovisioning_factor": 120, "zone_aware_min_cluster_size": 3,
+        "zone_aware_routing_enabled": 80, "zone_aware_by_weight": 1,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
     b = liblb.Balancer("maglev", NODES, **values)  # type: ignore[arg-type]

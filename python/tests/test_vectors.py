@@ -30,8 +30,14 @@ def load_cases() -> list[dict[str, Any]]:
 CASES = load_cases()
 
 
-def nodes_of(raw: list[list[Any]]) -> list[tuple[str, int]]:
-    return [(node_id, weight) for node_id, weight in raw]
+def nodes_of(raw: list[list[Any]]) -> list[tuple[str, int] | liblb.Node]:
+    """`[id, weight]` as a pair; `[id, weight, locality, priority]` as a liblb.Node."""
+    return [
+        (node[0], node[1])
+        if len(node) == 2
+        else liblb.Node(node[0], node[1], locality=node[2], priority=node[3])
+        for node in raw
+    ]
 
 
 def outcome_of(step: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +62,19 @@ def run_step(balancer: liblb.Balancer, leases: list[liblb.Lease], step: dict[str
     if op == "attempts":
         return balancer.attempts(step.get("key"), step.get("limit"))
     if op == "add":
+        if "locality" in step:
+            return balancer.add(
+                step["id"], step["weight"], locality=step["locality"], priority=step["priority"]
+            )
         return balancer.add(step["id"], step["weight"])
+    if op == "set_location":
+        return balancer.set_location(step["id"], step["locality"], step["priority"])
+    if op == "set_locality_weights":
+        return balancer.set_locality_weights([(loc, w) for loc, w in step["weights"]])
+    if op == "set_local_locality":
+        return balancer.set_local_locality(step["locality"])
+    if op == "set_local_localities":
+        return balancer.set_local_localities({loc: n for loc, n in step["spread"]})
     if op == "remove":
         return balancer.remove(step["id"])
     if op == "set_weight":
