@@ -26,7 +26,17 @@ export type Key = string | Uint8Array
  * A node: its id (weight 1), or `{ id, weight, tag }`. Weight 0 drains the node; the tag is a
  * 64-bit value of yours (default 0) that a `Lease` hands back as `lease.tag` (a bigint).
  */
-export type NodeInit = string | { id: string; weight?: number | null; tag?: bigint | number | string | null }
+/** A node described by an object: its id, weight (default 1), tag, and where it runs. */
+export interface NodeObject {
+  id: string
+  weight?: number | null
+  tag?: bigint | number | string | null
+  /** `'region/zone/sub_zone'`, any part may be empty (default ''). */
+  locality?: string | null
+  /** Priority level: 0 (the default) is the most preferred. */
+  priority?: number | null
+}
+export type NodeInit = string | NodeObject
 
 /**
  * Options of `new Balancer`, named as in the core (`optionNames()`); each is passed to the core
@@ -94,6 +104,14 @@ export interface BalancerOptions {
   failure_percentage_request_volume?: number | bigint | string | null
   /** Chance (%) that a node at or over the failure threshold is ejected (default 0 = off). */
   enforcing_failure_percentage?: number | bigint | string | null
+  /** Levels and localities keep their full share while this % x usable/nodes >= 100 (default 140). */
+  overprovisioning_factor?: number | bigint | string | null
+  /** Zone-aware routing needs at least this many usable priority-0 nodes (default 6). */
+  zone_aware_min_cluster_size?: number | bigint | string | null
+  /** The % of picks zone-aware routing routes (default 100). */
+  zone_aware_routing_enabled?: number | bigint | string | null
+  /** 1: zone-aware routing weighs localities by usable weight, 0 (default): by usable count. */
+  zone_aware_by_weight?: number | bigint | string | null
   /** The default budget of this balancer's requests (see also `setBudget`). */
   budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
 }

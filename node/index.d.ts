@@ -26,7 +26,17 @@ export type Key = string | Uint8Array
  * A node: its id (weight 1), or `{ id, weight, tag }`. Weight 0 drains the node; the tag is a
  * 64-bit value of yours (default 0) that a `Lease` hands back as `lease.tag` (a bigint).
  */
-export type NodeInit = string | { id: string; weight?: number | null; tag?: bigint | number | string | null }
+/** A node described by an object: its id, weight (default 1), tag, and where it runs. */
+export interface NodeObject {
+  id: string
+  weight?: number | null
+  tag?: bigint | number | string | null
+  /** `'region/zone/sub_zone'`, any part may be empty (default ''). */
+  locality?: string | null
+  /** Priority level: 0 (the default) is the most preferred. */
+  priority?: number | null
+}
+export type NodeInit = string | NodeObject
 
 /**
  * Options of `new Balancer`, named as in the core (`optionNames()`); each is passed to the core
@@ -94,6 +104,14 @@ export interface BalancerOptions {
   failure_percentage_request_volume?: number | bigint | string | null
   /** Chance (%) that a node at or over the failure threshold is ejected (default 0 = off). */
   enforcing_failure_percentage?: number | bigint | string | null
+  /** Levels and localities keep their full share while this % x usable/nodes >= 100 (default 140). */
+  overprovisioning_factor?: number | bigint | string | null
+  /** Zone-aware routing needs at least this many usable priority-0 nodes (default 6). */
+  zone_aware_min_cluster_size?: number | bigint | string | null
+  /** The % of picks zone-aware routing routes (default 100). */
+  zone_aware_routing_enabled?: number | bigint | string | null
+  /** 1: zone-aware routing weighs localities by usable weight, 0 (default): by usable count. */
+  zone_aware_by_weight?: number | bigint | string | null
   /** The default budget of this balancer's requests (see also `setBudget`). */
   budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
 }
@@ -337,9 +355,35 @@ export declare class Balancer {
   constructor(algorithm: Algorithm, nodes?: Array<NodeInit> | null, options?: BalancerOptions | null)
   /**
    * Adds a node at the end (weight defaults to 1; `tag`, a 64-bit value of yours that leases
-   * hand back, to 0). Throws `LB_DUPLICATE_NODE` if the id exists.
+   * hand back, to 0), or the node an object describes (`{ id, weight?, tag?, locality?,
+   * priority? }`). Throws `LB_DUPLICATE_NODE` if the id exists.
    */
-  add(id: string, weight?: number | null, tag?: bigint | number | string | null): void
+  add(id: string | NodeObject, weight?: number | null, tag?: bigint | number | string | null): void
+  /**
+   * Moves a node to `locality` (`'region/zone/sub_zone'`) at `priority` (0 = most preferred,
+   * the default): a membership change, as `setWeight` is. Throws `LB_UNKNOWN_NODE` or
+   * `LB_INVALID_LOCALITY`, changing nothing.
+   */
+  setLocation(id: string, locality: string, priority?: number | null): void
+  /**
+   * Locality-weighted balancing (unkeyed algorithms): `{ locality: weight }` or
+   * `[locality, weight]` pairs. Each weight is scaled by its locality's availability and
+   * localities are chosen by Envoy's EDF schedule; a locality left out takes no traffic while
+   * a listed one can. Empty turns it off. See docs/localities.md.
+   */
+  setLocalityWeights(weights: Record<string, number> | Array<[string, number]>): void
+  /**
+   * The caller's own locality (null: unknown), for zone-aware routing with
+   * `setLocalLocalities`.
+   */
+  setLocalLocality(locality: string | null): void
+  /**
+   * How the caller's own fleet is spread: `{ locality: instances }` or pairs. With
+   * `setLocalLocality` it turns on zone-aware routing (unkeyed algorithms): requests stay in
+   * the caller's locality as far as its share of the usable priority-0 nodes covers its share
+   * of the callers. Empty turns it off.
+   */
+  setLocalLocalities(spread: Record<string, number> | Array<[string, number]>): void
   /**
    * Takes a node out of service until `markUp` (active health checks): no rebuild, its
    * weight and counters kept; keyed algorithms move only its keys. Throws `LB_UNKNOWN_NODE`
@@ -529,6 +573,10 @@ export interface NodeInfo {
   id: string
   /** Its weight (0 = drained: never picked while another node has weight > 0). */
   weight: number
+  /** Where it runs: `region/zone/sub_zone` ('' when not given). */
+  locality: string
+  /** Its priority level (0 = most preferred). */
+  priority: number
 }
 
 /** A node's load as listed by `Balancer.stats()`. */
@@ -537,6 +585,10 @@ export interface NodeStats {
   id: string
   /** Its weight (0 = drained). */
   weight: number
+  /** Where it runs: `region/zone/sub_zone` ('' when not given). */
+  locality: string
+  /** Its priority level (0 = most preferred). */
+  priority: number
   /** Requests started (leases acquired) and not yet ended. */
   inFlight: number
   /** Requests ended with an outcome (finished leases and reports). */

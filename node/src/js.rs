@@ -202,7 +202,7 @@ pub fn limit(env: &Env, value: Option<Unknown<'_>>) -> Result<usize> {
     }
 }
 
-/// One node: an id string, or an object `{ id, weight? }`.
+/// One node: an id string, or an object `{ id, weight?, tag?, locality?, priority? }`.
 fn node(env: &Env, value: &Unknown<'_>, index: u32) -> Result<Node> {
     match value.get_type().or_throw()? {
         ValueType::String => Ok(Node::new(id(env, value, "node id")?, 1)),
@@ -223,7 +223,8 @@ fn node(env: &Env, value: &Unknown<'_>, index: u32) -> Result<Node> {
             let weight = self::weight(env, weight, &format!("nodes[{index}].weight"))?;
             let tag = object.get::<Unknown>("tag").or_throw()?;
             let tag = self::tag(env, tag, &format!("nodes[{index}].tag"))?;
-            Ok(Node::with_tag(id, weight, tag))
+            let (locality, priority) = place(env, &object, &format!("nodes[{index}]"))?;
+            Ok(Node::with_tag(id, weight, tag).located(locality, priority))
         }
         _ => Err(type_error(
             env,
@@ -235,13 +236,104 @@ fn node(env: &Env, value: &Unknown<'_>, index: u32) -> Result<Node> {
     }
 }
 
-/// The node of `add(id, weight?, tag?)`.
+/// A node's `locality` and `priority` properties (absent: `""` and 0).
+fn place(env: &Env, object: &Object<'_>, what: &str) -> Result<(String, u32)> {
+    let locality = object.get::<Unknown>("locality").or_throw()?;
+    let locality = match present(locality)? {
+        Some(l) => self::locality(env, &l, &format!("{what}.locality"))?,
+        None => String::new(),
+    };
+    let priority = object.get::<Unknown>("priority").or_throw()?;
+    let priority = match present(priority)? {
+        Some(p) => self::priority(env, &p, &format!("{what}.priority"))?,
+        None => 0,
+    };
+    Ok((locality, priority))
+}
+
+/// A locality: a string (`"region/zone/sub_zone"`; the core checks its parts).
+pub fn locality(env: &Env, value: &Unknown<'_>, what: &str) -> Result<String> {
+    id(env, value, what)
+}
+
+/// A priority level: an integer in 0..=2^32-1.
+pub fn priority(env: &Env, value: &Unknown<'_>, what: &str) -> Result<u32> {
+    Ok(integer(env, value, what, f64::from(u32::MAX))? as u32)
+}
+
+/// `{ locality: number }` or an array of `[locality, number]` pairs, each number an integer up
+/// to `max` (`what` names the argument in errors).
+pub fn per_locality(
+    env: &Env,
+    value: &Unknown<'_>,
+    what: &str,
+    max: f64,
+) -> Result<Vec<(String, f64)>> {
+    if value.is_array().or_throw()? {
+        let pairs = array(env, value, what)?;
+        return (0..pairs.len())
+            .map(|i| {
+                let item = pairs.get::<Unknown>(i).or_throw()?;
+                let pair = match item {
+                    Some(item) if item.is_array().or_throw()? => array(env, &item, what)?,
+                    _ => {
+                        return Err(type_error(
+                            env,
+                            format!("{what}[{i}] must be a [locality, number] pair"),
+                        ));
+                    }
+                };
+                let (l, n) = (pair.get::<Unknown>(0).or_throw()?, pair.get::<Unknown>(1).or_throw()?);
+                let (Some(l), Some(n)) = (l, n) else {
+                    return Err(type_error(
+                        env,
+                        format!("{what}[{i}] must be a [locality, number] pair"),
+                    ));
+                };
+                let locality = self::locality(env, &l, &format!("{what}[{i}][0]"))?;
+                Ok((locality, integer(env, &n, &format!("{what}[{i}][1]"), max)?))
+            })
+            .collect();
+    }
+    if value.get_type().or_throw()? != ValueType::Object {
+        return Err(type_error(
+            env,
+            format!(
+                "{what} must be an object {{ locality: number }} or an array of [locality, number] pairs, got {}",
+                describe(value)
+            ),
+        ));
+    }
+    // SAFETY: the value was just checked to be an object.
+    let object = unsafe { value.cast::<Object>() }.or_throw()?;
+    own_keys(&object)?
+        .into_iter()
+        .map(|locality| {
+            let n = object.get::<Unknown>(&locality).or_throw()?;
+            let n = n.ok_or_else(|| type_error(env, format!("{what}[{locality:?}] is missing")))?;
+            let n = integer(env, &n, &format!("{what}[{locality:?}]"), max)?;
+            Ok((locality, n))
+        })
+        .collect()
+}
+
+/// The node of `add(id, weight?, tag?)`, or of `add({ id, weight?, tag?, locality?,
+/// priority? })`.
 pub fn new_node(
     env: &Env,
     id: Unknown<'_>,
     weight: Option<Unknown<'_>>,
     tag: Option<Unknown<'_>>,
 ) -> Result<Node> {
+    if id.get_type().or_throw()? == ValueType::Object && !id.is_array().or_throw()? {
+        if present(weight)?.is_some() || present(tag)?.is_some() {
+            return Err(type_error(
+                env,
+                "add({ id, ... }) takes the weight and tag in the object".to_string(),
+            ));
+        }
+        return node(env, &id, 0);
+    }
     let id = self::id(env, &id, "id")?;
     let weight = self::weight(env, weight, "weight")?;
     let tag = self::tag(env, tag, "tag")?;

@@ -39,6 +39,10 @@ pub struct NodeInfo {
     pub id: String,
     /// Its weight (0 = drained: never picked while another node has weight > 0).
     pub weight: u32,
+    /// Where it runs: `region/zone/sub_zone` ('' when not given).
+    pub locality: String,
+    /// Its priority level (0 = most preferred).
+    pub priority: u32,
 }
 
 /// A node's load as listed by `Balancer.stats()`.
@@ -48,6 +52,10 @@ pub struct NodeStats {
     pub id: String,
     /// Its weight (0 = drained).
     pub weight: u32,
+    /// Where it runs: `region/zone/sub_zone` ('' when not given).
+    pub locality: String,
+    /// Its priority level (0 = most preferred).
+    pub priority: u32,
     /// Requests started (leases acquired) and not yet ended.
     pub in_flight: u32,
     /// Requests ended with an outcome (finished leases and reports).
@@ -138,10 +146,11 @@ impl Balancer {
     }
 
     /// Adds a node at the end (weight defaults to 1; `tag`, a 64-bit value of yours that leases
-    /// hand back, to 0). Throws `LB_DUPLICATE_NODE` if the id exists.
+    /// hand back, to 0), or the node an object describes (`{ id, weight?, tag?, locality?,
+    /// priority? }`). Throws `LB_DUPLICATE_NODE` if the id exists.
     #[napi(
         catch_unwind,
-        ts_args_type = "id: string, weight?: number | null, tag?: bigint | number | string | null"
+        ts_args_type = "id: string | NodeObject, weight?: number | null, tag?: bigint | number | string | null"
     )]
     pub fn add(
         &self,
@@ -152,6 +161,77 @@ impl Balancer {
     ) -> Result<()> {
         let node = js::new_node(&env, id, weight, tag)?;
         self.inner.add(node).or_throw()
+    }
+
+    /// Moves a node to `locality` (`'region/zone/sub_zone'`) at `priority` (0 = most preferred,
+    /// the default): a membership change, as `setWeight` is. Throws `LB_UNKNOWN_NODE` or
+    /// `LB_INVALID_LOCALITY`, changing nothing.
+    #[napi(
+        js_name = "setLocation",
+        catch_unwind,
+        ts_args_type = "id: string, locality: string, priority?: number | null"
+    )]
+    pub fn set_location(
+        &self,
+        env: Env,
+        id: Unknown,
+        locality: Unknown,
+        priority: Option<Unknown>,
+    ) -> Result<()> {
+        let id = js::id(&env, &id, "id")?;
+        let locality = js::locality(&env, &locality, "locality")?;
+        let priority = match js::present(priority)? {
+            Some(p) => js::priority(&env, &p, "priority")?,
+            None => 0,
+        };
+        self.inner.set_location(&id, &locality, priority).or_throw()
+    }
+
+    /// Locality-weighted balancing (unkeyed algorithms): `{ locality: weight }` or
+    /// `[locality, weight]` pairs. Each weight is scaled by its locality's availability and
+    /// localities are chosen by Envoy's EDF schedule; a locality left out takes no traffic while
+    /// a listed one can. Empty turns it off. See docs/localities.md.
+    #[napi(
+        js_name = "setLocalityWeights",
+        catch_unwind,
+        ts_args_type = "weights: Record<string, number> | Array<[string, number]>"
+    )]
+    pub fn set_locality_weights(&self, env: Env, weights: Unknown) -> Result<()> {
+        let max = f64::from(u32::MAX);
+        let weights = js::per_locality(&env, &weights, "weights", max)?;
+        let weights = weights.into_iter().map(|(l, w)| (l, w as u32));
+        self.inner.set_locality_weights(weights).or_throw()
+    }
+
+    /// The caller's own locality (null: unknown), for zone-aware routing with
+    /// `setLocalLocalities`.
+    #[napi(
+        js_name = "setLocalLocality",
+        catch_unwind,
+        ts_args_type = "locality: string | null"
+    )]
+    pub fn set_local_locality(&self, env: Env, locality: Option<Unknown>) -> Result<()> {
+        let locality = match js::present(locality)? {
+            Some(l) => Some(js::locality(&env, &l, "locality")?),
+            None => None,
+        };
+        self.inner.set_local_locality(locality.as_deref()).or_throw()
+    }
+
+    /// How the caller's own fleet is spread: `{ locality: instances }` or pairs. With
+    /// `setLocalLocality` it turns on zone-aware routing (unkeyed algorithms): requests stay in
+    /// the caller's locality as far as its share of the usable priority-0 nodes covers its share
+    /// of the callers. Empty turns it off.
+    #[napi(
+        js_name = "setLocalLocalities",
+        catch_unwind,
+        ts_args_type = "spread: Record<string, number> | Array<[string, number]>"
+    )]
+    pub fn set_local_localities(&self, env: Env, spread: Unknown) -> Result<()> {
+        // 2^53 - 1: every integer up to it is exact in a double.
+        let spread = js::per_locality(&env, &spread, "spread", 9_007_199_254_740_991.0)?;
+        let spread = spread.into_iter().map(|(l, n)| (l, n as u64));
+        self.inner.set_local_localities(spread).or_throw()
     }
 
     /// Takes a node out of service until `markUp` (active health checks): no rebuild, its
@@ -309,6 +389,8 @@ impl Balancer {
                 .map(|n| NodeInfo {
                     id: n.id,
                     weight: n.weight,
+                    locality: n.locality,
+                    priority: n.priority,
                 })
                 .collect(),
         )
@@ -375,6 +457,8 @@ impl Balancer {
             .map(|s| NodeStats {
                 id: s.id,
                 weight: s.weight,
+                locality: s.locality,
+                priority: s.priority,
                 // At most one per lease: bounded by memory long before u32.
                 in_flight: s.in_flight as u32,
                 requests: s.requests as f64,

@@ -10,7 +10,10 @@ const { AdaptiveThrottle, Balancer, RetryBudget, RetryThrottle } = require('..')
 const VECTORS = path.join(__dirname, '..', '..', 'tests', 'vectors', 'vectors.json')
 const vectors = JSON.parse(fs.readFileSync(VECTORS, 'utf8'))
 
-const toNodes = (pairs) => pairs.map(([id, weight]) => ({ id, weight }))
+// `[id, weight]`, or `[id, weight, locality, priority]` for a node placed somewhere.
+const toNodes = (nodes) =>
+  nodes.map(([id, weight, locality, priority]) =>
+    locality === undefined ? { id, weight } : { id, weight, locality, priority })
 
 /** A finish or report step's outcome: only the fields the step has. */
 function outcomeOf(step) {
@@ -35,7 +38,19 @@ function run(balancer, leases, step) {
     case 'attempts':
       return balancer.attempts(step.key, step.limit)
     case 'add':
+      if (step.locality !== undefined) {
+        const { id, weight, locality, priority } = step
+        return balancer.add({ id, weight, locality, priority })
+      }
       return balancer.add(step.id, step.weight)
+    case 'set_location':
+      return balancer.setLocation(step.id, step.locality, step.priority)
+    case 'set_locality_weights':
+      return balancer.setLocalityWeights(step.weights)
+    case 'set_local_locality':
+      return balancer.setLocalLocality(step.locality)
+    case 'set_local_localities':
+      return balancer.setLocalLocalities(Object.fromEntries(step.spread))
     case 'remove':
       return balancer.remove(step.id)
     case 'set_weight':
