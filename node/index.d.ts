@@ -573,10 +573,10 @@ export interface NodeInfo {
   id: string
   /** Its weight (0 = drained: never picked while another node has weight > 0). */
   weight: number
-  /** Where it runs: `region/zone/sub_zone` ('' when not given). */
-  locality: string
-  /** Its priority level (0 = most preferred). */
-  priority: number
+  /** Where it runs: `region/zone/sub_zone`; absent for a node given none. */
+  locality?: string
+  /** Its priority level; absent for priority 0 (the most preferred). */
+  priority?: number
 }
 
 /** A node's load as listed by `Balancer.stats()`. */
@@ -585,10 +585,10 @@ export interface NodeStats {
   id: string
   /** Its weight (0 = drained). */
   weight: number
-  /** Where it runs: `region/zone/sub_zone` ('' when not given). */
-  locality: string
-  /** Its priority level (0 = most preferred). */
-  priority: number
+  /** Where it runs: `region/zone/sub_zone`; absent for a node given none. */
+  locality?: string
+  /** Its priority level; absent for priority 0 (the most preferred). */
+  priority?: number
   /** Requests started (leases acquired) and not yet ended. */
   inFlight: number
   /** Requests ended with an outcome (finished leases and reports). */

@@ -39,10 +39,10 @@ pub struct NodeInfo {
     pub id: String,
     /// Its weight (0 = drained: never picked while another node has weight > 0).
     pub weight: u32,
-    /// Where it runs: `region/zone/sub_zone` ('' when not given).
-    pub locality: String,
-    /// Its priority level (0 = most preferred).
-    pub priority: u32,
+    /// Where it runs: `region/zone/sub_zone`; absent for a node given none.
+    pub locality: Option<String>,
+    /// Its priority level; absent for priority 0 (the most preferred).
+    pub priority: Option<u32>,
 }
 
 /// A node's load as listed by `Balancer.stats()`.
@@ -52,10 +52,10 @@ pub struct NodeStats {
     pub id: String,
     /// Its weight (0 = drained).
     pub weight: u32,
-    /// Where it runs: `region/zone/sub_zone` ('' when not given).
-    pub locality: String,
-    /// Its priority level (0 = most preferred).
-    pub priority: u32,
+    /// Where it runs: `region/zone/sub_zone`; absent for a node given none.
+    pub locality: Option<String>,
+    /// Its priority level; absent for priority 0 (the most preferred).
+    pub priority: Option<u32>,
     /// Requests started (leases acquired) and not yet ended.
     pub in_flight: u32,
     /// Requests ended with an outcome (finished leases and reports).
@@ -389,8 +389,8 @@ impl Balancer {
                 .map(|n| NodeInfo {
                     id: n.id,
                     weight: n.weight,
-                    locality: n.locality,
-                    priority: n.priority,
+                    locality: (!n.locality.is_empty()).then_some(n.locality),
+                    priority: (n.priority != 0).then_some(n.priority),
                 })
                 .collect(),
         )
@@ -457,8 +457,8 @@ impl Balancer {
             .map(|s| NodeStats {
                 id: s.id,
                 weight: s.weight,
-                locality: s.locality,
-                priority: s.priority,
+                locality: (!s.locality.is_empty()).then_some(s.locality),
+                priority: (s.priority != 0).then_some(s.priority),
                 // At most one per lease: bounded by memory long before u32.
                 in_flight: s.in_flight as u32,
                 requests: s.requests as f64,

@@ -24,16 +24,18 @@ describe('localities and priorities', () => {
     ])
     b.add({ id: 'added', locality: 'us/us-east-1', priority: 1 })
     b.add('bare', 3)
+    // A node given no locality or priority lists neither (as before they existed).
     assert.deepEqual(b.nodes(), [
-      { id: 'plain', weight: 2, locality: '', priority: 0 },
+      { id: 'plain', weight: 2 },
       { id: 'placed', weight: 1, locality: 'eu/eu-west-1b', priority: 2 },
       { id: 'added', weight: 1, locality: 'us/us-east-1', priority: 1 },
-      { id: 'bare', weight: 3, locality: '', priority: 0 },
+      { id: 'bare', weight: 3 },
     ])
     assert.deepEqual(
       b.stats().map((s) => [s.id, s.locality, s.priority]),
-      [['plain', '', 0], ['placed', 'eu/eu-west-1b', 2], ['added', 'us/us-east-1', 1], ['bare', '', 0]],
+      [['plain', undefined, undefined], ['placed', 'eu/eu-west-1b', 2], ['added', 'us/us-east-1', 1], ['bare', undefined, undefined]],
     )
+    assert.ok(!('locality' in b.nodes()[0]))
     b.setLocation('plain', 'ap/ap-south-1', 3)
     assert.deepEqual(b.nodes()[0], { id: 'plain', weight: 2, locality: 'ap/ap-south-1', priority: 3 })
   })
