@@ -231,6 +231,8 @@ describe('options', () => {
       success_rate_request_volume: 50, success_rate_stdev_factor: 1500,
       enforcing_failure_percentage: 10, failure_percentage_threshold: 80,
       failure_percentage_minimum_hosts: 4, failure_percentage_request_volume: 40,
+      overprovisioning_factor: 120, zone_aware_min_cluster_size: 3,
+      zone_aware_routing_enabled: 80, zone_aware_by_weight: 1,
     }
     assert.deepEqual(Object.keys(values).sort(), [...optionNames()].sort(), 'a core option this test does not set')
     for (const name of algorithms()) assert.equal(new Balancer(name, ABC, values).size, 3)
