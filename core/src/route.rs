@@ -207,6 +207,9 @@ pub(crate) struct Layout {
     refreshing: AtomicBool,
     /// Locality-weighted picks made: the EDF schedule's position.
     rotation: AtomicCounter,
+    /// The choice of every pick while every node is usable, when it is always the same (one
+    /// level's whole group, or zone-aware routing that sends everything to the own zone).
+    calm_choice: Option<Choice>,
 }
 
 impl Layout {
@@ -309,9 +312,47 @@ impl Layout {
             stamp: AtomicUsize::new(usize::MAX),
             refreshing: AtomicBool::new(false),
             rotation: AtomicCounter::new(0),
+            calm_choice: None,
         };
+        let mut layout = layout;
         layout.fill(&layout.calm, nodes_weights(nodes), |_| true);
+        layout.calm_choice = layout.fixed_choice();
         Some(layout)
+    }
+
+    /// The choice every pick makes while every node is usable, if it needs no draw.
+    fn fixed_choice(&self) -> Option<Choice> {
+        let calm = &self.calm;
+        let load0 = calm.tiers[0].load(Ordering::Relaxed);
+        if load0 & PANIC != 0 || load0 < 100 {
+            return None;
+        }
+        let place = match self.mode {
+            Mode::Flat => None,
+            Mode::Weighted => return None,
+            Mode::ZoneAware => match (calm.zone.load(Ordering::Relaxed), &self.zone) {
+                (NO_ZONE, _) => None,
+                (DIRECT, Some(zone)) if zone.enabled >= 100 && self.tiers[0].priority == 0 => {
+                    Some(0)
+                }
+                _ => return None,
+            },
+        };
+        Some(Choice {
+            tier: 0,
+            place,
+            panic: false,
+        })
+    }
+
+    /// The group a choice picks from first.
+    #[inline]
+    pub(crate) fn group(&self, choice: Choice) -> &Group {
+        let tier = &self.tiers[choice.tier];
+        match choice.place.and_then(|p| tier.places[p].group.as_ref()) {
+            Some(group) => group,
+            None => &tier.all,
+        }
     }
 
     /// The whole level a caller's hash goes to while every node is usable.
@@ -426,12 +467,16 @@ impl Layout {
 
     /// The group a pick draws from. `hash` places keyed picks (and any pick, when given);
     /// without it the level is drawn at random.
+    #[inline]
     pub(crate) fn choose(
         &self,
         ctx: &Ctx<'_>,
         weights: &[u32],
         hash: impl FnOnce() -> Option<u64>,
     ) -> Choice {
+        if let (false, Some(choice)) = (ctx.checking(), self.calm_choice) {
+            return choice;
+        }
         let routes = self.routes(ctx, weights);
         let tier = self.choose_tier(routes, ctx, hash);
         let panic = routes.tiers[tier].load(Ordering::Relaxed) & PANIC != 0;
@@ -513,14 +558,18 @@ impl Layout {
         match routes.zone.load(Ordering::Relaxed) {
             DIRECT => Some(0),
             RESIDUAL => {
-                if ctx.rng.next() % 10_000 < routes.local_percent.load(Ordering::Relaxed) {
+                // One draw for both of Envoy's: its low half decides local or not, its high
+                // half which other locality (two independent 32-bit draws).
+                let draw = ctx.rng.next();
+                let (low, high) = (draw & u64::from(u32::MAX), draw >> 32);
+                if low % 10_000 < routes.local_percent.load(Ordering::Relaxed) {
                     return Some(0);
                 }
                 let last = routes.residual.last()?.load(Ordering::Relaxed);
                 if last == 0 {
-                    return Some((ctx.rng.next() % routes.residual.len() as u64) as usize);
+                    return Some((high % routes.residual.len() as u64) as usize);
                 }
-                let threshold = ctx.rng.next() % last;
+                let threshold = high % last;
                 (routes.residual.iter()).position(|sum| threshold < sum.load(Ordering::Relaxed))
             }
             _ => None,

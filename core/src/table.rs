@@ -301,8 +301,26 @@ impl Table {
 
     /// A pick routed by priority level and locality: the chosen group's pick, or, when it has
     /// no usable node, the next group's in [`Layout::order`].
+    #[inline]
     fn pick_routed(&self, layout: &Layout, by: By<'_>, ctx: &Ctx<'_>) -> Result<u32> {
         let choice = layout.choose(ctx, &self.weights, self.level_hash(by));
+        let group = layout.group(choice);
+        let within = ctx.within(group, choice.panic);
+        if !within.checking() && self.policy.balance_factor == 0 {
+            return Ok(by.pick(&group.selector, &within));
+        }
+        self.pick_in_order(layout, by, ctx, choice)
+    }
+
+    /// [`Table::pick_routed`] with health or bounds to check: group by group in
+    /// [`Layout::order`] until one has a node to give.
+    fn pick_in_order(
+        &self,
+        layout: &Layout,
+        by: By<'_>,
+        ctx: &Ctx<'_>,
+        choice: crate::route::Choice,
+    ) -> Result<u32> {
         let mut drawn = None;
         for (group, panic) in layout.order(ctx, &self.weights, choice) {
             let ctx = ctx.within(group, panic);
