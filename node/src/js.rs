@@ -283,7 +283,10 @@ pub fn per_locality(
                         ));
                     }
                 };
-                let (l, n) = (pair.get::<Unknown>(0).or_throw()?, pair.get::<Unknown>(1).or_throw()?);
+                let (l, n) = (
+                    pair.get::<Unknown>(0).or_throw()?,
+                    pair.get::<Unknown>(1).or_throw()?,
+                );
                 let (Some(l), Some(n)) = (l, n) else {
                     return Err(type_error(
                         env,

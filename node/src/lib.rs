@@ -215,7 +215,9 @@ impl Balancer {
             Some(l) => Some(js::locality(&env, &l, "locality")?),
             None => None,
         };
-        self.inner.set_local_locality(locality.as_deref()).or_throw()
+        self.inner
+            .set_local_locality(locality.as_deref())
+            .or_throw()
     }
 
     /// How the caller's own fleet is spread: `{ locality: instances }` or pairs. With

@@ -360,7 +360,10 @@ impl PyBalancer {
         let node = match id.cast::<node::PyNode>() {
             Ok(node) => node.get().to_core(),
             Err(_) => liblb_core::Node::with_tag(convert::node_id(id)?, weight, tag).located(
-                locality.map(node::locality).transpose()?.unwrap_or_default(),
+                locality
+                    .map(node::locality)
+                    .transpose()?
+                    .unwrap_or_default(),
                 priority.map(node::priority).transpose()?.unwrap_or(0),
             ),
         };

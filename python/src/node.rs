@@ -101,7 +101,9 @@ pub(crate) fn priority(value: &Bound<'_, PyAny>) -> PyResult<u32> {
 
 /// An int from 0 to `u32::MAX` (`what` names it in messages).
 fn count_of(what: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> {
-    if value.is_instance_of::<pyo3::types::PyBool>() || !value.is_instance_of::<pyo3::types::PyInt>() {
+    if value.is_instance_of::<pyo3::types::PyBool>()
+        || !value.is_instance_of::<pyo3::types::PyInt>()
+    {
         return Err(PyTypeError::new_err(format!(
             "{what} must be int, got {}",
             type_name(value)
@@ -158,7 +160,9 @@ pub(crate) fn locality_weight(value: &Bound<'_, PyAny>) -> PyResult<u32> {
 
 /// A count of the caller's instances in a locality: an int from 0 to 2**64-1.
 pub(crate) fn instances(value: &Bound<'_, PyAny>) -> PyResult<u64> {
-    if value.is_instance_of::<pyo3::types::PyBool>() || !value.is_instance_of::<pyo3::types::PyInt>() {
+    if value.is_instance_of::<pyo3::types::PyBool>()
+        || !value.is_instance_of::<pyo3::types::PyInt>()
+    {
         return Err(PyTypeError::new_err(format!(
             "instance count must be int, got {}",
             type_name(value)
