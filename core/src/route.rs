@@ -45,7 +45,7 @@ use crate::{Algorithm, Options, Result};
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 /// What the caller tells a balancer about localities: their weights, and where it runs itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -167,8 +167,9 @@ struct Routes {
     eligible: Vec<Vec<AtomicU32>>,
     /// Zone-aware routing at priority 0: `NO_ZONE`, `DIRECT` or `RESIDUAL`.
     zone: AtomicU32,
-    local_percent: AtomicU64,
-    residual: Vec<AtomicU64>,
+    /// In 1/10000ths (so 32 bits suffice, on targets without 64-bit atomics too).
+    local_percent: AtomicU32,
+    residual: Vec<AtomicU32>,
     /// Locality-weighted balancing: per level, the locality of each of the first `SCHEDULE`
     /// picks of Envoy's EDF schedule (`NONE`: no locality has weight; empty in other modes).
     schedule: Vec<Vec<AtomicU32>>,
@@ -432,9 +433,13 @@ impl Layout {
                 local_percent,
                 residual,
             }) => {
-                routes.local_percent.store(local_percent, Ordering::Relaxed);
+                // Shares of 10000: they fit 32 bits.
+                let narrow = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+                routes
+                    .local_percent
+                    .store(narrow(local_percent), Ordering::Relaxed);
                 for (out, sum) in routes.residual.iter().zip(residual) {
-                    out.store(sum, Ordering::Relaxed);
+                    out.store(narrow(sum), Ordering::Relaxed);
                 }
                 routes.zone.store(RESIDUAL, Ordering::Relaxed);
             }
@@ -562,15 +567,16 @@ impl Layout {
                 // half which other locality (two independent 32-bit draws).
                 let draw = ctx.rng.next();
                 let (low, high) = (draw & u64::from(u32::MAX), draw >> 32);
-                if low % 10_000 < routes.local_percent.load(Ordering::Relaxed) {
+                if low % 10_000 < u64::from(routes.local_percent.load(Ordering::Relaxed)) {
                     return Some(0);
                 }
-                let last = routes.residual.last()?.load(Ordering::Relaxed);
+                let last = u64::from(routes.residual.last()?.load(Ordering::Relaxed));
                 if last == 0 {
                     return Some((high % routes.residual.len() as u64) as usize);
                 }
                 let threshold = high % last;
-                (routes.residual.iter()).position(|sum| threshold < sum.load(Ordering::Relaxed))
+                (routes.residual.iter())
+                    .position(|sum| threshold < u64::from(sum.load(Ordering::Relaxed)))
             }
             _ => None,
         }
@@ -626,9 +632,9 @@ impl Routes {
                 .map(|t| t.places.iter().map(|_| AtomicU32::new(0)).collect())
                 .collect(),
             zone: AtomicU32::new(NO_ZONE),
-            local_percent: AtomicU64::new(0),
+            local_percent: AtomicU32::new(0),
             residual: (tiers.first().into_iter())
-                .flat_map(|t| t.places.iter().map(|_| AtomicU64::new(0)))
+                .flat_map(|t| t.places.iter().map(|_| AtomicU32::new(0)))
                 .collect(),
             schedule: (tiers.iter())
                 .map(|_| match mode {
