@@ -571,6 +571,20 @@ mod tests {
         assert_eq!(back.choose(0), (0, Availability::Healthy));
     }
 
+    /// The difference on purpose (module docs): nothing available and panic disabled. Envoy
+    /// sets priority 0's load to 100 and leaves the others as its previous update left them
+    /// (`recalculatePerPriorityState`: "we still need to have the loads add up to 100, but it
+    /// doesn't matter which priority"); liblb gives them 0, whatever came before.
+    #[test]
+    fn nothing_available_with_panic_disabled_puts_the_load_on_priority_0() {
+        let before = Loads::compute(&[level(2, 1, 0, 0), level(2, 2, 0, 0)], 0);
+        assert_eq!(before.healthy, [70, 30]);
+        let after = Loads::compute(&[level(2, 0, 0, 0), level(2, 0, 0, 0)], 0);
+        assert_eq!(after.healthy, [100, 0]); // Envoy: [100, 30], the 30 stale
+        assert_eq!(after.degraded, [0, 0]);
+        assert_eq!(after.panic, [false, false]);
+    }
+
     #[test]
     fn choose_walks_healthy_then_degraded_loads() {
         let loads = Loads {

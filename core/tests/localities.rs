@@ -504,3 +504,22 @@ fn least_connections_counts_within_the_zone() {
     drop(held);
     assert!(b.stats().iter().all(|s| s.in_flight == 0));
 }
+
+/// With panic disabled (`panic_threshold` 0) a level never panics: its down nodes are never
+/// picked, the next level takes the spill, and with nothing usable anywhere the pick fails
+/// with `NoUsableNodes` (Envoy chooses no host), leaving the balancer working.
+#[test]
+fn with_panic_disabled_picks_fail_when_no_level_has_a_usable_node() {
+    let mut all = nodes("p", 2, "", 0);
+    all.extend(nodes("s", 2, "", 1));
+    let b = balancer(Algorithm::RoundRobin, all, &[("panic_threshold", "0")]);
+    b.mark_down("p0").unwrap();
+    b.mark_down("p1").unwrap();
+    assert!(b.pick_n(50).unwrap().ids().all(|id| id.starts_with('s')));
+    b.mark_down("s0").unwrap();
+    b.mark_down("s1").unwrap();
+    assert_eq!(b.pick(None).unwrap_err(), Error::NoUsableNodes);
+    assert_eq!(b.attempts(None, 4).unwrap_err(), Error::NoUsableNodes);
+    b.mark_up("s1").unwrap();
+    assert_eq!(b.pick(None).unwrap().id(), "s1");
+}
