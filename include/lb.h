@@ -462,6 +462,87 @@ typedef struct lb_node_stats {
 } lb_node_stats;
 
 /**
+ * A node with its place: what `lb_node` says plus a locality and a priority level. Taken by
+ * `lb_balancer_new_located` / `lb_balancer_update_located`, listed by
+ * `lb_balancer_located_nodes`. A zeroed `locality`/`locality_len`/`priority` is what `lb_node`
+ * implies: the unnamed locality at priority 0.
+ */
+typedef struct lb_located_node {
+    /**
+     * The id: `id_len` bytes of UTF-8, non-empty, no NUL byte; need not be NUL-terminated.
+     * liblb copies it. In `lb_balancer_located_nodes` output it points into the caller's
+     * `strings_buf` (and is NUL-terminated there).
+     */
+    const char *id;
+    /**
+     * Length of `id` in bytes, without any terminating NUL.
+     */
+    size_t id_len;
+    /**
+     * Relative weight; 0 drains the node (never picked while any node has weight > 0).
+     */
+    uint32_t weight;
+    /**
+     * A value of the caller's choosing, handed back by picks (liblb never interprets it).
+     */
+    uint64_t tag;
+    /**
+     * Where the node runs: `locality_len` bytes of UTF-8, `"region/zone/sub_zone"`, any part
+     * may be empty and trailing empty parts may be left out (`"us-east/us-east-1a"`); at most
+     * three parts, no NUL byte. NULL with length 0 (or `""`) is the unnamed locality. liblb
+     * copies it. In `lb_balancer_located_nodes` output it points into the caller's
+     * `strings_buf` (NUL-terminated there), exactly as it was given.
+     */
+    const char *locality;
+    /**
+     * Length of `locality` in bytes, without any terminating NUL.
+     */
+    size_t locality_len;
+    /**
+     * The node's priority level: 0 is the most preferred; higher levels take traffic as the
+     * lower ones lose health (Envoy's priority levels; see docs/c.md).
+     */
+    uint32_t priority;
+} lb_located_node;
+
+/**
+ * One locality's weight for `lb_balancer_set_locality_weights`.
+ */
+typedef struct lb_locality_weight {
+    /**
+     * The locality, `locality_len` bytes of UTF-8 (as in `lb_located_node`).
+     */
+    const char *locality;
+    /**
+     * Length of `locality` in bytes.
+     */
+    size_t locality_len;
+    /**
+     * Its weight; 0 takes traffic only when no locality with weight > 0 can.
+     */
+    uint32_t weight;
+} lb_locality_weight;
+
+/**
+ * How many of the caller's own instances run in one locality, for
+ * `lb_balancer_set_local_localities`.
+ */
+typedef struct lb_locality_count {
+    /**
+     * The locality, `locality_len` bytes of UTF-8 (as in `lb_located_node`).
+     */
+    const char *locality;
+    /**
+     * Length of `locality` in bytes.
+     */
+    size_t locality_len;
+    /**
+     * The number of the caller's instances there.
+     */
+    uint64_t count;
+} lb_locality_count;
+
+/**
  * A request's outcome in full, for `lb_lease_finish_info` and `lb_balancer_report_info`.
  */
 typedef struct lb_outcome_info {
@@ -1256,6 +1337,144 @@ lb_result lb_adaptive_throttle_admit(const struct lb_adaptive_throttle *throttle
  */
 lb_result lb_adaptive_throttle_accepted(const struct lb_adaptive_throttle *throttle,
                                         uint64_t now_ns);
+
+/**
+ * `lb_balancer_new` with located nodes: creates a balancer in `*balancer_out` whose nodes
+ * carry their locality and priority. Arguments, ownership and errors as `lb_balancer_new`,
+ * plus `LB_RESULT_INVALID_LOCALITY` (a locality with more than three `/`-separated parts or a
+ * NUL byte) and `LB_RESULT_INVALID_UTF8` for a locality's bytes. If this returns an error,
+ * `*balancer_out` is unchanged and nothing needs freeing. Thread-safe.
+ */
+lb_result lb_balancer_new_located(const char *algorithm,
+                                  size_t algorithm_len,
+                                  const struct lb_options *options,
+                                  const struct lb_located_node *nodes,
+                                  size_t nodes_len,
+                                  struct lb_balancer **balancer_out);
+
+/**
+ * `lb_balancer_add` with a place: adds a node at the end (`id_len` bytes of UTF-8 at `id`,
+ * copied), with its weight, tag, locality (`locality_len` bytes, as in `lb_located_node`;
+ * NULL with 0 is the unnamed locality) and priority level.
+ *
+ * Errors (the balancer is then unchanged): those of `lb_balancer_add`, plus
+ * `LB_RESULT_INVALID_UTF8` for the locality's bytes and `LB_RESULT_INVALID_LOCALITY`.
+ * Thread-safe.
+ */
+lb_result lb_balancer_add_located(const struct lb_balancer *balancer,
+                                  const char *id,
+                                  size_t id_len,
+                                  uint32_t weight,
+                                  uint64_t tag,
+                                  const char *locality,
+                                  size_t locality_len,
+                                  uint32_t priority);
+
+/**
+ * `lb_balancer_update` with located nodes: replaces the whole membership with `nodes_len`
+ * nodes (ids and localities copied), atomically; NULL with 0 empties the balancer. A node
+ * that stays keeps its counters and health whatever its new place.
+ *
+ * Errors (the balancer is then unchanged, even if only the last node is bad): those of
+ * `lb_balancer_update`, plus `LB_RESULT_INVALID_UTF8` for a locality's bytes and
+ * `LB_RESULT_INVALID_LOCALITY`. Thread-safe.
+ */
+lb_result lb_balancer_update_located(const struct lb_balancer *balancer,
+                                     const struct lb_located_node *nodes,
+                                     size_t nodes_len);
+
+/**
+ * Moves the node with this id (`id_len` bytes) to `locality` (`locality_len` bytes, as in
+ * `lb_located_node`) at priority level `priority`. Its weight, tag, counters and health stay.
+ *
+ * Errors (the balancer is then unchanged): `LB_RESULT_NULL_PARAMETER`,
+ * `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8` (id or locality),
+ * `LB_RESULT_INVALID_LOCALITY`, `LB_RESULT_UNKNOWN_NODE`. Thread-safe.
+ */
+lb_result lb_balancer_set_location(const struct lb_balancer *balancer,
+                                   const char *id,
+                                   size_t id_len,
+                                   const char *locality,
+                                   size_t locality_len,
+                                   uint32_t priority);
+
+/**
+ * Turns on locality-weighted balancing (for the unkeyed algorithms; keyed ones ignore it):
+ * `weights_len` localities with their weights, each scaled by its share of usable nodes as
+ * Envoy does, localities chosen by Envoy's EDF schedule. A locality left out has weight 0.
+ * NULL with 0 (an empty list) turns it off. Replaces any weights set before.
+ *
+ * Errors (the balancer is then unchanged): `LB_RESULT_NULL_PARAMETER`,
+ * `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`, `LB_RESULT_INVALID_LOCALITY`.
+ * Thread-safe.
+ */
+lb_result lb_balancer_set_locality_weights(const struct lb_balancer *balancer,
+                                           const struct lb_locality_weight *weights,
+                                           size_t weights_len);
+
+/**
+ * Sets the caller's own locality (`locality_len` bytes, as in `lb_located_node`: NULL with 0
+ * is the unnamed locality `""`, not "none"; use `lb_balancer_clear_local_locality` for none).
+ * With `lb_balancer_set_local_localities` it turns on zone-aware routing for the unkeyed
+ * algorithms: requests stay in this locality as far as its share of the usable nodes at
+ * priority 0 covers its share of the callers.
+ *
+ * Errors (the balancer is then unchanged): `LB_RESULT_NULL_PARAMETER`,
+ * `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`, `LB_RESULT_INVALID_LOCALITY`.
+ * Thread-safe.
+ */
+lb_result lb_balancer_set_local_locality(const struct lb_balancer *balancer,
+                                         const char *locality,
+                                         size_t locality_len);
+
+/**
+ * Forgets the caller's own locality (the default): zone-aware routing is off until
+ * `lb_balancer_set_local_locality`. Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_balancer_clear_local_locality(const struct lb_balancer *balancer);
+
+/**
+ * How the caller's own fleet is spread: `spread_len` localities with how many instances run
+ * in each (Envoy's local cluster). With `lb_balancer_set_local_locality` it turns on
+ * zone-aware routing (options `zone_aware_routing_enabled`, `zone_aware_min_cluster_size`,
+ * `zone_aware_by_weight` tune it). NULL with 0 (an empty spread) turns it off. Replaces any
+ * spread set before.
+ *
+ * Errors (the balancer is then unchanged): `LB_RESULT_NULL_PARAMETER`,
+ * `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`, `LB_RESULT_INVALID_LOCALITY`.
+ * Thread-safe.
+ */
+lb_result lb_balancer_set_local_localities(const struct lb_balancer *balancer,
+                                           const struct lb_locality_count *spread,
+                                           size_t spread_len);
+
+/**
+ * `lb_balancer_nodes` with places: lists the nodes in insertion order, drained ones
+ * included, each with its weight, tag, locality and priority. `nodes_out` (room for
+ * `nodes_cap` entries) gets one entry per node; its `id` and `locality` point at
+ * NUL-terminated copies in the caller's `strings_buf` (`strings_buf_len` bytes), id then
+ * locality, node after node. `*count_out` gets the number of nodes and `*strings_size_out`
+ * the bytes used. The entries can be passed straight back to `lb_balancer_update_located`
+ * while `strings_buf` lives.
+ *
+ * If `nodes_cap` or `strings_buf_len` is too small: `LB_RESULT_BUFFER_TOO_SMALL`, with the
+ * count and bytes needed in `*count_out` and `*strings_size_out` (another thread may change
+ * the set before you retry: loop). `NULL, 0, NULL, 0` asks for the sizes (an empty balancer
+ * succeeds with both 0). `nodes_out`, `strings_buf`, `*count_out` and `*strings_size_out`
+ * must not overlap each other.
+ *
+ * Errors: `LB_RESULT_NULL_PARAMETER` (NULL balancer, `count_out` or `strings_size_out`, or
+ * NULL arrays with non-zero sizes), `LB_RESULT_INVALID_LENGTH` (also when the strings' total
+ * size would not fit in a `size_t`), `LB_RESULT_BUFFER_TOO_SMALL`. Listing never changes the
+ * balancer. Thread-safe: the list is one consistent snapshot.
+ */
+lb_result lb_balancer_located_nodes(const struct lb_balancer *balancer,
+                                    struct lb_located_node *nodes_out,
+                                    size_t nodes_cap,
+                                    char *strings_buf,
+                                    size_t strings_buf_len,
+                                    size_t *count_out,
+                                    size_t *strings_size_out);
 
 /**
  * Creates default options (no seed: random algorithms seed from OS entropy; vnodes 160; each

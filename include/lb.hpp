@@ -14,7 +14,8 @@
 //   std::string copies, never views into balancer memory, so they stay valid whatever other
 //   threads do.
 // - Thread safety is the C API's: every const member function and add/remove/set_weight/update
-//   may be called concurrently on one balancer; moving or destroying it needs exclusive access.
+//   (their located forms and the locality setters too) may be called concurrently on one
+//   balancer; moving or destroying it needs exclusive access.
 //
 // Link with -llb (pkg-config: liblb).
 #ifndef LB_HPP
@@ -166,6 +167,23 @@ struct node {
 
     bool operator==(const node &o) const {
         return id == o.id && weight == o.weight && tag == o.tag;
+    }
+};
+
+/// A node with its place (issue 24): `locality` is "region/zone/sub_zone" (any part may be
+/// empty, at most three parts; "" is the unnamed locality) and `priority` its level (0 = most
+/// preferred). Taken by balancer::located, add_located and update_located; listed by
+/// located_nodes(). A plain lb::node is this with locality "" and priority 0.
+struct located_node {
+    std::string id;
+    uint32_t weight = 1;
+    uint64_t tag = 0;
+    std::string locality;
+    uint32_t priority = 0;
+
+    bool operator==(const located_node &o) const {
+        return id == o.id && weight == o.weight && tag == o.tag && locality == o.locality &&
+               priority == o.priority;
     }
 };
 
@@ -325,6 +343,23 @@ public:
     balancer(std::string_view algorithm, const std::vector<node> &nodes, const options &opts)
         : balancer(algorithm, nodes, &opts) {}
 
+    /// A balancer whose nodes carry their locality and priority (lb_balancer_new_located).
+    /// A named constructor, so `lb::balancer("random", {{"a", 1}})` stays unambiguous.
+    static balancer located(std::string_view algorithm, const std::vector<located_node> &nodes,
+                            const options *opts = nullptr) {
+        std::vector<lb_located_node> c = to_c(nodes);
+        lb_balancer *raw = nullptr;
+        detail::check(lb_balancer_new_located(algorithm.data(), algorithm.size(),
+                                              opts ? opts->get() : nullptr, c.data(), c.size(),
+                                              &raw));
+        return balancer(raw);
+    }
+
+    static balancer located(std::string_view algorithm, const std::vector<located_node> &nodes,
+                            const options &opts) {
+        return located(algorithm, nodes, &opts);
+    }
+
     void add(std::string_view id, uint32_t weight = 1, uint64_t tag = 0) {
         detail::check(lb_balancer_add(get(), id.data(), id.size(), weight, tag));
     }
@@ -341,6 +376,58 @@ public:
     void update(const std::vector<node> &nodes) {
         std::vector<lb_node> c = to_c(nodes);
         detail::check(lb_balancer_update(get(), c.data(), c.size()));
+    }
+
+    /// Adds a node with its place (lb_balancer_add_located); a bad locality throws
+    /// LB_INVALID_LOCALITY.
+    void add_located(const located_node &n) {
+        detail::check(lb_balancer_add_located(get(), n.id.data(), n.id.size(), n.weight, n.tag,
+                                              n.locality.data(), n.locality.size(), n.priority));
+    }
+
+    /// Replaces the whole membership atomically with located nodes.
+    void update_located(const std::vector<located_node> &nodes) {
+        std::vector<lb_located_node> c = to_c(nodes);
+        detail::check(lb_balancer_update_located(get(), c.data(), c.size()));
+    }
+
+    /// Moves a node to `locality` at `priority` (weight, tag, counters and health stay).
+    void set_location(std::string_view id, std::string_view locality, uint32_t priority) {
+        detail::check(lb_balancer_set_location(get(), id.data(), id.size(), locality.data(),
+                                               locality.size(), priority));
+    }
+
+    /// Locality-weighted balancing for the unkeyed algorithms: `{{"r/a", 1}, {"r/b", 2}}`; a
+    /// locality left out has weight 0; an empty list turns it off.
+    void set_locality_weights(const std::vector<std::pair<std::string_view, uint32_t>> &weights) {
+        std::vector<lb_locality_weight> c(weights.size());
+        for (size_t i = 0; i < weights.size(); i++)
+            c[i] = lb_locality_weight{weights[i].first.data(), weights[i].first.size(),
+                                      weights[i].second};
+        detail::check(lb_balancer_set_locality_weights(get(), c.data(), c.size()));
+    }
+
+    /// The caller's own locality, for zone-aware routing: "" is the unnamed locality,
+    /// std::nullopt none (lb_balancer_clear_local_locality).
+    void set_local_locality(std::optional<std::string_view> locality) {
+        if (locality)
+            detail::check(
+                lb_balancer_set_local_locality(get(), locality->data(), locality->size()));
+        else
+            clear_local_locality();
+    }
+
+    /// No local locality (the default): zone-aware routing off.
+    void clear_local_locality() { detail::check(lb_balancer_clear_local_locality(get())); }
+
+    /// The caller's fleet, instances per locality: `{{"r/a", 4}, {"r/b", 2}}`; with
+    /// set_local_locality it turns on zone-aware routing; an empty list turns it off.
+    void set_local_localities(const std::vector<std::pair<std::string_view, uint64_t>> &spread) {
+        std::vector<lb_locality_count> c(spread.size());
+        for (size_t i = 0; i < spread.size(); i++)
+            c[i] = lb_locality_count{spread[i].first.data(), spread[i].first.size(),
+                                     spread[i].second};
+        detail::check(lb_balancer_set_local_localities(get(), c.data(), c.size()));
     }
 
     /// Picks a node (no key for the unkeyed algorithms; keyed ones throw LB_KEY_REQUIRED).
@@ -571,6 +658,29 @@ public:
         return result;
     }
 
+    /// The nodes with their places, in insertion order (one consistent snapshot).
+    std::vector<located_node> located_nodes() const {
+        size_t count = 0, size = 0;
+        std::vector<lb_located_node> out;
+        std::string strings;
+        lb_result r = lb_balancer_located_nodes(get(), nullptr, 0, nullptr, 0, &count, &size);
+        while (r == LB_RESULT_BUFFER_TOO_SMALL) {  // loop: another thread may add meanwhile
+            out.resize(count);
+            strings.resize(size);
+            r = lb_balancer_located_nodes(get(), out.data(), out.size(), strings.data(),
+                                          strings.size(), &count, &size);
+        }
+        detail::check(r);
+        std::vector<located_node> result;
+        result.reserve(count);
+        for (size_t i = 0; i < count; i++)
+            result.push_back(located_node{std::string(out[i].id, out[i].id_len), out[i].weight,
+                                          out[i].tag,
+                                          std::string(out[i].locality, out[i].locality_len),
+                                          out[i].priority});
+        return result;
+    }
+
     size_t size() const {
         size_t len = 0;
         detail::check(lb_balancer_len(get(), &len));
@@ -593,10 +703,23 @@ public:
     lb_balancer *get() const noexcept { return handle_.get(); }
 
 private:
+    /// Adopts a handle lb_balancer_new_located made.
+    explicit balancer(lb_balancer *raw) noexcept { handle_.reset(raw); }
+
     static std::vector<lb_node> to_c(const std::vector<node> &nodes) {
         std::vector<lb_node> c(nodes.size());
         for (size_t i = 0; i < nodes.size(); i++)
             c[i] = lb_node{nodes[i].id.data(), nodes[i].id.size(), nodes[i].weight, nodes[i].tag};
+        return c;
+    }
+
+    static std::vector<lb_located_node> to_c(const std::vector<located_node> &nodes) {
+        std::vector<lb_located_node> c(nodes.size());
+        for (size_t i = 0; i < nodes.size(); i++) {
+            const located_node &n = nodes[i];
+            c[i] = lb_located_node{n.id.data(),       n.id.size(),       n.weight, n.tag,
+                                   n.locality.data(), n.locality.size(), n.priority};
+        }
         return c;
     }
 

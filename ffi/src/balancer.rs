@@ -76,12 +76,12 @@ const _: () = {
 };
 
 /// Buffer size for the longest of these ids (length + NUL), 0 for none.
-fn size_bound<'a>(ids: impl Iterator<Item = &'a str>) -> usize {
+pub(crate) fn size_bound<'a>(ids: impl Iterator<Item = &'a str>) -> usize {
     ids.map(|id| id.len() + 1).max().unwrap_or(0)
 }
 
 impl FfiBalancer {
-    fn new(core: Balancer) -> FfiBalancer {
+    pub(crate) fn new(core: Balancer) -> FfiBalancer {
         let bound = size_bound(core.nodes().iter().map(|n| &*n.id));
         FfiBalancer {
             core,
@@ -94,7 +94,7 @@ impl FfiBalancer {
     /// to `adding` (the [`size_bound`] of the ids the change brings) before the change, and
     /// afterwards sets it to `after(core, raised bound)` on success (the exact bound of the new
     /// membership), or back to the previous value on failure.
-    fn change(
+    pub(crate) fn change(
         &self,
         adding: usize,
         edit: impl FnOnce(&Balancer) -> liblb_core::Result<()>,
@@ -595,7 +595,7 @@ pub(crate) fn ids_size(mut lengths: impl Iterator<Item = usize>) -> Result<usize
 }
 
 /// Copies `id` plus a NUL to `buf` at `*offset`, advancing it; returns where the copy starts.
-fn copy_id(buf: &mut OutSlice<'_, u8>, offset: &mut usize, id: &str) -> *const c_char {
+pub(crate) fn copy_id(buf: &mut OutSlice<'_, u8>, offset: &mut usize, id: &str) -> *const c_char {
     let start = buf.address_of(*offset).cast_const().cast::<c_char>();
     buf.write_bytes(*offset, id.as_bytes());
     buf.write(*offset + id.len(), 0);

@@ -22,6 +22,7 @@
 
 mod balancer;
 mod budget;
+mod locality;
 mod options;
 mod outcome;
 mod panic;
@@ -49,6 +50,12 @@ pub use budget::{
     lb_retry_budget_deposit, lb_retry_budget_free, lb_retry_budget_new, lb_retry_budget_withdraw,
     lb_retry_throttle, lb_retry_throttle_allows, lb_retry_throttle_failure, lb_retry_throttle_free,
     lb_retry_throttle_new, lb_retry_throttle_success, lb_retry_throttle_tokens,
+};
+pub use locality::{
+    lb_balancer_add_located, lb_balancer_clear_local_locality, lb_balancer_located_nodes,
+    lb_balancer_new_located, lb_balancer_set_local_localities, lb_balancer_set_local_locality,
+    lb_balancer_set_locality_weights, lb_balancer_set_location, lb_balancer_update_located,
+    lb_locality_count, lb_locality_weight, lb_located_node,
 };
 pub use options::{
     lb_options, lb_options_free, lb_options_new, lb_options_set_int, lb_options_set_str,

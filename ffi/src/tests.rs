@@ -1654,3 +1654,477 @@ fn pick_hash_matches_attempts_hash_and_refuses_unhashed_algorithms() {
     let r = lb_balancer_pick_hash(null(), 1, &mut tag, null_mut(), 0, null_mut());
     assert_eq!(r, lb_result::NullParameter);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Localities and priority levels (locality.rs)
+// ---------------------------------------------------------------------------------------------
+
+fn located(id: &str, weight: u32, tag: u64, locality: &str, priority: u32) -> lb_located_node {
+    lb_located_node {
+        id: id.as_ptr().cast(),
+        id_len: id.len(),
+        weight,
+        tag,
+        locality: locality.as_ptr().cast(),
+        locality_len: locality.len(),
+        priority,
+    }
+}
+
+fn new_located(algorithm: &str, nodes: &[lb_located_node]) -> Result<Handle, lb_result> {
+    let (name, name_len) = s(algorithm);
+    let mut out = null_mut();
+    match lb_balancer_new_located(
+        name,
+        name_len,
+        null(),
+        nodes.as_ptr(),
+        nodes.len(),
+        &mut out,
+    ) {
+        lb_result::Ok => Ok(Handle(out)),
+        err => {
+            assert!(out.is_null(), "output written on error");
+            Err(err)
+        }
+    }
+}
+
+/// Lists the nodes as (id, weight, tag, locality, priority), checking the sizes reported and
+/// that every string is NUL-terminated inside the caller's buffer.
+fn places(b: &Handle) -> Vec<(String, u32, u64, String, u32)> {
+    let (mut count, mut size) = (0usize, 0usize);
+    let r = lb_balancer_located_nodes(b.0, null_mut(), 0, null_mut(), 0, &mut count, &mut size);
+    if count == 0 {
+        assert_eq!((r, size), (lb_result::Ok, 0));
+        return Vec::new();
+    }
+    assert_eq!(r, lb_result::BufferTooSmall);
+    let mut nodes: Vec<lb_located_node> = (0..count).map(|_| located("", 0, 0, "", 0)).collect();
+    let mut buf = vec![0x55 as c_char; size];
+    let (mut count2, mut size2) = (0, 0);
+    let r = lb_balancer_located_nodes(
+        b.0,
+        nodes.as_mut_ptr(),
+        count,
+        buf.as_mut_ptr(),
+        size,
+        &mut count2,
+        &mut size2,
+    );
+    assert_eq!((r, count2, size2), (lb_result::Ok, count, size));
+    let range = buf.as_ptr_range();
+    let text = |ptr: *const c_char, len: usize| {
+        assert!(
+            range.contains(&ptr),
+            "strings point into the caller's buffer"
+        );
+        // SAFETY: `ptr` points into `buf`, NUL-terminated, `len` bytes before the NUL.
+        let text = unsafe { CStr::from_ptr(ptr) }.to_str().unwrap().to_string();
+        assert_eq!(text.len(), len);
+        text
+    };
+    nodes
+        .iter()
+        .map(|n| {
+            let id = text(n.id, n.id_len);
+            let locality = text(n.locality, n.locality_len);
+            (id, n.weight, n.tag, locality, n.priority)
+        })
+        .collect()
+}
+
+fn place(
+    id: &str,
+    weight: u32,
+    tag: u64,
+    locality: &str,
+    priority: u32,
+) -> (String, u32, u64, String, u32) {
+    (id.into(), weight, tag, locality.into(), priority)
+}
+
+#[test]
+fn located_nodes_carry_their_place_and_bad_ones_change_nothing() {
+    let nodes = [
+        located("a", 1, 10, "r/za", 0),
+        located("b", 2, 11, "r/zb/s", 0),
+        lb_located_node {
+            locality: null(),
+            locality_len: 0,
+            ..located("s", 1, 12, "", 1)
+        },
+    ];
+    let b = new_located("round_robin", &nodes).unwrap();
+    let before = places(&b);
+    assert_eq!(
+        before,
+        [
+            place("a", 1, 10, "r/za", 0),
+            place("b", 2, 11, "r/zb/s", 0),
+            place("s", 1, 12, "", 1)
+        ]
+    );
+    // The standby at priority 1 takes nothing while level 0 is healthy.
+    for _ in 0..4 {
+        assert_ne!(pick_id(&b, None).unwrap().0, "s");
+    }
+    // Constructor errors.
+    let four = [located("x", 1, 0, "a/b/c/d", 0)];
+    let nul = [located("x", 1, 0, "r\0z", 0)];
+    let utf8 = [lb_located_node {
+        locality: b"\xc3\x28".as_ptr().cast(),
+        locality_len: 2,
+        ..located("x", 1, 0, "", 0)
+    }];
+    let null_locality = [lb_located_node {
+        locality: null(),
+        locality_len: 3,
+        ..located("x", 1, 0, "", 0)
+    }];
+    assert_eq!(
+        new_located("round_robin", &four).err(),
+        Some(lb_result::InvalidLocality)
+    );
+    assert_eq!(
+        new_located("round_robin", &nul).err(),
+        Some(lb_result::InvalidLocality)
+    );
+    assert_eq!(
+        new_located("round_robin", &utf8).err(),
+        Some(lb_result::InvalidUtf8)
+    );
+    assert_eq!(
+        new_located("round_robin", &null_locality).err(),
+        Some(lb_result::NullParameter)
+    );
+    assert_eq!(
+        new_located("rr", &nodes).err(),
+        Some(lb_result::UnknownAlgorithm)
+    );
+    // Membership errors leave the places as they were.
+    let (c, c_len) = s("c");
+    let (r, r_len) = s("r");
+    let (bad, bad_len) = s("1/2/3/4");
+    assert_eq!(
+        lb_balancer_add_located(b.0, c, c_len, 1, 13, bad, bad_len, 0),
+        lb_result::InvalidLocality
+    );
+    assert_eq!(
+        lb_balancer_add_located(b.0, c, c_len, 1, 13, b"\xff".as_ptr().cast(), 1, 0),
+        lb_result::InvalidUtf8
+    );
+    assert_eq!(
+        lb_balancer_add_located(b.0, c, c_len, 1, 13, null(), 1, 0),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_add_located(b.0, s("a").0, 1, 1, 13, r, r_len, 0),
+        lb_result::DuplicateNode
+    );
+    assert_eq!(
+        lb_balancer_add_located(null(), c, c_len, 1, 13, r, r_len, 0),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_update_located(b.0, four.as_ptr(), 1),
+        lb_result::InvalidLocality
+    );
+    assert_eq!(
+        lb_balancer_update_located(b.0, null(), 1),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_update_located(b.0, nodes.as_ptr(), usize::MAX / 8),
+        lb_result::InvalidLength
+    );
+    assert_eq!(
+        lb_balancer_set_location(b.0, s("zz").0, 2, r, r_len, 0),
+        lb_result::UnknownNode
+    );
+    assert_eq!(
+        lb_balancer_set_location(b.0, s("a").0, 1, bad, bad_len, 0),
+        lb_result::InvalidLocality
+    );
+    assert_eq!(
+        lb_balancer_set_location(b.0, b"\x80".as_ptr().cast(), 1, r, r_len, 0),
+        lb_result::InvalidUtf8
+    );
+    assert_eq!(
+        lb_balancer_set_location(null(), s("a").0, 1, r, r_len, 0),
+        lb_result::NullParameter
+    );
+    assert_eq!(places(&b), before);
+    // Successes.
+    assert_eq!(
+        lb_balancer_add_located(b.0, c, c_len, 3, 13, r, r_len, 2),
+        lb_result::Ok
+    );
+    assert_eq!(
+        lb_balancer_set_location(b.0, s("a").0, 1, null(), 0, 4),
+        lb_result::Ok
+    );
+    assert_eq!(places(&b)[0], place("a", 1, 10, "", 4));
+    assert_eq!(places(&b)[3], place("c", 3, 13, "r", 2));
+    // The plain listing is unchanged in form; the located one feeds update_located back.
+    assert_eq!(list(&b).len(), 4);
+    let snapshot = places(&b);
+    let again: Vec<_> = snapshot
+        .iter()
+        .map(|(id, w, t, l, p)| located(id, *w, *t, l, *p))
+        .collect();
+    assert_eq!(
+        lb_balancer_update_located(b.0, again.as_ptr(), again.len()),
+        lb_result::Ok
+    );
+    assert_eq!(places(&b), snapshot);
+    // A plain update puts the nodes back in "" at priority 0.
+    let plain = [node("p", 1, 7)];
+    assert_eq!(lb_balancer_update(b.0, plain.as_ptr(), 1), lb_result::Ok);
+    assert_eq!(places(&b), [place("p", 1, 7, "", 0)]);
+    // The id size bound follows located adds too.
+    let long = "l".repeat(40);
+    assert_eq!(
+        lb_balancer_add_located(b.0, s(&long).0, long.len(), 1, 0, r, r_len, 0),
+        lb_result::Ok
+    );
+    assert_eq!(bound(&b), 41);
+}
+
+#[test]
+fn located_listing_checks_its_buffers() {
+    let b = new_located("random", &[located("a", 1, 1, "r/z", 0)]).unwrap();
+    let mut nodes = [located("", 0, 0, "", 0); 2];
+    let mut buf = [0 as c_char; 16];
+    let (mut count, mut size) = (usize::MAX, usize::MAX);
+    // "a\0" + "r/z\0": 6 bytes.
+    let r = lb_balancer_located_nodes(
+        b.0,
+        nodes.as_mut_ptr(),
+        2,
+        buf.as_mut_ptr(),
+        5,
+        &mut count,
+        &mut size,
+    );
+    assert_eq!((r, count, size), (lb_result::BufferTooSmall, 1, 6));
+    let r = lb_balancer_located_nodes(
+        b.0,
+        nodes.as_mut_ptr(),
+        0,
+        buf.as_mut_ptr(),
+        16,
+        &mut count,
+        &mut size,
+    );
+    assert_eq!((r, count, size), (lb_result::BufferTooSmall, 1, 6));
+    let (mut count, mut size) = (usize::MAX, usize::MAX);
+    for r in [
+        lb_balancer_located_nodes(
+            null(),
+            nodes.as_mut_ptr(),
+            2,
+            buf.as_mut_ptr(),
+            16,
+            &mut count,
+            &mut size,
+        ),
+        lb_balancer_located_nodes(
+            b.0,
+            nodes.as_mut_ptr(),
+            2,
+            buf.as_mut_ptr(),
+            16,
+            null_mut(),
+            &mut size,
+        ),
+        lb_balancer_located_nodes(
+            b.0,
+            nodes.as_mut_ptr(),
+            2,
+            buf.as_mut_ptr(),
+            16,
+            &mut count,
+            null_mut(),
+        ),
+        lb_balancer_located_nodes(
+            b.0,
+            null_mut(),
+            2,
+            buf.as_mut_ptr(),
+            16,
+            &mut count,
+            &mut size,
+        ),
+        lb_balancer_located_nodes(
+            b.0,
+            nodes.as_mut_ptr(),
+            2,
+            null_mut(),
+            16,
+            &mut count,
+            &mut size,
+        ),
+    ] {
+        assert_eq!(r, lb_result::NullParameter);
+    }
+    let r = lb_balancer_located_nodes(
+        b.0,
+        nodes.as_mut_ptr(),
+        usize::MAX,
+        buf.as_mut_ptr(),
+        16,
+        &mut count,
+        &mut size,
+    );
+    assert_eq!(r, lb_result::InvalidLength);
+    assert_eq!(
+        (count, size),
+        (usize::MAX, usize::MAX),
+        "nothing written on error"
+    );
+    let r = lb_balancer_located_nodes(
+        b.0,
+        nodes.as_mut_ptr(),
+        2,
+        buf.as_mut_ptr(),
+        16,
+        &mut count,
+        &mut size,
+    );
+    assert_eq!((r, count, size), (lb_result::Ok, 1, 6));
+    // Zero-length arrays are never looked at, whatever the pointer.
+    let storage = [0u64; 4];
+    let misaligned = storage.as_ptr().cast::<u8>().wrapping_add(1);
+    assert_eq!(
+        lb_balancer_update_located(b.0, misaligned.cast(), 0),
+        lb_result::Ok
+    );
+    assert_eq!(
+        lb_balancer_set_locality_weights(b.0, misaligned.cast(), 0),
+        lb_result::Ok
+    );
+    assert_eq!(
+        lb_balancer_set_local_localities(b.0, misaligned.cast(), 0),
+        lb_result::Ok
+    );
+    assert_eq!(places(&b), []);
+}
+
+#[test]
+fn locality_routing_setters_validate_and_reach_the_core() {
+    let b = new_located(
+        "round_robin",
+        &[located("a0", 1, 0, "r/a", 0), located("b0", 1, 1, "r/b", 0)],
+    )
+    .unwrap();
+    let weight = |locality: &'static str, weight: u32| lb_locality_weight {
+        locality: locality.as_ptr().cast(),
+        locality_len: locality.len(),
+        weight,
+    };
+    let count = |locality: &'static str, count: u64| lb_locality_count {
+        locality: locality.as_ptr().cast(),
+        locality_len: locality.len(),
+        count,
+    };
+    let only_b = [weight("r/b", 1)];
+    assert_eq!(
+        lb_balancer_set_locality_weights(b.0, only_b.as_ptr(), 1),
+        lb_result::Ok
+    );
+    let routing = || {
+        // SAFETY: the handle is live for the test.
+        unsafe { &*b.0.cast::<crate::balancer::FfiBalancer>() }.routing()
+    };
+    let before = routing();
+    assert_eq!(before.locality_weights, [("r/b".into(), 1)]);
+    let bad = [weight("r/a", 1), weight("a/b/c/d", 1)];
+    let utf8 = [lb_locality_weight {
+        locality: b"\xff".as_ptr().cast(),
+        locality_len: 1,
+        weight: 1,
+    }];
+    let (loc, loc_len) = s("r/a");
+    let (bad_loc, bad_loc_len) = s("a/b/c/d");
+    let spread = [count("r/a", 2), count("", 1)];
+    let bad_spread = [count("r\0a", 2)];
+    for (r, want) in [
+        (
+            lb_balancer_set_locality_weights(b.0, bad.as_ptr(), 2),
+            lb_result::InvalidLocality,
+        ),
+        (
+            lb_balancer_set_locality_weights(b.0, utf8.as_ptr(), 1),
+            lb_result::InvalidUtf8,
+        ),
+        (
+            lb_balancer_set_locality_weights(b.0, null(), 1),
+            lb_result::NullParameter,
+        ),
+        (
+            lb_balancer_set_locality_weights(null(), only_b.as_ptr(), 1),
+            lb_result::NullParameter,
+        ),
+        (
+            lb_balancer_set_local_locality(b.0, bad_loc, bad_loc_len),
+            lb_result::InvalidLocality,
+        ),
+        (
+            lb_balancer_set_local_locality(b.0, b"\xc3".as_ptr().cast(), 1),
+            lb_result::InvalidUtf8,
+        ),
+        (
+            lb_balancer_set_local_locality(b.0, null(), 1),
+            lb_result::NullParameter,
+        ),
+        (
+            lb_balancer_set_local_locality(null(), loc, loc_len),
+            lb_result::NullParameter,
+        ),
+        (
+            lb_balancer_clear_local_locality(null()),
+            lb_result::NullParameter,
+        ),
+        (
+            lb_balancer_set_local_localities(b.0, bad_spread.as_ptr(), 1),
+            lb_result::InvalidLocality,
+        ),
+        (
+            lb_balancer_set_local_localities(b.0, null(), 2),
+            lb_result::NullParameter,
+        ),
+        (
+            lb_balancer_set_local_localities(b.0, spread.as_ptr(), usize::MAX),
+            lb_result::InvalidLength,
+        ),
+        (
+            lb_balancer_set_local_localities(null(), spread.as_ptr(), 2),
+            lb_result::NullParameter,
+        ),
+    ] {
+        assert_eq!(r, want);
+    }
+    assert_eq!(routing(), before, "failed calls change no routing");
+    // NULL with 0 is the unnamed locality; only clear unsets it.
+    assert_eq!(
+        lb_balancer_set_local_locality(b.0, null(), 0),
+        lb_result::Ok
+    );
+    assert_eq!(routing().local_locality.as_deref(), Some(""));
+    assert_eq!(
+        lb_balancer_set_local_localities(b.0, spread.as_ptr(), 2),
+        lb_result::Ok
+    );
+    assert_eq!(
+        routing().local_localities,
+        [("r/a".into(), 2), ("".into(), 1)]
+    );
+    assert_eq!(lb_balancer_clear_local_locality(b.0), lb_result::Ok);
+    assert_eq!(routing().local_locality, None);
+    assert_eq!(
+        lb_balancer_set_locality_weights(b.0, null(), 0),
+        lb_result::Ok
+    );
+    assert!(routing().locality_weights.is_empty());
+}

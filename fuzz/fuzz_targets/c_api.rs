@@ -82,8 +82,54 @@ impl Huge {
     }
 }
 
+/// A locality: one of a few valid ones (the unnamed one included), one of the invalid kinds
+/// (four parts, a NUL byte), or arbitrary bytes.
+#[derive(Arbitrary, Debug, Clone)]
+enum Locality {
+    Known(u8),
+    Bad(bool),
+    Raw(Vec<u8>),
+}
+
+impl Locality {
+    fn bytes(&self) -> Vec<u8> {
+        const KNOWN: [&str; 6] = ["", "r/a", "r/b", "r/a/x", "q", "r/b/"];
+        match self {
+            Locality::Known(i) => KNOWN[usize::from(*i) % KNOWN.len()].into(),
+            Locality::Bad(four) => if *four { "a/b/c/d" } else { "r\0z" }.into(),
+            Locality::Raw(bytes) => bytes.clone(),
+        }
+    }
+}
+
+/// The lb_result of a core call, as the C API maps it.
+fn code(result: liblb_core::Result<()>) -> lb_result {
+    result.map_or_else(lb_result::from, |()| lb_result::Ok)
+}
+
 #[derive(Arbitrary, Debug)]
 enum Op {
+    /// `lb_balancer_add_located`, mirrored (the model only tracks id, weight and tag; picks
+    /// and attempts are compared with the mirror, which knows the places).
+    AddLocated {
+        id: Id,
+        weight: u8,
+        tag: u64,
+        locality: Locality,
+        priority: u8,
+    },
+    /// `lb_balancer_set_location`, mirrored.
+    SetLocation {
+        id: Id,
+        locality: Locality,
+        priority: u8,
+    },
+    /// Locality routing, mirrored: `which` picks weights, local locality (set or clear) or
+    /// the local spread; an empty list turns weights or spread off.
+    Routing {
+        which: u8,
+        localities: Vec<(Locality, u8)>,
+    },
     Add {
         id: Id,
         weight: u8,
@@ -491,6 +537,180 @@ impl Harness {
             assert_eq!(self.model, before);
         }
         self.check_listing();
+    }
+
+    /// The locality calls: each must give the code the mirror's core call gives (after the C
+    /// side's own UTF-8 and NULL checks), change nothing on error, and keep the two balancers
+    /// answering alike (every later pick is compared with the mirror's).
+    fn located(&mut self, op: &Op) {
+        let before = self.model.clone();
+        let (r, expected) = match op {
+            Op::AddLocated {
+                id,
+                weight,
+                tag,
+                locality,
+                priority,
+            } => {
+                let (bytes, place) = (id.bytes(), locality.bytes());
+                let r = lb_balancer_add_located(
+                    self.handle,
+                    bytes.as_ptr().cast(),
+                    bytes.len(),
+                    (*weight).into(),
+                    *tag,
+                    place.as_ptr().cast(),
+                    place.len(),
+                    (*priority).into(),
+                );
+                if core::str::from_utf8(&bytes).is_ok() {
+                    self.bound_max = self.bound_max.max(bytes.len() + 1);
+                }
+                let expected = match (core::str::from_utf8(&bytes), core::str::from_utf8(&place)) {
+                    (Ok(s), Ok(l)) => {
+                        let node = Node::with_tag(s, (*weight).into(), *tag);
+                        code(self.mirror.add(node.located(l, (*priority).into())))
+                    }
+                    _ => lb_result::InvalidUtf8,
+                };
+                if r == lb_result::Ok {
+                    let s = String::from_utf8(bytes).unwrap();
+                    self.bound_min = self.bound_min.max(s.len() + 1);
+                    self.model.push(ModelNode {
+                        id: s,
+                        weight: (*weight).into(),
+                        tag: *tag,
+                    });
+                }
+                (r, expected)
+            }
+            Op::SetLocation {
+                id,
+                locality,
+                priority,
+            } => {
+                let (bytes, place) = (id.bytes(), locality.bytes());
+                let r = lb_balancer_set_location(
+                    self.handle,
+                    bytes.as_ptr().cast(),
+                    bytes.len(),
+                    place.as_ptr().cast(),
+                    place.len(),
+                    (*priority).into(),
+                );
+                let expected = match (core::str::from_utf8(&bytes), core::str::from_utf8(&place)) {
+                    (Ok(s), Ok(l)) => code(self.mirror.set_location(s, l, (*priority).into())),
+                    _ => lb_result::InvalidUtf8,
+                };
+                (r, expected)
+            }
+            Op::Routing { which, localities } => {
+                let raw: Vec<(Vec<u8>, u8)> =
+                    localities.iter().map(|(l, n)| (l.bytes(), *n)).collect();
+                let strs: Option<Vec<(&str, u8)>> = raw
+                    .iter()
+                    .map(|(l, n)| core::str::from_utf8(l).ok().map(|l| (l, *n)))
+                    .collect();
+                let (r, expected) = match which % 3 {
+                    0 => {
+                        let c: Vec<lb_locality_weight> = raw
+                            .iter()
+                            .map(|(l, n)| lb_locality_weight {
+                                locality: l.as_ptr().cast(),
+                                locality_len: l.len(),
+                                weight: (*n).into(),
+                            })
+                            .collect();
+                        let r = lb_balancer_set_locality_weights(self.handle, c.as_ptr(), c.len());
+                        let expected = strs.map_or(lb_result::InvalidUtf8, |w| {
+                            code(self.mirror.set_locality_weights(
+                                w.into_iter().map(|(l, n)| (l, u32::from(n))),
+                            ))
+                        });
+                        (r, expected)
+                    }
+                    1 => match raw.first() {
+                        None => (
+                            lb_balancer_clear_local_locality(self.handle),
+                            code(self.mirror.set_local_locality(None)),
+                        ),
+                        Some((l, _)) => {
+                            let r = lb_balancer_set_local_locality(
+                                self.handle,
+                                l.as_ptr().cast(),
+                                l.len(),
+                            );
+                            let expected = core::str::from_utf8(l)
+                                .map_or(lb_result::InvalidUtf8, |l| {
+                                    code(self.mirror.set_local_locality(Some(l)))
+                                });
+                            (r, expected)
+                        }
+                    },
+                    _ => {
+                        let c: Vec<lb_locality_count> = raw
+                            .iter()
+                            .map(|(l, n)| lb_locality_count {
+                                locality: l.as_ptr().cast(),
+                                locality_len: l.len(),
+                                count: (*n).into(),
+                            })
+                            .collect();
+                        let r = lb_balancer_set_local_localities(self.handle, c.as_ptr(), c.len());
+                        let expected = strs.map_or(lb_result::InvalidUtf8, |w| {
+                            code(self.mirror.set_local_localities(
+                                w.into_iter().map(|(l, n)| (l, u64::from(n))),
+                            ))
+                        });
+                        (r, expected)
+                    }
+                };
+                (r, expected)
+            }
+            _ => unreachable!(),
+        };
+        assert_eq!(r, expected, "{op:?}");
+        if r != lb_result::Ok {
+            assert_eq!(self.model, before);
+        }
+        self.check_listing();
+        self.check_places();
+    }
+
+    /// The located listing agrees with the mirror's nodes, places included.
+    fn check_places(&self) {
+        let want = self.mirror.nodes();
+        let mut nodes = vec![
+            lb_located_node {
+                id: null(),
+                id_len: 0,
+                weight: 0,
+                tag: 0,
+                locality: null(),
+                locality_len: 0,
+                priority: 0,
+            };
+            want.len()
+        ];
+        let mut buf = vec![0 as c_char; 1 << 16];
+        let (mut count, mut size) = (0usize, 0usize);
+        let r = lb_balancer_located_nodes(
+            self.handle,
+            nodes.as_mut_ptr(),
+            nodes.len(),
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut count,
+            &mut size,
+        );
+        assert_eq!((r, count), (lb_result::Ok, want.len()));
+        for (n, w) in nodes.iter().zip(&want) {
+            // SAFETY: `id` and `locality` point into `buf`, NUL-terminated.
+            let (id, locality) = unsafe { (CStr::from_ptr(n.id), CStr::from_ptr(n.locality)) };
+            assert_eq!(id.to_str().unwrap(), w.id);
+            assert_eq!(locality.to_str().unwrap(), w.locality);
+            assert_eq!((n.weight, n.tag, n.priority), (w.weight, w.tag, w.priority));
+        }
     }
 
     fn pick(&mut self, key: &Option<Vec<u8>>, want_tag: bool, id_buf: Option<Buf>) {
@@ -981,6 +1201,7 @@ impl Harness {
                 assert_eq!(r, expected);
             }
             Op::Stats => self.check_stats(),
+            Op::AddLocated { .. } | Op::SetLocation { .. } | Op::Routing { .. } => self.located(op),
             Op::Add { .. } | Op::Remove { .. } | Op::SetWeight { .. } | Op::Update { .. } => {
                 self.membership(op)
             }

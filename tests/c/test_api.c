@@ -1215,6 +1215,293 @@ static void test_requests(void) {
     CHECK_RESULT(lb_request_new(NULL, NULL, 0, &r), LB_RESULT_NULL_PARAMETER);
 }
 
+/* ---- Localities and priority levels (issue 24): the located node form and routing ---- */
+
+static lb_located_node located(const char *id, uint32_t weight, uint64_t tag,
+                               const char *locality, uint32_t priority) {
+    lb_located_node n;
+    n.id = id;
+    n.id_len = id ? strlen(id) : 0;
+    n.weight = weight;
+    n.tag = tag;
+    n.locality = locality;
+    n.locality_len = locality ? strlen(locality) : 0;
+    n.priority = priority;
+    return n;
+}
+
+/* The nodes with their places as "id:weight:tag@locality#priority,..." in `out`, through
+ * lb_balancer_located_nodes (checking its size protocol on the way). */
+static void places(const lb_balancer *b, char *out, size_t out_cap) {
+    size_t count = SENTINEL_SIZE, size = SENTINEL_SIZE;
+    lb_result r = lb_balancer_located_nodes(b, NULL, 0, NULL, 0, &count, &size);
+    CHECK(r == (count == 0 ? LB_RESULT_OK : LB_RESULT_BUFFER_TOO_SMALL));
+    lb_located_node nodes[16];
+    char strings[512];
+    CHECK(count <= 16 && size <= sizeof strings);
+    size_t count2 = 0, size2 = 0;
+    CHECK_OK(lb_balancer_located_nodes(b, nodes, 16, strings, sizeof strings, &count2, &size2));
+    CHECK(count2 == count && size2 == size);
+    size_t at = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < count2 && i < 16; i++) {
+        CHECK(nodes[i].id_len == strlen(nodes[i].id));
+        CHECK(nodes[i].locality_len == strlen(nodes[i].locality));
+        CHECK(nodes[i].locality >= strings && nodes[i].locality < strings + sizeof strings);
+        at += (size_t)snprintf(out + at, out_cap - at, "%s:%u:%llu@%s#%u,", nodes[i].id,
+                               (unsigned)nodes[i].weight, (unsigned long long)nodes[i].tag,
+                               nodes[i].locality, (unsigned)nodes[i].priority);
+    }
+}
+
+/* Picks `n` times (tags only) and returns the bit set of tags seen (tags are 0..63). */
+static uint64_t tags_seen(const lb_balancer *b, int n) {
+    uint64_t seen = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t tag = SENTINEL_TAG;
+        CHECK_OK(lb_balancer_pick(b, NULL, 0, &tag, NULL, 0, NULL));
+        if (tag < 64) seen |= UINT64_C(1) << tag;
+    }
+    return seen;
+}
+#define BIT(t) (UINT64_C(1) << (t))
+
+static void test_located_nodes(void) {
+    char before[1024], after[1024];
+    /* new_located: two nodes at priority 0, one standby at priority 1. */
+    lb_located_node init[] = {located("a", 1, 0, "r/za", 0), located("b", 2, 1, "r/zb/s", 0),
+                              located("s", 1, 2, NULL, 1)};
+    lb_balancer *b = NULL;
+    CHECK_OK(lb_balancer_new_located(S("round_robin"), NULL, init, 3, &b));
+    places(b, before, sizeof before);
+    CHECK_STR(before, "a:1:0@r/za#0,b:2:1@r/zb/s#0,s:1:2@#1,");
+    /* The standby takes nothing while level 0 is healthy, everything once it is down. */
+    CHECK(tags_seen(b, 12) == (BIT(0) | BIT(1)));
+    CHECK_OK(lb_balancer_mark_down(b, S("a")));
+    CHECK_OK(lb_balancer_mark_down(b, S("b")));
+    CHECK(tags_seen(b, 4) == BIT(2));
+    CHECK_OK(lb_balancer_mark_up(b, S("a")));
+    CHECK_OK(lb_balancer_mark_up(b, S("b")));
+
+    /* new_located's errors write nothing. */
+    lb_balancer *untouched = (lb_balancer *)&untouched;
+    lb_balancer *const sentinel = untouched;
+    lb_located_node four[] = {located("x", 1, 0, "a/b/c/d", 0)};
+    lb_located_node nul[] = {{"x", 1, 1, 0, "r\0z", 3, 0}};
+    lb_located_node utf8[] = {{"x", 1, 1, 0, "\xc3\x28", 2, 0}};
+    lb_located_node null_locality[] = {{"x", 1, 1, 0, NULL, 2, 0}};
+    lb_located_node dup[] = {located("x", 1, 0, "r", 0), located("x", 1, 0, "q", 1)};
+    lb_located_node bad_id[] = {{"\xff", 1, 1, 0, "r", 1, 0}};
+    CHECK_RESULT(lb_balancer_new_located(S("round_robin"), NULL, four, 1, &untouched),
+                 LB_RESULT_INVALID_LOCALITY);
+    CHECK_RESULT(lb_balancer_new_located(S("round_robin"), NULL, nul, 1, &untouched),
+                 LB_RESULT_INVALID_LOCALITY);
+    CHECK_RESULT(lb_balancer_new_located(S("round_robin"), NULL, utf8, 1, &untouched),
+                 LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_new_located(S("round_robin"), NULL, null_locality, 1, &untouched),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_new_located(S("round_robin"), NULL, dup, 2, &untouched),
+                 LB_RESULT_DUPLICATE_NODE);
+    CHECK_RESULT(lb_balancer_new_located(S("round_robin"), NULL, bad_id, 1, &untouched),
+                 LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_new_located(S("round_robin"), NULL, NULL, 1, &untouched),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_new_located(S("roundrobin"), NULL, init, 3, &untouched),
+                 LB_RESULT_UNKNOWN_ALGORITHM);
+    CHECK_RESULT(lb_balancer_new_located(S("round_robin"), NULL, init, SIZE_MAX, &untouched),
+                 LB_RESULT_INVALID_LENGTH);
+    CHECK_RESULT(lb_balancer_new_located(S("round_robin"), NULL, init, 3, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK(untouched == sentinel);
+    /* NULL with 0 nodes starts empty. */
+    lb_balancer *empty = NULL;
+    CHECK_OK(lb_balancer_new_located(S("random"), NULL, NULL, 0, &empty));
+    size_t count = SENTINEL_SIZE, size = SENTINEL_SIZE;
+    CHECK_OK(lb_balancer_located_nodes(empty, NULL, 0, NULL, 0, &count, &size));
+    CHECK(count == 0 && size == 0);
+    lb_balancer_free(empty);
+
+    /* add_located, update_located and set_location: every failure changes nothing. */
+    CHECK_RESULT(lb_balancer_add_located(b, S("c"), 1, 3, S("1/2/3/4"), 0),
+                 LB_RESULT_INVALID_LOCALITY);
+    CHECK_RESULT(lb_balancer_add_located(b, S("c"), 1, 3, S("r\0z"), 0),
+                 LB_RESULT_INVALID_LOCALITY);
+    CHECK_RESULT(lb_balancer_add_located(b, S("c"), 1, 3, S("\xed\xa0\x80"), 0),
+                 LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_add_located(b, S("c"), 1, 3, NULL, 1, 0), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_add_located(b, S("a"), 1, 3, S("r"), 0), LB_RESULT_DUPLICATE_NODE);
+    CHECK_RESULT(lb_balancer_add_located(b, S("\xff"), 1, 3, S("r"), 0), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_add_located(b, NULL, 0, 1, 3, S("r"), 0), LB_RESULT_EMPTY_ID);
+    CHECK_RESULT(lb_balancer_add_located(NULL, S("c"), 1, 3, S("r"), 0), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_add_located(b, S("c"), 1, 3, "r", SIZE_MAX, 0),
+                 LB_RESULT_INVALID_LENGTH);
+    lb_located_node bad_last[] = {located("x", 1, 0, "r", 0), located("y", 1, 0, "a/b/c/d", 0)};
+    CHECK_RESULT(lb_balancer_update_located(b, bad_last, 2), LB_RESULT_INVALID_LOCALITY);
+    CHECK_RESULT(lb_balancer_update_located(b, utf8, 1), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_update_located(b, dup, 2), LB_RESULT_DUPLICATE_NODE);
+    CHECK_RESULT(lb_balancer_update_located(b, NULL, 1), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_update_located(NULL, init, 3), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_set_location(b, S("a"), S("a/b/c/d"), 0), LB_RESULT_INVALID_LOCALITY);
+    CHECK_RESULT(lb_balancer_set_location(b, S("zz"), S("r"), 0), LB_RESULT_UNKNOWN_NODE);
+    CHECK_RESULT(lb_balancer_set_location(b, S("\x80"), S("r"), 0), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_set_location(b, S("a"), S("\x80"), 0), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_set_location(b, S("a"), NULL, 1, 0), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_set_location(b, NULL, 1, S("r"), 0), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_set_location(NULL, S("a"), S("r"), 0), LB_RESULT_NULL_PARAMETER);
+    places(b, after, sizeof after);
+    CHECK_STR(after, before);
+    CHECK(tags_seen(b, 12) == (BIT(0) | BIT(1))); /* and it still routes as before */
+
+    /* Successes: a located add, a plain add (unnamed locality, priority 0), a move. */
+    CHECK_OK(lb_balancer_add_located(b, S("c"), 3, 3, S("r/zc"), 2));
+    CHECK_OK(lb_balancer_add(b, S("d"), 1, 4));
+    CHECK_OK(lb_balancer_set_location(b, S("a"), S("r/zz"), 1));
+    places(b, after, sizeof after);
+    CHECK_STR(after, "a:1:0@r/zz#1,b:2:1@r/zb/s#0,s:1:2@#1,c:3:3@r/zc#2,d:1:4@#0,");
+    /* set_location keeps the counters: the node is the same node. */
+    CHECK_OK(lb_balancer_report(b, S("b"), LB_OUTCOME_SUCCESS, 1000));
+    CHECK_OK(lb_balancer_set_location(b, S("b"), NULL, 0, 3));
+    lb_node_stats stats[8];
+    char ids[64];
+    CHECK(get_stats(b, stats, ids, sizeof ids) == 5);
+    CHECK(stats[1].requests == 1);
+    /* update_located replaces everything; lb_balancer_nodes still lists the plain form. */
+    lb_located_node next[] = {located("p", 1, 7, "r/z", 0), located("q", 1, 8, "", 5)};
+    CHECK_OK(lb_balancer_update_located(b, next, 2));
+    places(b, after, sizeof after);
+    CHECK_STR(after, "p:1:7@r/z#0,q:1:8@#5,");
+    lb_node plain[4];
+    CHECK(list(b, plain, 4, ids, sizeof ids) == 2);
+    CHECK_STR(plain[1].id, "q");
+    /* The listing goes straight back into update_located. */
+    lb_located_node listed[4];
+    char strings[128];
+    CHECK_OK(lb_balancer_located_nodes(b, listed, 4, strings, sizeof strings, &count, &size));
+    CHECK(count == 2 && size == strlen("p") + 1 + strlen("r/z") + 1 + strlen("q") + 1 + 1);
+    CHECK_OK(lb_balancer_update_located(b, listed, count));
+    places(b, after, sizeof after);
+    CHECK_STR(after, "p:1:7@r/z#0,q:1:8@#5,");
+    /* An update through the plain form puts every node back in "" at priority 0. */
+    lb_node flat[] = {node("p", 1, 7)};
+    CHECK_OK(lb_balancer_update(b, flat, 1));
+    places(b, after, sizeof after);
+    CHECK_STR(after, "p:1:7@#0,");
+
+    /* The listing's own errors, outputs untouched. */
+    count = SENTINEL_SIZE;
+    size = SENTINEL_SIZE;
+    CHECK_RESULT(lb_balancer_located_nodes(b, listed, 4, strings, 2, &count, &size),
+                 LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(count == 1 && size == 3); /* "p\0" + "\0" */
+    CHECK_RESULT(lb_balancer_located_nodes(b, listed, 0, strings, sizeof strings, &count, &size),
+                 LB_RESULT_BUFFER_TOO_SMALL);
+    count = SENTINEL_SIZE;
+    size = SENTINEL_SIZE;
+    CHECK_RESULT(lb_balancer_located_nodes(NULL, listed, 4, strings, sizeof strings, &count, &size),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_located_nodes(b, listed, 4, strings, sizeof strings, NULL, &size),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_located_nodes(b, listed, 4, strings, sizeof strings, &count, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_located_nodes(b, NULL, 4, strings, sizeof strings, &count, &size),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_located_nodes(b, listed, 4, NULL, 8, &count, &size),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_located_nodes(b, listed, SIZE_MAX, strings, 8, &count, &size),
+                 LB_RESULT_INVALID_LENGTH);
+    CHECK(count == SENTINEL_SIZE && size == SENTINEL_SIZE);
+    lb_balancer_free(b);
+}
+
+static void test_locality_routing(void) {
+    /* Two localities of two nodes each at priority 0 (tags 0-3), round robin. */
+    lb_located_node nodes[] = {located("a0", 1, 0, "r/a", 0), located("a1", 1, 1, "r/a", 0),
+                               located("b0", 1, 2, "r/b", 0), located("b1", 1, 3, "r/b", 0)};
+    const uint64_t all = BIT(0) | BIT(1) | BIT(2) | BIT(3), in_a = BIT(0) | BIT(1);
+    lb_balancer *b = NULL;
+    CHECK_OK(lb_balancer_new_located(S("round_robin"), NULL, nodes, 4, &b));
+    CHECK(tags_seen(b, 8) == all);
+
+    /* Locality weights: r/b left out has weight 0, so r/a takes everything. */
+    lb_locality_weight only_a[] = {{S("r/a"), 1}};
+    CHECK_OK(lb_balancer_set_locality_weights(b, only_a, 1));
+    CHECK(tags_seen(b, 8) == in_a);
+    /* Failures keep the weights in force. */
+    lb_locality_weight four[] = {{S("r/b"), 1}, {S("a/b/c/d"), 1}};
+    lb_locality_weight nul[] = {{S("r\0b"), 1}};
+    lb_locality_weight utf8[] = {{S("\xc3\x28"), 1}};
+    lb_locality_weight null_locality[] = {{NULL, 3, 1}};
+    CHECK_RESULT(lb_balancer_set_locality_weights(b, four, 2), LB_RESULT_INVALID_LOCALITY);
+    CHECK_RESULT(lb_balancer_set_locality_weights(b, nul, 1), LB_RESULT_INVALID_LOCALITY);
+    CHECK_RESULT(lb_balancer_set_locality_weights(b, utf8, 1), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_set_locality_weights(b, null_locality, 1), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_set_locality_weights(b, NULL, 1), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_set_locality_weights(b, only_a, SIZE_MAX), LB_RESULT_INVALID_LENGTH);
+    CHECK_RESULT(lb_balancer_set_locality_weights(NULL, only_a, 1), LB_RESULT_NULL_PARAMETER);
+    CHECK(tags_seen(b, 8) == in_a);
+    /* An empty list turns them off. */
+    CHECK_OK(lb_balancer_set_locality_weights(b, NULL, 0));
+    CHECK(tags_seen(b, 8) == all);
+    lb_balancer_free(b);
+
+    /* Zone-aware routing: the caller runs in r/a, its fleet spread evenly like the nodes, so
+     * every request can stay local. */
+    lb_options *o = NULL;
+    CHECK_OK(lb_options_new(&o));
+    CHECK_OK(lb_options_set_int(o, S("zone_aware_min_cluster_size"), 1));
+    CHECK_OK(lb_options_set_int(o, S("seed"), 5));
+    CHECK_OK(lb_balancer_new_located(S("random"), o, nodes, 4, &b));
+    lb_options_free(o);
+    lb_locality_count even[] = {{S("r/a"), 3}, {S("r/b"), 3}};
+    CHECK_OK(lb_balancer_set_local_localities(b, even, 2));
+    CHECK(tags_seen(b, 64) == all); /* no local locality yet: off */
+    CHECK_OK(lb_balancer_set_local_locality(b, S("r/a")));
+    CHECK(tags_seen(b, 64) == in_a);
+    /* Failures keep the routing in force. */
+    lb_locality_count bad_spread[] = {{S("r/a"), 1}, {S("a/b/c/d"), 1}};
+    lb_locality_count utf8_spread[] = {{S("\xff"), 1}};
+    CHECK_RESULT(lb_balancer_set_local_locality(b, S("a/b/c/d")), LB_RESULT_INVALID_LOCALITY);
+    CHECK_RESULT(lb_balancer_set_local_locality(b, S("r\0a")), LB_RESULT_INVALID_LOCALITY);
+    CHECK_RESULT(lb_balancer_set_local_locality(b, S("\xc3")), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_set_local_locality(b, NULL, 3), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_set_local_locality(b, "r/a", SIZE_MAX), LB_RESULT_INVALID_LENGTH);
+    CHECK_RESULT(lb_balancer_set_local_locality(NULL, S("r/a")), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_set_local_localities(b, bad_spread, 2), LB_RESULT_INVALID_LOCALITY);
+    CHECK_RESULT(lb_balancer_set_local_localities(b, utf8_spread, 1), LB_RESULT_INVALID_UTF8);
+    CHECK_RESULT(lb_balancer_set_local_localities(b, NULL, 2), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_set_local_localities(b, even, SIZE_MAX), LB_RESULT_INVALID_LENGTH);
+    CHECK_RESULT(lb_balancer_set_local_localities(NULL, even, 2), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_clear_local_locality(NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK(tags_seen(b, 64) == in_a);
+    /* Clearing the local locality turns it off; so does an empty spread. */
+    CHECK_OK(lb_balancer_clear_local_locality(b));
+    CHECK(tags_seen(b, 64) == all);
+    CHECK_OK(lb_balancer_set_local_locality(b, S("r/b")));
+    CHECK(tags_seen(b, 64) == (BIT(2) | BIT(3)));
+    CHECK_OK(lb_balancer_set_local_localities(b, NULL, 0));
+    CHECK(tags_seen(b, 64) == all);
+    lb_balancer_free(b);
+
+    /* The unnamed locality is a locality: NULL with 0 (or "") sets it, it does not clear. */
+    lb_located_node unnamed[] = {located("u0", 1, 0, NULL, 0), located("u1", 1, 1, "", 0),
+                                 located("b0", 1, 2, "r/b", 0), located("b1", 1, 3, "r/b", 0)};
+    o = NULL;
+    CHECK_OK(lb_options_new(&o));
+    CHECK_OK(lb_options_set_int(o, S("zone_aware_min_cluster_size"), 1));
+    CHECK_OK(lb_balancer_new_located(S("random"), o, unnamed, 4, &b));
+    lb_options_free(o);
+    lb_locality_count spread[] = {{NULL, 0, 2}, {S("r/b"), 2}};
+    CHECK_OK(lb_balancer_set_local_localities(b, spread, 2));
+    CHECK_OK(lb_balancer_set_local_locality(b, NULL, 0));
+    CHECK(tags_seen(b, 64) == in_a);
+    CHECK_OK(lb_balancer_clear_local_locality(b));
+    CHECK(tags_seen(b, 64) == all);
+    CHECK_OK(lb_balancer_set_local_locality(b, S("")));
+    CHECK(tags_seen(b, 64) == in_a);
+    lb_balancer_free(b);
+}
+#undef BIT
+
 int main(void) {
     test_version_and_names();
     test_options();
@@ -1235,5 +1522,7 @@ int main(void) {
     test_outcome_kinds();
     test_budgets();
     test_requests();
+    test_located_nodes();
+    test_locality_routing();
     return check_report("test_api");
 }

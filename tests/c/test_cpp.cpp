@@ -312,6 +312,75 @@ static void test_requests() {
     EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::hedging::percentile(0.0));
 }
 
+// Localities and priority levels (issue 24): the located node form, routing setters, errors.
+static void test_localities() {
+    using located = std::vector<lb::located_node>;
+    // The plain constructor and update keep taking brace lists of plain nodes.
+    lb::balancer plain("round_robin", {{"a", 1}});
+    plain.update({{"a", 1, 1}, {"b", 2, 2}});
+    CHECK(plain.located_nodes() ==
+          (located{{"a", 1, 1, "", 0}, {"b", 2, 2, "", 0}}));
+
+    lb::balancer b = lb::balancer::located(
+        "round_robin", {{"a0", 1, 0, "r/a", 0}, {"b0", 1, 1, "r/b", 0}, {"s", 1, 2, "", 1}});
+    auto tags = [&](int n) {
+        uint64_t seen = 0;
+        for (int i = 0; i < n; i++) seen |= uint64_t(1) << b.pick_tag();
+        return seen;
+    };
+    CHECK(tags(8) == 0b011);  // the standby at priority 1 takes nothing while level 0 is up
+    b.set_locality_weights({{"r/b", 1}});
+    CHECK(tags(8) == 0b010);
+    EXPECT_ERROR(LB_RESULT_INVALID_LOCALITY, b.set_locality_weights({{"a/b/c/d", 1}}));
+    EXPECT_ERROR(LB_RESULT_INVALID_UTF8, b.set_locality_weights({{"\xff", 1}}));
+    CHECK(tags(8) == 0b010);  // unchanged by the failures
+    b.set_locality_weights({});
+    CHECK(tags(8) == 0b011);
+
+    b.add_located({"c0", 2, 3, "r/c", 2});
+    b.set_location("a0", "r/z", 1);
+    EXPECT_ERROR(LB_RESULT_INVALID_LOCALITY, b.add_located({"x", 1, 9, "1/2/3/4", 0}));
+    EXPECT_ERROR(LB_RESULT_DUPLICATE_NODE, b.add_located({"c0", 1, 9, "r", 0}));
+    EXPECT_ERROR(LB_RESULT_UNKNOWN_NODE, b.set_location("nope", "r", 0));
+    EXPECT_ERROR(LB_RESULT_INVALID_LOCALITY, b.set_location("a0", std::string_view("r\0z", 3), 0));
+    EXPECT_ERROR(LB_RESULT_INVALID_LOCALITY,
+                 b.update_located({{"p", 1, 0, "r", 0}, {"q", 1, 0, "a/b/c/d", 0}}));
+    CHECK(b.located_nodes() == (located{{"a0", 1, 0, "r/z", 1},
+                                        {"b0", 1, 1, "r/b", 0},
+                                        {"s", 1, 2, "", 1},
+                                        {"c0", 2, 3, "r/c", 2}}));
+    b.update_located({{"p", 1, 7, "r/p", 3}});
+    CHECK(b.located_nodes() == (located{{"p", 1, 7, "r/p", 3}}));
+    CHECK(b.nodes() == (std::vector<lb::node>{{"p", 1, 7}}));
+
+    // Zone-aware routing: "" is the unnamed locality, std::nullopt none.
+    lb::options opts;
+    opts.set("zone_aware_min_cluster_size", 1);
+    lb::balancer z = lb::balancer::located(
+        "random",
+        {{"u0", 1, 0, "", 0}, {"u1", 1, 1, "", 0}, {"b0", 1, 2, "r/b", 0}, {"b1", 1, 3, "r/b", 0}},
+        opts);
+    auto ztags = [&](int n) {
+        uint64_t seen = 0;
+        for (int i = 0; i < n; i++) seen |= uint64_t(1) << z.pick_tag();
+        return seen;
+    };
+    z.set_local_localities({{"", 2}, {"r/b", 2}});
+    z.set_local_locality("");
+    CHECK(ztags(64) == 0b0011);
+    EXPECT_ERROR(LB_RESULT_INVALID_LOCALITY, z.set_local_locality("a/b/c/d"));
+    EXPECT_ERROR(LB_RESULT_INVALID_LOCALITY, z.set_local_localities({{"a/b/c/d", 1}}));
+    CHECK(ztags(64) == 0b0011);
+    z.set_local_locality(std::nullopt);
+    CHECK(ztags(64) == 0b1111);
+    z.set_local_locality("r/b");
+    CHECK(ztags(64) == 0b1100);
+    z.clear_local_locality();
+    CHECK(ztags(64) == 0b1111);
+    EXPECT_ERROR(LB_RESULT_INVALID_LOCALITY,
+                 lb::balancer::located("random", {{"x", 1, 0, "a/b/c/d", 0}}));
+}
+
 int main() {
     CHECK(lb::version() == std::to_string(LB_VERSION_MAJOR) + "." +
                                std::to_string(LB_VERSION_MINOR) + "." +
@@ -319,6 +388,7 @@ int main() {
     test_outcome_kinds();
     test_budgets();
     test_requests();
+    test_localities();
     auto names = lb::algorithms();
     CHECK(names.size() == 15 && names.front() == "random" && names.back() == "jump");
 

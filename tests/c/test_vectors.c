@@ -35,39 +35,76 @@ static int same_bytes(const char *a, size_t a_len, const json *b) {
     return b && b->kind == JSON_STRING && a_len == b->len && memcmp(a, b->str, a_len) == 0;
 }
 
-/* JSON [[id, weight], ...] -> lb_node array (ids borrowed from the JSON tree). */
-static lb_node *nodes_of(const json *list, size_t *n) {
+/* JSON [[id, weight], ...] or [[id, weight, locality, priority], ...] -> lb_located_node
+ * array (strings borrowed from the JSON tree); *located says whether any node had a place, so
+ * the plain form still goes through lb_node and the plain calls. */
+static lb_located_node *nodes_of(const json *list, size_t *n, bool *located) {
     *n = list ? list->len : 0;
-    lb_node *nodes = calloc(*n ? *n : 1, sizeof *nodes);
+    *located = false;
+    lb_located_node *nodes = calloc(*n ? *n : 1, sizeof *nodes);
     for (size_t i = 0; i < *n; i++) {
-        const json *pair = &list->items[i];
-        nodes[i].id = pair->items[0].str;
-        nodes[i].id_len = pair->items[0].len;
-        nodes[i].weight = (uint32_t)pair->items[1].integer;
-        nodes[i].tag = tag_of(pair->items[0].str, pair->items[0].len);
+        const json *node = &list->items[i];
+        nodes[i].id = node->items[0].str;
+        nodes[i].id_len = node->items[0].len;
+        nodes[i].weight = (uint32_t)node->items[1].integer;
+        nodes[i].tag = tag_of(node->items[0].str, node->items[0].len);
+        if (node->len == 4) {
+            nodes[i].locality = node->items[2].str;
+            nodes[i].locality_len = node->items[2].len;
+            nodes[i].priority = (uint32_t)node->items[3].integer;
+            *located = true;
+        }
     }
     return nodes;
 }
 
-/* The current node list as text "id:weight,..." (malloc'ed), to prove errors change nothing. */
+/* The plain lb_node form of located nodes without a place. */
+static lb_node *plain_nodes(const lb_located_node *located, size_t n) {
+    lb_node *nodes = calloc(n ? n : 1, sizeof *nodes);
+    for (size_t i = 0; i < n; i++)
+        nodes[i] = (lb_node){located[i].id, located[i].id_len, located[i].weight, located[i].tag};
+    return nodes;
+}
+
+/* The current node list as text "id:weight@locality#priority,..." (malloc'ed), to prove
+ * errors change nothing (places included). */
 static char *snapshot(const lb_balancer *b) {
     size_t count = 0, size = 0;
-    lb_result r = lb_balancer_nodes(b, NULL, 0, NULL, 0, &count, &size);
+    lb_result r = lb_balancer_located_nodes(b, NULL, 0, NULL, 0, &count, &size);
     if (r != LB_RESULT_OK && r != LB_RESULT_BUFFER_TOO_SMALL) FAIL("nodes: %s", lb_result_name(r));
-    lb_node *nodes = calloc(count ? count : 1, sizeof *nodes);
-    char *ids = malloc(size ? size : 1);
-    r = lb_balancer_nodes(b, nodes, count, ids, size, &count, &size);
+    lb_located_node *nodes = calloc(count ? count : 1, sizeof *nodes);
+    char *strings = malloc(size ? size : 1);
+    r = lb_balancer_located_nodes(b, nodes, count, strings, size, &count, &size);
     if (r != LB_RESULT_OK) FAIL("nodes: %s", lb_result_name(r));
-    char *text = malloc(size + count * 24 + 1);
+    char *text = malloc(size + count * 48 + 1);
     size_t at = 0;
     for (size_t i = 0; r == LB_RESULT_OK && i < count; i++) {
         if (nodes[i].tag != tag_of(nodes[i].id, nodes[i].id_len)) FAIL("listed tag mismatch");
-        at += (size_t)sprintf(text + at, "%s:%u,", nodes[i].id, (unsigned)nodes[i].weight);
+        at += (size_t)sprintf(text + at, "%s:%u@%s#%u,", nodes[i].id, (unsigned)nodes[i].weight,
+                              nodes[i].locality, (unsigned)nodes[i].priority);
     }
     text[at] = '\0';
     free(nodes);
-    free(ids);
+    free(strings);
     return text;
+}
+
+/* JSON [[locality, number], ...] -> the C arrays of lb_balancer_set_locality_weights and
+ * lb_balancer_set_local_localities (strings borrowed from the JSON tree). */
+static lb_locality_weight *locality_weights_of(const json *list) {
+    lb_locality_weight *w = calloc(list->len ? list->len : 1, sizeof *w);
+    for (size_t i = 0; i < list->len; i++)
+        w[i] = (lb_locality_weight){list->items[i].items[0].str, list->items[i].items[0].len,
+                                    (uint32_t)list->items[i].items[1].integer};
+    return w;
+}
+
+static lb_locality_count *locality_counts_of(const json *list) {
+    lb_locality_count *c = calloc(list->len ? list->len : 1, sizeof *c);
+    for (size_t i = 0; i < list->len; i++)
+        c[i] = (lb_locality_count){list->items[i].items[0].str, list->items[i].items[0].len,
+                                   list->items[i].items[1].integer};
+    return c;
 }
 
 /* Checks answers (ids and tags) against a JSON array of expected ids. */
@@ -276,16 +313,48 @@ static lb_result run_step(const lb_balancer *b, const json *step, char *ids) {
         if (r == LB_RESULT_OK) check_picks("attempts", picks, count, expect);
         free(picks);
     } else if (strcmp(op, "add") == 0) {
-        r = lb_balancer_add(b, id->str, id->len, (uint32_t)weight->integer,
-                            tag_of(id->str, id->len));
+        const json *locality = json_get(step, "locality");
+        if (locality)
+            r = lb_balancer_add_located(b, id->str, id->len, (uint32_t)weight->integer,
+                                        tag_of(id->str, id->len), locality->str, locality->len,
+                                        (uint32_t)json_get(step, "priority")->integer);
+        else
+            r = lb_balancer_add(b, id->str, id->len, (uint32_t)weight->integer,
+                                tag_of(id->str, id->len));
+    } else if (strcmp(op, "set_location") == 0) {
+        const json *locality = json_get(step, "locality");
+        r = lb_balancer_set_location(b, id->str, id->len, locality->str, locality->len,
+                                     (uint32_t)json_get(step, "priority")->integer);
+    } else if (strcmp(op, "set_locality_weights") == 0) {
+        const json *list = json_get(step, "weights");
+        lb_locality_weight *w = locality_weights_of(list);
+        r = lb_balancer_set_locality_weights(b, w, list->len);
+        free(w);
+    } else if (strcmp(op, "set_local_locality") == 0) {
+        const json *locality = json_get(step, "locality");
+        r = locality && locality->kind == JSON_STRING
+                ? lb_balancer_set_local_locality(b, locality->str, locality->len)
+                : lb_balancer_clear_local_locality(b);
+    } else if (strcmp(op, "set_local_localities") == 0) {
+        const json *list = json_get(step, "spread");
+        lb_locality_count *c = locality_counts_of(list);
+        r = lb_balancer_set_local_localities(b, c, list->len);
+        free(c);
     } else if (strcmp(op, "remove") == 0) {
         r = lb_balancer_remove(b, id->str, id->len);
     } else if (strcmp(op, "set_weight") == 0) {
         r = lb_balancer_set_weight(b, id->str, id->len, (uint32_t)weight->integer);
     } else if (strcmp(op, "update") == 0) {
         size_t n;
-        lb_node *nodes = nodes_of(json_get(step, "nodes"), &n);
-        r = lb_balancer_update(b, nodes, n);
+        bool located;
+        lb_located_node *nodes = nodes_of(json_get(step, "nodes"), &n, &located);
+        if (located) {
+            r = lb_balancer_update_located(b, nodes, n);
+        } else {
+            lb_node *plain_form = plain_nodes(nodes, n);
+            r = lb_balancer_update(b, plain_form, n);
+            free(plain_form);
+        }
         free(nodes);
     } else if (strcmp(op, "pick_hash") == 0) {
         const char *text = json_get(step, "hash")->str;
@@ -371,10 +440,18 @@ static lb_balancer *build(const json *c) {
         if (r != LB_RESULT_OK) FAIL("option %s: %s", name, lb_result_name(r));
     }
     size_t n;
-    lb_node *nodes = nodes_of(json_get(c, "nodes"), &n);
+    bool located;
+    lb_located_node *nodes = nodes_of(json_get(c, "nodes"), &n, &located);
     const char *algorithm = json_get(c, "algorithm")->str;
     lb_balancer *b = NULL;
-    lb_result r = lb_balancer_new(algorithm, strlen(algorithm), options, nodes, n, &b);
+    lb_result r;
+    if (located) {
+        r = lb_balancer_new_located(algorithm, strlen(algorithm), options, nodes, n, &b);
+    } else {
+        lb_node *plain_form = plain_nodes(nodes, n);
+        r = lb_balancer_new(algorithm, strlen(algorithm), options, plain_form, n, &b);
+        free(plain_form);
+    }
     if (r != LB_RESULT_OK) FAIL("new: %s", lb_result_name(r));
     free(nodes);
     lb_options_free(options);
