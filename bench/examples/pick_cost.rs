@@ -95,6 +95,36 @@ fn main() {
                 lease.finish(ok);
             }
         }
+        // Issue 24: the same 100 nodes over 3 priority levels x 3 zones (levels: all healthy, so
+        // every pick stays on level 0; zone_aware: callers 50/30/20 from zone a, a residual
+        // route; weighted: locality weights 1/2/3).
+        "routed_round_robin_levels"
+        | "routed_round_robin_zone_aware"
+        | "routed_round_robin_weighted"
+        | "routed_random_levels"
+        | "routed_random_zone_aware" => {
+            let algorithm = if op.starts_with("routed_round_robin") {
+                Algorithm::RoundRobin
+            } else {
+                Algorithm::Random
+            };
+            let zones = ["r/a", "r/b", "r/c"];
+            let placed = (nodes(N, false).into_iter().enumerate())
+                .map(|(i, n)| n.located(zones[i % 3], (i / 34) as u32));
+            let b = Balancer::new(algorithm, placed, options).unwrap();
+            if op.ends_with("zone_aware") {
+                b.set_local_locality(Some("r/a")).unwrap();
+                b.set_local_localities([("r/a", 50), ("r/b", 30), ("r/c", 20)])
+                    .unwrap();
+            } else if op.ends_with("weighted") {
+                b.set_locality_weights([("r/a", 1), ("r/b", 2), ("r/c", 3)])
+                    .unwrap();
+            }
+            sum += b.pick(None).unwrap().tag();
+            for _ in 0..count {
+                sum += b.pick(None).unwrap().tag();
+            }
+        }
         "smallrng_choose" => {
             let items: Vec<u64> = (0..N as u64).collect();
             let mut rng = SmallRng::seed_from_u64(1);

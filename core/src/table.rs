@@ -937,7 +937,8 @@ impl Table {
         order: &mut Vec<u32>,
     ) {
         let choice = layout.choose(ctx, &self.weights, self.level_hash(by));
-        let mut listed = alloc::vec![false; self.loads.len()];
+        // One bit per node: the nodes already listed.
+        let mut listed = alloc::vec![0u64; self.loads.len().div_ceil(64)];
         let (mut usable, mut part) = (0, Vec::new());
         for (group, panic) in layout.order(ctx, &self.weights, choice) {
             let ctx = ctx.within(group, panic);
@@ -952,7 +953,9 @@ impl Table {
                 &mut part,
             );
             for i in part.drain(..) {
-                if !core::mem::replace(&mut listed[i as usize], true) {
+                let (word, bit) = (i as usize / 64, 1u64 << (i % 64));
+                if listed[word] & bit == 0 {
+                    listed[word] |= bit;
                     usable += usize::from(ctx.usable(i));
                     order.push(i);
                 }
