@@ -43,6 +43,7 @@ use crate::select::{Ctx, Selector};
 use crate::sync::AtomicCounter;
 use crate::{Algorithm, Options, Result};
 use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -147,6 +148,15 @@ enum Mode {
     ZoneAware,
 }
 
+/// One level's nodes while a layout is built: all of them, and by locality in order of first
+/// appearance (with each locality's place in that list).
+#[derive(Default)]
+struct Sorting<'a> {
+    members: Vec<u32>,
+    places: Vec<(&'a str, Vec<u32>)>,
+    index: BTreeMap<&'a str, usize>,
+}
+
 /// Zone-aware routing's fixed inputs: the caller's fleet aligned with priority 0's places.
 struct Zone {
     local: Vec<u64>,
@@ -231,48 +241,49 @@ impl Layout {
             _ if routing.zone_aware() => Mode::ZoneAware,
             _ => Mode::Flat,
         };
-        let mut priorities: Vec<u32> = active.iter().map(|i| nodes[*i as usize].priority).collect();
-        priorities.sort_unstable();
-        priorities.dedup();
-        if priorities.len() < 2 && mode == Mode::Flat {
+        // The active nodes by priority, then by locality in order of first appearance: one
+        // pass, O(n log) however many levels and localities there are.
+        let mut levels: BTreeMap<u32, Sorting<'_>> = BTreeMap::new();
+        for &i in active {
+            let node = &nodes[i as usize];
+            let level = levels.entry(node.priority).or_default();
+            level.members.push(i);
+            let name = locality_key(&node.locality);
+            let places = &mut level.places;
+            let at = *level.index.entry(name).or_insert_with(|| {
+                places.push((name, Vec::new()));
+                places.len() - 1
+            });
+            places[at].1.push(i);
+        }
+        if levels.len() < 2 && mode == Mode::Flat {
             return None;
         }
         let local = routing.local_locality.as_deref().map(locality_key);
-        let tiers: Vec<Tier> = (priorities.iter())
-            .map(|priority| {
-                let members: Vec<u32> = (active.iter().copied())
-                    .filter(|i| nodes[*i as usize].priority == *priority)
-                    .collect();
-                let mut names: Vec<&str> = Vec::new();
-                for i in &members {
-                    let name = locality_key(&nodes[*i as usize].locality);
-                    if !names.contains(&name) {
-                        names.push(name);
+        let tiers: Vec<Tier> = (levels.into_iter())
+            .map(|(priority, level)| {
+                let Sorting {
+                    members,
+                    mut places,
+                    ..
+                } = level;
+                if mode == Mode::ZoneAware && priority == 0 {
+                    if let Some(at) = places.iter().position(|(n, _)| Some(*n) == local) {
+                        let own = places.remove(at);
+                        places.insert(0, own);
                     }
                 }
-                if mode == Mode::ZoneAware && *priority == 0 {
-                    if let Some(at) = names.iter().position(|n| Some(*n) == local) {
-                        let own = names.remove(at);
-                        names.insert(0, own);
-                    }
-                }
-                let places = (names.iter())
-                    .map(|name| {
-                        let members: Vec<u32> = (members.iter().copied())
-                            .filter(|i| locality_key(&nodes[*i as usize].locality) == *name)
-                            .collect();
-                        let group = (mode != Mode::Flat).then(|| {
+                let places = (places.into_iter())
+                    .map(|(name, members)| Place {
+                        weight: routing.weight(name),
+                        group: (mode != Mode::Flat).then(|| {
                             Group::build(algorithm, nodes, members.clone(), options, loads)
-                        });
-                        Place {
-                            weight: routing.weight(name),
-                            members,
-                            group,
-                        }
+                        }),
+                        members,
                     })
                     .collect();
                 Tier {
-                    priority: *priority,
+                    priority,
                     all: Group::build(algorithm, nodes, members, options, loads),
                     places,
                 }
