@@ -34,6 +34,7 @@ mod retry_storm;
 mod simulate;
 mod slow_node;
 mod watch;
+mod zones;
 
 use clap::{Args, Parser, Subcommand};
 use liblb_core::{Algorithm, Balancer, HashKind, Node, Options};
