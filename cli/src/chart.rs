@@ -563,7 +563,13 @@ fn stacked(area: &Area<'_>, caption: &str, groups: &[BarGroup]) -> DrawResult {
         .x_labels(0)
         .y_desc("% of the caller zone's requests")
         .y_labels(6)
-        .y_label_formatter(&|v| if *v <= 100.0 { format!("{v:.0}") } else { String::new() })
+        .y_label_formatter(&|v| {
+            if *v <= 100.0 {
+                format!("{v:.0}")
+            } else {
+                String::new()
+            }
+        })
         .draw()?;
     let mut x = 0.5;
     for group in groups {

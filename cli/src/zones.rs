@@ -164,7 +164,8 @@ impl Params {
         let n0 = self.p0();
         let half = n0.div_ceil(2);
         let keep = half.max(usize::try_from(options.zone_aware_min_cluster_size).unwrap_or(n0));
-        let spills = |u: usize| u as u64 * u64::from(options.overprovisioning_factor) < 100 * n0 as u64;
+        let spills =
+            |u: usize| u as u64 * u64::from(options.overprovisioning_factor) < 100 * n0 as u64;
         if spills(keep) { keep } else { half }
     }
 
@@ -345,10 +346,20 @@ pub(crate) fn expected(
             if up[z] > 0.0 && up[z] >= local[z] {
                 to[z] = 1.0;
             } else {
-                let kept = if local[z] > 0.0 { up[z] / local[z] } else { 0.0 };
+                let kept = if local[z] > 0.0 {
+                    up[z] / local[z]
+                } else {
+                    0.0
+                };
                 to[z] = kept;
                 let spare: Vec<f64> = (0..zones)
-                    .map(|w| if w == z { 0.0 } else { (up[w] - local[w]).max(0.0) })
+                    .map(|w| {
+                        if w == z {
+                            0.0
+                        } else {
+                            (up[w] - local[w]).max(0.0)
+                        }
+                    })
                     .collect();
                 let total: f64 = spare.iter().sum();
                 for w in 0..zones {
@@ -602,7 +613,11 @@ pub(crate) fn run(
             let now = done.done_ns;
             clock.set(Duration::from_nanos(now));
             let b = done.backend;
-            let cross = if zone_of[b] == done.caller { 0 } else { penalty };
+            let cross = if zone_of[b] == done.caller {
+                0
+            } else {
+                penalty
+            };
             let latency = now - done.arrived_ns + cross;
             done.lease
                 .finish(Outcome::Success(Duration::from_nanos(latency)));
@@ -658,7 +673,10 @@ pub(crate) fn print(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let callers: Vec<String> = shares.iter().map(|s| format!("{:.0}%", s * 100.0)).collect();
+    let callers: Vec<String> = shares
+        .iter()
+        .map(|s| format!("{:.0}%", s * 100.0))
+        .collect();
     let backends: Vec<String> = params.backends.iter().map(|n| n.to_string()).collect();
     writeln!(
         out,
@@ -684,7 +702,8 @@ pub(crate) fn print(
     // What keeping every request local would do to each zone.
     let all_local: Vec<String> = (0..zones)
         .map(|z| {
-            let load = params.rate() * shares[z] / (params.backends[z] as f64 * params.backend_rate());
+            let load =
+                params.rate() * shares[z] / (params.backends[z] as f64 * params.backend_rate());
             format!("{:.0}%", load * 100.0)
         })
         .collect();
@@ -720,12 +739,12 @@ pub(crate) fn print(
         )?;
         for (_, run) in pair {
             let routing = if run.zone_aware { "zone" } else { "off" };
-            for z in 0..zones {
+            for (z, share) in shares.iter().enumerate() {
                 write!(
                     out,
                     "{:<7} {:<6}",
                     if z == 0 { routing } else { "" },
-                    format!("{} {:.0}%", zone_name(z), shares[z] * 100.0)
+                    format!("{} {:.0}%", zone_name(z), share * 100.0)
                 )?;
                 for d in 0..=zones {
                     write!(out, " {:>6}", pct(run.share(z, d)))?;
@@ -825,11 +844,7 @@ fn draw(
                     i / 2 + 1,
                     if run.zone_aware { "zone-aware" } else { "off" }
                 ),
-                note: format!(
-                    "cross {:.0}% (Envoy {:.0}%)",
-                    cross * 100.0,
-                    expect * 100.0
-                ),
+                note: format!("cross {:.0}% (Envoy {:.0}%)", cross * 100.0, expect * 100.0),
                 bars: (0..zones)
                     .map(|z| {
                         let segments = (0..=zones).map(|d| run.share(z, d) * 100.0).collect();
@@ -868,12 +883,12 @@ mod tests {
         }
     }
 
-    /// The expectation for the default inputs, worked by hand: no routing sends 1 - (0.5 x 0.4
-    /// + 0.3 x 0.4 + 0.2 x 0.2) = 64% across zones; zone-aware routing keeps 0.4 / 0.5 = 80% of
-    /// zone a's requests and sends the rest to b (the only zone with spare: 40% of the
-    /// backends for 30% of the callers), b and c stay local: 10% across zones. With half of a
-    /// down, a keeps 0.25 / 0.5 = 50% and sends the rest 20 : 5 to b and c. With 5 of 10 up,
-    /// P0 takes 70% and zone-aware routing stops (5 < 6).
+    /// The expectation for the default inputs, worked by hand. No routing: 64% across zones,
+    /// that is 1 - (0.5 x 0.4 + 0.3 x 0.4 + 0.2 x 0.2). Zone-aware routing keeps 0.4 / 0.5 =
+    /// 80% of zone a's requests and sends the rest to b (the only zone with spare: 40% of the
+    /// backends for 30% of the callers); b and c stay local: 10% across zones. With half of a
+    /// down, a keeps 0.25 / 0.5 = 50% and sends the rest 20 : 5 to b and c. With all of a down
+    /// (6 of 10 up) P0 takes 84%.
     #[test]
     fn the_expectation_is_envoys_arithmetic() {
         let p = params();
@@ -999,7 +1014,11 @@ mod tests {
         let mut p = params();
         p.utilisation = 1.0;
         assert!(p.validate().unwrap_err().contains("--utilisation"));
-        assert!(counts("--callers", "5,x").unwrap_err().contains("--callers"));
+        assert!(
+            counts("--callers", "5,x")
+                .unwrap_err()
+                .contains("--callers")
+        );
         assert!(params().validate().is_ok());
     }
 }
