@@ -53,7 +53,8 @@ pub(crate) struct SimulateArgs {
     keys: Option<usize>,
     /// Only this algorithm (repeatable); default: all (slow-node: all unkeyed; hot-key: all
     /// keyed; retry-storm: least_request; overloaded-node: round_robin, least_request,
-    /// peak_ewma; flaky-node: round_robin, least_request).
+    /// peak_ewma; flaky-node: round_robin, least_request; long-tail and zones: one,
+    /// round_robin, zones an unkeyed one).
     #[arg(long, short, value_parser = crate::algorithm_parser())]
     algorithm: Vec<Algorithm>,
     /// Every scenario but seeds and zones (which takes --zone-backends): number of backends, 2
@@ -80,7 +81,8 @@ pub(crate) struct SimulateArgs {
     #[arg(long, default_value_t = 15.0)]
     warmup_s: f64,
     /// Arrival rate as a share of the backends' total capacity: above 0 and below 1 (default
-    /// 0.7); retry-storm: up to 3 (default 1.2, past capacity).
+    /// 0.7); retry-storm: up to 3 (default 1.2, past capacity); zones: of priority 0's
+    /// capacity (default 0.6).
     #[arg(long)]
     utilisation: Option<f64>,
     /// slow-node, hot-key: requests per run (default: slow-node 200000, hot-key 50000).
@@ -97,9 +99,9 @@ pub(crate) struct SimulateArgs {
     /// takes.
     #[arg(long, default_value_t = 1.0)]
     fail_ms: f64,
-    /// failing-node, retry-storm, overloaded-node, flaky-node: length of the run, seconds of
-    /// virtual time (default: failing-node 110, retry-storm 30, overloaded-node 100,
-    /// flaky-node 60).
+    /// failing-node, retry-storm, overloaded-node, flaky-node, zones: length of the run, seconds
+    /// of virtual time (default: failing-node 110, retry-storm 30, overloaded-node 100,
+    /// flaky-node 60, zones 60 per run).
     #[arg(long)]
     duration_s: Option<f64>,
     /// retry-storm: how long a client waits for an attempt, ms; then it counts as a timeout
