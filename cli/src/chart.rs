@@ -518,3 +518,89 @@ pub(crate) fn draw_panels(
     legend(&key, names).map_err(|e| fail(&e))?;
     root.present().map_err(|e| fail(&e))
 }
+
+/// A group of stacked bars: its label and a note drawn above it, and per bar its name and
+/// its segments from the bottom up (segment i in colour i, named in the legend).
+pub(crate) struct BarGroup {
+    pub label: String,
+    pub note: String,
+    pub bars: Vec<(String, Vec<f64>)>,
+}
+
+/// Stacked bars (0 to 100) in groups side by side, a legend of `names` (segment colour i is
+/// `names[i]`), written to `path` (`lb simulate --scenario zones --svg FILE`).
+pub(crate) fn draw_stacked(
+    path: &Path,
+    title: &str,
+    caption: &str,
+    groups: &[BarGroup],
+    names: &[String],
+) -> Result<(), String> {
+    let root = SVGBackend::new(path, (1280, 560)).into_drawing_area();
+    let fail = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let root = root
+        .titled(title, ("sans-serif", 20))
+        .map_err(|e| fail(&e))?;
+    let (area, key) = root.split_horizontally(1090);
+    stacked(&area, caption, groups).map_err(|e| fail(&e))?;
+    legend(&key, names).map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
+}
+
+fn stacked(area: &Area<'_>, caption: &str, groups: &[BarGroup]) -> DrawResult {
+    // Each group takes its bars' slots and one slot of gap.
+    let slots: usize = groups.iter().map(|g| g.bars.len() + 1).sum();
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 15))
+        .margin(10)
+        .x_label_area_size(10)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..slots.max(1) as f64, 0.0..118.0)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc("% of the caller zone's requests")
+        .y_labels(6)
+        .y_label_formatter(&|v| {
+            if *v <= 100.0 {
+                format!("{v:.0}")
+            } else {
+                String::new()
+            }
+        })
+        .draw()?;
+    let mut x = 0.5;
+    for group in groups {
+        chart.draw_series(std::iter::once(Text::new(
+            group.label.clone(),
+            (x, 114.0),
+            ("sans-serif", 14).into_font(),
+        )))?;
+        chart.draw_series(std::iter::once(Text::new(
+            group.note.clone(),
+            (x, 109.0),
+            ("sans-serif", 12).into_font(),
+        )))?;
+        for (name, segments) in &group.bars {
+            let mut bottom = 0.0;
+            for (i, height) in segments.iter().enumerate() {
+                let top = bottom + height;
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(x, bottom), (x + 0.8, top)],
+                    line_colour(i).filled(),
+                )))?;
+                bottom = top;
+            }
+            chart.draw_series(std::iter::once(Text::new(
+                format!("from {name}"),
+                (x + 0.1, 103.5),
+                ("sans-serif", 12).into_font(),
+            )))?;
+            x += 1.0;
+        }
+        x += 1.0;
+    }
+    Ok(())
+}

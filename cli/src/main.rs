@@ -18,6 +18,10 @@
 //!   node paused and back; `flaky-node` (30% random failures): time to ejection with and
 //!   without success-rate ejection; `long-tail` (1% of attempts 20x slower): p99.9 without
 //!   hedging and with p95 and p99 hedges.
+//! - `lb simulate --scenario zones` (callers and backends in three zones, a priority-1
+//!   fallback fleet): where each caller zone's requests are served, cross-zone share and p99,
+//!   without and with zone-aware routing, against Envoy's rules, as zone a fails and priority
+//!   0 spills.
 //! - `lb watch --etcd http://127.0.0.1:2379 --prefix /services/web --key user-1` follows the
 //!   membership under an etcd prefix and prints each change and where each key lands
 //!   (`--json`: one JSON object per change; see `watch` and docs/membership.md).
@@ -34,6 +38,7 @@ mod retry_storm;
 mod simulate;
 mod slow_node;
 mod watch;
+mod zones;
 
 use clap::{Args, Parser, Subcommand};
 use liblb_core::{Algorithm, Balancer, HashKind, Node, Options};

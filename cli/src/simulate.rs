@@ -15,6 +15,10 @@
 //!   with an `AdaptiveThrottle` (see `retry_storm`); a backend answering 429 with
 //!   `Retry-After` (see `overloaded_node`); a backend failing 30% of its requests at random,
 //!   against consecutive-failure and success-rate ejection (see `flaky_node`).
+//! - `zones`: callers and backends in zones, one balancer per caller zone over the same
+//!   backends, without and with zone-aware routing, then half of one zone down and priority 0
+//!   down to half, spilling to a priority-1 fallback fleet (see `zones`): where each caller
+//!   zone's requests go against Envoy's rules.
 //!
 //! The `seeds` scenario is the seeds' own node lists: seed 000's three weighted servers
 //! (2, 7, 1) and seed 002's seven endpoints. For each algorithm the table shows every node's
@@ -26,7 +30,7 @@
 
 use crate::slow_node::{self, Params};
 use crate::{Failure, OptionArgs, chart, failing_node, hot_key, parse_node};
-use crate::{flaky_node, long_tail, overloaded_node, request_events, retry_storm};
+use crate::{flaky_node, long_tail, overloaded_node, request_events, retry_storm, zones};
 use clap::{Args, ValueEnum};
 use liblb_core::{Algorithm, Balancer, Error, Node};
 use std::hint::black_box;
@@ -49,11 +53,12 @@ pub(crate) struct SimulateArgs {
     keys: Option<usize>,
     /// Only this algorithm (repeatable); default: all (slow-node: all unkeyed; hot-key: all
     /// keyed; retry-storm: least_request; overloaded-node: round_robin, least_request,
-    /// peak_ewma; flaky-node: round_robin, least_request).
+    /// peak_ewma; flaky-node: round_robin, least_request; long-tail and zones: one,
+    /// round_robin, zones an unkeyed one).
     #[arg(long, short, value_parser = crate::algorithm_parser())]
     algorithm: Vec<Algorithm>,
-    /// Every scenario but seeds: number of backends, 2 to 1000000 (backend-0 is the slow, the
-    /// failing, the overloaded or the flaky one).
+    /// Every scenario but seeds and zones (which takes --zone-backends): number of backends, 2
+    /// to 1000000 (backend-0 is the slow, the failing, the overloaded or the flaky one).
     #[arg(long, default_value_t = 10)]
     backends: usize,
     /// Every scenario but seeds: servers per backend (each backend is a FIFO queue before k
@@ -76,7 +81,8 @@ pub(crate) struct SimulateArgs {
     #[arg(long, default_value_t = 15.0)]
     warmup_s: f64,
     /// Arrival rate as a share of the backends' total capacity: above 0 and below 1 (default
-    /// 0.7); retry-storm: up to 3 (default 1.2, past capacity).
+    /// 0.7); retry-storm: up to 3 (default 1.2, past capacity); zones: of priority 0's
+    /// capacity (default 0.6).
     #[arg(long)]
     utilisation: Option<f64>,
     /// slow-node, hot-key: requests per run (default: slow-node 200000, hot-key 50000).
@@ -93,9 +99,9 @@ pub(crate) struct SimulateArgs {
     /// takes.
     #[arg(long, default_value_t = 1.0)]
     fail_ms: f64,
-    /// failing-node, retry-storm, overloaded-node, flaky-node: length of the run, seconds of
-    /// virtual time (default: failing-node 110, retry-storm 30, overloaded-node 100,
-    /// flaky-node 60).
+    /// failing-node, retry-storm, overloaded-node, flaky-node, zones: length of the run, seconds
+    /// of virtual time (default: failing-node 110, retry-storm 30, overloaded-node 100,
+    /// flaky-node 60, zones 60 per run).
     #[arg(long)]
     duration_s: Option<f64>,
     /// retry-storm: how long a client waits for an attempt, ms; then it counts as a timeout
@@ -124,6 +130,19 @@ pub(crate) struct SimulateArgs {
     /// hot-key: the hot key's share of the requests (0 to 1).
     #[arg(long, default_value_t = 0.3)]
     hot_share: f64,
+    /// zones: caller instances per zone (zones a, b, c, ...), comma-separated; each sends the
+    /// same rate.
+    #[arg(long, default_value = "50,30,20")]
+    callers: String,
+    /// zones: priority-0 backends per zone, comma-separated (as many zones as --callers).
+    #[arg(long, default_value = "4,4,2")]
+    zone_backends: String,
+    /// zones: backends of the priority-1 fallback fleet (in another region).
+    #[arg(long, default_value_t = 3)]
+    fallback_backends: usize,
+    /// zones: how much longer a request served outside its caller's zone takes, ms.
+    #[arg(long, default_value_t = 1.0)]
+    cross_zone_ms: f64,
     /// Every scenario but seeds: write an SVG of the run to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
@@ -157,6 +176,9 @@ enum ScenarioName {
     /// 1% of attempts 20x slower: latency percentiles without hedging and with p95 and p99
     /// hedges.
     LongTail,
+    /// Callers and backends in three zones: cross-zone traffic without and with zone-aware
+    /// routing, then failures spilling to other zones and to a priority-1 fleet.
+    Zones,
     /// List the scenarios.
     Help,
 }
@@ -233,6 +255,7 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
         ScenarioName::OverloadedNode => overloaded(args, out),
         ScenarioName::FlakyNode => flaky(args, out),
         ScenarioName::LongTail => tail(args, out),
+        ScenarioName::Zones => zoned(args, out),
         ScenarioName::Help => {
             writeln!(out, "scenarios (--scenario NAME):")?;
             for value in ScenarioName::value_variants() {
@@ -747,6 +770,40 @@ fn tail(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     };
     let options = args.options.options()?;
     long_tail::print(&params, algorithm, options, args.svg.as_deref(), out)
+}
+
+/// The zones scenario: three phases, each without and with zone-aware routing, one table, an
+/// SVG.
+fn zoned(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    timed(&args, "zones")?;
+    let params = zones::Params {
+        callers: zones::counts("--callers", &args.callers).map_err(Failure::Usage)?,
+        backends: (zones::counts("--zone-backends", &args.zone_backends)
+            .map_err(Failure::Usage)?
+            .into_iter())
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+        .collect(),
+        fallback: args.fallback_backends,
+        servers: args.servers.unwrap_or(1),
+        service_ms: args.service_ms,
+        cross_zone_ms: args.cross_zone_ms,
+        utilisation: args.utilisation.unwrap_or(0.6),
+        duration_s: args.duration_s.unwrap_or(60.0),
+        seed: args.options.seed.unwrap_or(1),
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let algorithm = match args.algorithm.as_slice() {
+        [] => Algorithm::RoundRobin,
+        [one] if !one.is_keyed() => *one,
+        [_] => {
+            return Err(Failure::Usage(
+                "zones runs an unkeyed algorithm (zone-aware routing applies to those only)".into(),
+            ));
+        }
+        _ => return Err(Failure::Usage("zones takes one --algorithm".into())),
+    };
+    let options = args.options.options()?;
+    zones::print(&params, algorithm, options, args.svg.as_deref(), out)
 }
 
 /// The seeds scenario: one table per algorithm and node list.
