@@ -7,12 +7,13 @@
 //! # Layout
 //!
 //! Under a prefix `P`, each key `P/<node-id>` is a member. Its value is empty (weight 1) or a
-//! JSON object with only the optional fields `"weight"` (0..=4294967295, 0 drains the node) and
-//! `"tag"` (0..=2^64-1, handed back by picks), each at most once; numbers must be integer
+//! JSON object with only the optional fields `"weight"` (0..=4294967295, 0 drains the node),
+//! `"tag"` (0..=2^64-1, handed back by picks), `"locality"` (`"region/zone/sub_zone"`) and
+//! `"priority"` (0..=4294967295; see liblb's docs/localities.md), each at most once; numbers must be integer
 //! literals (`1.0` and `1e2` are refused, `-0` is 0). Anything else (a duplicate field, unknown
 //! fields, another JSON type, bad JSON, numbers out of range, an id liblb refuses) rejects that
 //! key's change with an [`Event::Rejected`] naming the key and the problem; the key keeps its
-//! last good value, or stays absent. [`parse_value`] states the rules; the table every language
+//! last good value, or stays absent. [`parse_member`] states the rules; the table every language
 //! is tested against is `tests/membership/values.json`. The balancer gets the nodes sorted by id, bytewise, so every process and
 //! every language (the Python package reads the same layout) builds the same table.
 //!
@@ -94,7 +95,7 @@ mod watcher;
 #[cfg(feature = "fuzzing")]
 pub use client::fuzz_response;
 pub use client::{Client, KeyValue, Range, WatchEvent};
-pub use membership::parse_value;
+pub use membership::{Member, parse_member, parse_value};
 pub use tls::TlsConfig;
 pub use watcher::{Config, Watcher};
 

@@ -1,5 +1,6 @@
 //! The membership an etcd prefix describes: `P/<id>` keys with an empty value (weight 1) or a
-//! JSON object with optional `"weight"` (0..=2^32-1) and `"tag"` (0..=2^64-1), nothing else.
+//! JSON object with optional `"weight"` (0..=2^32-1), `"tag"` (0..=2^64-1), `"locality"`
+//! (`"region/zone/sub_zone"`) and `"priority"` (0..=2^32-1), nothing else.
 //!
 //! A key whose change is rejected keeps its last good value (or stays absent), so one bad
 //! write never empties or reshapes the balancer. Nodes come out sorted by id, bytewise (the
@@ -18,25 +19,68 @@ pub(crate) struct Rejection {
     pub(crate) reason: String,
 }
 
+/// One member's settings, from its value (see [`parse_member`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The node's weight (default 1; 0 drains it).
+    pub weight: u32,
+    /// The caller's tag (default 0).
+    pub tag: u64,
+    /// Where the node runs, `"region/zone/sub_zone"` (default `""`).
+    pub locality: String,
+    /// Its priority level (default 0, the most preferred).
+    pub priority: u32,
+}
+
+impl Default for Member {
+    fn default() -> Member {
+        Member {
+            weight: 1,
+            tag: 0,
+            locality: String::new(),
+            priority: 0,
+        }
+    }
+}
+
+/// A value has at most this many `{` and `[` (in strings too): a valid one has one `{` and
+/// whatever its locality string holds. The Python reader bounds its parser's recursion with
+/// the same rule, so both refuse the same values.
+const MAX_BRACKETS: usize = 32;
+
 /// Parses a member's value (empty, or `{"weight": W, "tag": T}` with both optional) into
-/// `(weight, tag)`, or says what is wrong with it; public so tools can check a value before
-/// writing it.
+/// `(weight, tag)`, or says what is wrong with it: [`parse_member`] without the locality and
+/// priority (a value with them is accepted, and they are dropped).
+pub fn parse_value(value: &[u8]) -> Result<(u32, u64), String> {
+    parse_member(value).map(|m| (m.weight, m.tag))
+}
+
+/// Parses a member's value into its [`Member`] settings, or says what is wrong with it;
+/// public so tools can check a value before writing it.
 ///
 /// The rules (one table for every language: `tests/membership/values.json`): an empty value is
-/// weight 1, tag 0; otherwise the value is one JSON text (RFC 8259; whitespace around it is
-/// fine, a byte order mark or anything after it is not) holding an object with only the
-/// optional fields `"weight"` (0..=4294967295, default 1) and `"tag"` (0..=18446744073709551615,
-/// default 0), each **at most once** (also when spelled with escapes, `"w\u0065ight"`). A
-/// number counts only as an **integer literal**: `1.0` and `1e2` are refused although
-/// integral, and `-0` is the integer 0. Nesting deeper than serde_json's recursion limit (128)
-/// is no stack risk: the text is checked without recursion (serde_json skips a raw value
-/// iteratively), and a nested value is simply not an integer. Error texts quote at most 100
-/// characters of the value.
-pub fn parse_value(value: &[u8]) -> Result<(u32, u64), String> {
+/// weight 1, tag 0, the unnamed locality, priority 0; otherwise the value is one JSON text
+/// (RFC 8259; whitespace around it is fine, a byte order mark or anything after it is not)
+/// holding an object with only the optional fields `"weight"` (0..=4294967295, default 1),
+/// `"tag"` (0..=18446744073709551615, default 0), `"locality"` (a string, at most three
+/// `/`-separated parts `region/zone/sub_zone`, no NUL; default `""`) and `"priority"`
+/// (0..=4294967295, default 0), each **at most once** (also when spelled with escapes,
+/// `"w\u0065ight"`). A number counts only as an **integer literal**: `1.0` and `1e2` are
+/// refused although integral, and `-0` is the integer 0. A value holds at most 32 `{` and `[`,
+/// strings included. Nesting deeper than serde_json's recursion limit (128) is no stack risk:
+/// the text is checked without recursion (serde_json skips a raw value iteratively), and a
+/// nested value is simply not an integer. Error texts quote at most 100 characters of the value.
+pub fn parse_member(value: &[u8]) -> Result<Member, String> {
     if value.is_empty() {
-        return Ok((1, 0));
+        return Ok(Member::default());
     }
     let text = std::str::from_utf8(value).map_err(|_| "value is not UTF-8".to_string())?;
+    let brackets = text.bytes().filter(|b| matches!(b, b'{' | b'[')).count();
+    if brackets > MAX_BRACKETS {
+        return Err(format!(
+            "value is not a flat JSON object: {brackets} '{{' or '[' (at most {MAX_BRACKETS})"
+        ));
+    }
     // First the JSON text as a whole (syntax, trailing data, depth), then its shape.
     let whole: &RawValue = serde_json::from_str(text)
         .map_err(|e| format!("value is not JSON ({e}): {}", shown(text)))?;
@@ -48,18 +92,22 @@ pub fn parse_value(value: &[u8]) -> Result<(u32, u64), String> {
     }
     let Fields(fields) = serde_json::from_str(whole.get())
         .map_err(|e| format!("value is not JSON ({e}): {}", shown(text)))?;
-    let (mut weight, mut tag) = (None, None);
+    let (mut weight, mut tag, mut locality, mut priority) = (None, None, None, None);
+    let u32_field = |name: &str, field: &str| {
+        integer(field, u64::from(u32::MAX))
+            .map(|n| n as u32)
+            .ok_or_else(|| {
+                format!(
+                    "\"{name}\" must be an integer in 0..=4294967295, not {}",
+                    cut(field)
+                )
+            })
+    };
     for (name, field) in fields {
         let field = field.get();
         match name.as_ref() {
-            "weight" if weight.is_none() => {
-                weight = Some(integer(field, u64::from(u32::MAX)).ok_or_else(|| {
-                    format!(
-                        "\"weight\" must be an integer in 0..=4294967295, not {}",
-                        cut(field)
-                    )
-                })?);
-            }
+            "weight" if weight.is_none() => weight = Some(u32_field("weight", field)?),
+            "priority" if priority.is_none() => priority = Some(u32_field("priority", field)?),
             "tag" if tag.is_none() => {
                 tag = Some(integer(field, u64::MAX).ok_or_else(|| {
                     format!(
@@ -68,16 +116,33 @@ pub fn parse_value(value: &[u8]) -> Result<(u32, u64), String> {
                     )
                 })?);
             }
-            "weight" | "tag" => return Err(format!("duplicate field {name:?} in {}", shown(text))),
+            "locality" if locality.is_none() => {
+                let text: String = serde_json::from_str(field).map_err(|_| {
+                    format!(
+                        "\"locality\" must be a string like \"us-east/us-east-1a\", not {}",
+                        cut(field)
+                    )
+                })?;
+                liblb_core::validate_locality(&text).map_err(|e| e.to_string())?;
+                locality = Some(text);
+            }
+            "weight" | "tag" | "locality" | "priority" => {
+                return Err(format!("duplicate field {name:?} in {}", shown(text)));
+            }
             other => {
                 return Err(format!(
-                    "unknown field {other:?} (a value has only \"weight\" and \"tag\")"
+                    "unknown field {other:?} (a value has only \"weight\", \"tag\", \
+                     \"locality\" and \"priority\")"
                 ));
             }
         }
     }
-    let weight = weight.map_or(1, |w| u32::try_from(w).unwrap_or(u32::MAX));
-    Ok((weight, tag.unwrap_or(0)))
+    Ok(Member {
+        weight: weight.unwrap_or(1),
+        tag: tag.unwrap_or(0),
+        locality: locality.unwrap_or_default(),
+        priority: priority.unwrap_or(0),
+    })
 }
 
 /// `text` for an error message: quoted, and cut after 100 characters.
@@ -132,11 +197,11 @@ impl<'de> Deserialize<'de> for Fields<'de> {
                 // At most a few fields are valid; stop collecting early on a long object.
                 while let Some(name) = map.next_key::<Cow<'de, str>>()? {
                     fields.push((name, map.next_value::<&'de RawValue>()?));
-                    if fields.len() > 2 {
+                    if fields.len() > 4 {
                         break;
                     }
                 }
-                if fields.len() > 2 {
+                if fields.len() > 4 {
                     // Drain the rest so the caller sees the fields, not a parse error.
                     while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
                 }
@@ -185,9 +250,9 @@ impl Membership {
             reason,
         };
         let id = self.id(key).map_err(reject)?;
-        let (weight, tag) = parse_value(value).map_err(reject)?;
-        self.nodes
-            .insert(id.to_string(), Node::with_tag(id, weight, tag));
+        let m = parse_member(value).map_err(reject)?;
+        let node = Node::with_tag(id, m.weight, m.tag).located(m.locality, m.priority);
+        self.nodes.insert(id.to_string(), node);
         Ok(())
     }
 
