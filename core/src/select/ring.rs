@@ -198,6 +198,24 @@ impl Ring {
         if i == self.points.len() { 0 } else { i }
     }
 
+    /// The owner of the first point `>= h` (wrapping): [`Ring::successor`]'s owner, with the
+    /// owner of the bucket's first point read before the search. That load goes out with the
+    /// points' instead of after them, and the answer is that owner or one a few slots on, in
+    /// the same cache line: on a ring larger than the caches a lookup waits for two memory
+    /// round trips (index, then points and owners) instead of three.
+    #[inline]
+    fn owner(&self, h: u64) -> u32 {
+        let bucket = (h >> self.shift) as usize;
+        let (lo, hi) = (self.index[bucket] as usize, self.index[bucket + 1] as usize);
+        // `lo == len` only for the last bucket(s) past the last point.
+        let first = self.owners.get(lo).copied();
+        let i = lo + self.points[lo..hi].partition_point(|p| *p < h);
+        match first {
+            Some(owner) if i == lo => owner,
+            _ => self.owners[if i == self.points.len() { 0 } else { i }],
+        }
+    }
+
     /// The ring's points and owners, for tests.
     #[cfg(test)]
     pub(crate) fn points(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
@@ -217,7 +235,7 @@ impl Select for Ring {
 
     #[inline]
     fn pick(&self, key: &[u8], _ctx: &Ctx<'_>) -> u32 {
-        self.owners[self.successor(self.hash.hash(key))]
+        self.owner(self.hash.hash(key))
     }
 
     fn attempts(&self, key: &[u8], _ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
@@ -257,6 +275,7 @@ mod tests {
         for h in probes.into_iter().chain((0..2000).map(|_| g.next())) {
             let full = ring.points.partition_point(|p| *p < h) % ring.points.len();
             assert_eq!(ring.successor(h), full, "h = {h:#x}");
+            assert_eq!(ring.owner(h), ring.owners[full], "h = {h:#x}");
         }
     }
 
