@@ -48,7 +48,7 @@ pub struct Options {
     /// `ring`'s point budget: a ring that would hold more than this many points
     /// (`vnodes · Σweights`) is scaled down to it proportionally, each node keeping at least
     /// one point. Default and at most [`MAX_RING_POINTS`] (2^22), which keeps seed 001's layout;
-    /// a smaller budget shrinks heavily weighted rings (16 bytes a point) at the cost of exact
+    /// a smaller budget shrinks heavily weighted rings (14-16 bytes a point) at the cost of exact
     /// minimal movement once the budget binds. At least 1.
     pub max_ring_points: u64,
     /// Key and point hash; `None` is the algorithm's default (ring: sha256, source_hash: xxh3).
