@@ -146,7 +146,7 @@ enum lb_result
     /**
      * The option name is not one liblb knows (`seed`, `vnodes`, `hash`, `choice_count`,
      * `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`,
-     * `consecutive_failures`, `base_ejection_time_ms`, `max_ejection_time_ms`,
+     * `max_ring_points`, `consecutive_failures`, `base_ejection_time_ms`, `max_ejection_time_ms`,
      * `max_ejection_percent`, `panic_threshold`, `slow_start_window_ms`,
      * `slow_start_aggression`, `min_weight_percent`, `hash_balance_factor`, `thread_rounds`,
      * `failure_penalty_ms`, `max_retry_after_ms`).
@@ -280,6 +280,8 @@ typedef struct lb_lease lb_lease;
  * - `decay_ms`: peak-EWMA decay, >= 1 [10000]; `initial_latency_ms` [30];
  * - `table_size`: `maglev` table, a prime up to 5000011 [65537];
  * - `min_ring_size`, `max_ring_size`: `ring_hash` ring, 1..=8388608, min <= max [1024, 8388608];
+ * - `max_ring_points`: `ring`'s point budget, heavier rings scaled down to it, 1..=4194304
+ *   [4194304];
  * - `consecutive_failures`: failures that eject a node, 0 = never [5];
  * - `base_ejection_time_ms`: >= 1, times the number of ejections [30000];
  * - `max_ejection_time_ms`: >= `base_ejection_time_ms` [300000, or the base if longer];

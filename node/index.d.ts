@@ -62,6 +62,11 @@ export interface BalancerOptions {
   min_ring_size?: number | bigint | string | null
   /** `ring_hash`'s largest ring (default and at most 8388608). */
   max_ring_size?: number | bigint | string | null
+  /**
+   * `ring`'s point budget: a ring wanting more points (`vnodes` x total weight) is scaled down
+   * to it (default and at most 4194304, seed 001's layout; smaller shrinks heavily weighted rings).
+   */
+  max_ring_points?: number | bigint | string | null
   /** Consecutive failures (failed leases or reports) that eject a node (default 5; 0 = never). */
   consecutive_failures?: number | bigint | string | null
   /** An ejection lasts this many ms times the times ejected (default 30000). */

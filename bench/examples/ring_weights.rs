@@ -2,16 +2,19 @@
 //!
 //!     cargo run --release -p liblb-bench --example ring_weights
 //!
-//! For 1000 nodes with equal weights and with weights 1..100, at the default 160 vnodes and at
-//! 3 vnodes per unit of weight: the bytes the balancer keeps (counted by a global allocator
-//! wrapper), the build's peak, the build time, the share error (worst node's observed share of
-//! 200,000 keys over its weight share) and, after removing one node, how many keys moved
-//! between surviving nodes (0 means minimal movement).
+//! For 1000 nodes with equal weights and with weights 1..100, at the default 160 vnodes, at
+//! 3 vnodes per unit of weight and with `max_ring_points` 2^20 and 2^18: the bytes the balancer
+//! keeps (counted by a global allocator wrapper), the build's peak, the build time, a pick over
+//! the 200,000 keys through the `Table` and through the `Balancer` (the fastest of 5
+//! alternating rounds, ns), the share error (worst node's observed share of 200,000 keys over
+//! its weight share) and, after removing one node, how many keys moved between surviving
+//! nodes (0 means minimal movement).
 
 use liblb_bench::spread_nodes;
-use liblb_core::{Algorithm, Balancer, HashKind, Options};
+use liblb_core::{Algorithm, Balancer, HashKind, MAX_RING_POINTS, Options, State, Table};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
+use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -42,17 +45,20 @@ static ALLOCATOR: Counting = Counting;
 fn main() {
     let keys: Vec<String> = (0..200_000).map(|i| format!("session-{i:08x}")).collect();
     println!(
-        "| weights | vnodes | hash | kept MB | build peak MB | build ms | worst share / expected | keys moved between survivors on removal |"
+        "| weights | vnodes | max_ring_points | hash | kept MB | build peak MB | build ms | Table pick ns | Balancer pick ns | Balancer / Table | worst share / expected | keys moved between survivors on removal |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    for (label, spread, vnodes) in [
-        ("equal (1)", false, 160),
-        ("1..100", true, 160),
-        ("1..100", true, 3),
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (label, spread, vnodes, budget) in [
+        ("equal (1)", false, 160, MAX_RING_POINTS),
+        ("1..100", true, 160, MAX_RING_POINTS),
+        ("1..100", true, 3, MAX_RING_POINTS),
+        ("1..100", true, 160, 1 << 20),
+        ("1..100", true, 160, 1 << 18),
     ] {
         for hash in [HashKind::Sha256, HashKind::Xxh3] {
             let options = Options {
                 vnodes,
+                max_ring_points: budget,
                 hash: Some(hash),
                 ..Options::default()
             };
@@ -73,6 +79,7 @@ fn main() {
                 let picks = b.pick_many(keys.iter().map(|k| k.as_bytes())).unwrap();
                 picks.ids().map(str::to_string).collect()
             };
+            let (table_ns, balancer_ns) = pick_times(&b, &options, spread, &keys);
             let old = owner(&b);
             let mut counts: HashMap<&str, f64> = HashMap::new();
             for id in &old {
@@ -94,12 +101,36 @@ fn main() {
                 .filter(|(o, n)| o != n && o.as_str() != victim)
                 .count();
             println!(
-                "| {label} | {vnodes} | {hash} | {:.1} | {:.1} | {ms:.0} | {:.2} | {between} of {} |",
+                "| {label} | {vnodes} | {budget} | {hash} | {:.1} | {:.1} | {ms:.0} | {table_ns:.0} | {balancer_ns:.0} | {:.2} | {:.2} | {between} of {} |",
                 kept as f64 / 1e6,
                 peak as f64 / 1e6,
+                balancer_ns / table_ns,
                 1.0 + worst,
                 keys.len(),
             );
         }
     }
+}
+
+/// ns per keyed pick over `keys`, through a `Table` built from the same nodes and options and
+/// through `b` (its answer's index, as the table gives): the fastest of 5 alternating rounds
+/// (interference on a shared machine only adds time).
+fn pick_times(b: &Balancer, options: &Options, spread: bool, keys: &[String]) -> (f64, f64) {
+    let table = Table::build(Algorithm::Ring, options, &spread_nodes(spread)).unwrap();
+    let state = State::for_options(options);
+    let time = |pick: &dyn Fn(&[u8]) -> usize| {
+        let started = Instant::now();
+        let mut sum = 0;
+        for key in keys {
+            sum += pick(key.as_bytes());
+        }
+        black_box(sum);
+        started.elapsed().as_nanos() as f64 / keys.len() as f64
+    };
+    let (mut through_table, mut through_balancer) = (f64::MAX, f64::MAX);
+    for _ in 0..5 {
+        through_table = through_table.min(time(&|k| table.pick(Some(k), &state, 0).unwrap()));
+        through_balancer = through_balancer.min(time(&|k| b.pick(Some(k)).unwrap().index()));
+    }
+    (through_table, through_balancer)
 }

@@ -3,7 +3,7 @@
 
 pub use crate::select::Algorithm;
 use crate::select::{maglev, ring_hash};
-use crate::{DEFAULT_VNODES, Error, HashKind, MAX_VNODES, Result};
+use crate::{DEFAULT_VNODES, Error, HashKind, MAX_RING_POINTS, MAX_VNODES, Result};
 use alloc::string::{String, ToString};
 use core::fmt;
 use core::str::FromStr;
@@ -45,6 +45,12 @@ pub struct Options {
     pub seed: Option<u64>,
     /// Ring points per unit of weight; default [`DEFAULT_VNODES`].
     pub vnodes: u32,
+    /// `ring`'s point budget: a ring that would hold more than this many points
+    /// (`vnodes · Σweights`) is scaled down to it proportionally, each node keeping at least
+    /// one point. Default and at most [`MAX_RING_POINTS`] (2^22), which keeps seed 001's layout;
+    /// a smaller budget shrinks heavily weighted rings (14-16 bytes a point) at the cost of exact
+    /// minimal movement once the budget binds. At least 1.
+    pub max_ring_points: u64,
     /// Key and point hash; `None` is the algorithm's default (ring: sha256, source_hash: xxh3).
     pub hash: Option<HashKind>,
     /// Candidates `least_request` draws per pick (Envoy's `choice_count`): 2..=16, default 2.
@@ -171,6 +177,7 @@ impl Default for Options {
         Options {
             seed: None,
             vnodes: DEFAULT_VNODES,
+            max_ring_points: MAX_RING_POINTS,
             hash: None,
             choice_count: 2,
             decay: Duration::from_secs(10),
@@ -220,6 +227,7 @@ impl Options {
         "table_size",
         "min_ring_size",
         "max_ring_size",
+        "max_ring_points",
         "consecutive_failures",
         "base_ejection_time_ms",
         "max_ejection_time_ms",
@@ -309,6 +317,7 @@ impl Options {
                     "table_size" => changed.table_size = v,
                     "min_ring_size" => changed.min_ring_size = v,
                     "max_ring_size" => changed.max_ring_size = v,
+                    "max_ring_points" => changed.max_ring_points = v,
                     "consecutive_failures" => changed.consecutive_failures = small?,
                     "base_ejection_time_ms" => changed.base_ejection_time = millis,
                     "max_ejection_time_ms" => {
@@ -396,6 +405,11 @@ impl Options {
                 "max_ring_size",
                 self.max_ring_size.to_string(),
                 default.max_ring_size.to_string(),
+            ),
+            (
+                "max_ring_points",
+                self.max_ring_points.to_string(),
+                default.max_ring_points.to_string(),
             ),
             (
                 "consecutive_failures",
@@ -614,6 +628,12 @@ impl Options {
                     return Err(invalid(option, value.to_string(), "1 to 8388608"));
                 }
                 Ok(())
+            }
+            "max_ring_points"
+                if self.max_ring_points == 0 || self.max_ring_points > MAX_RING_POINTS =>
+            {
+                let value = self.max_ring_points.to_string();
+                Err(invalid(option, value, "1 to 4194304"))
             }
             // Envoy requires both durations > 0 (outlier_detection.proto: `gt {}`); a zero base
             // would make every ejection end the moment it starts.

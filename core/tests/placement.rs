@@ -93,6 +93,8 @@ fn placement_options_are_checked() {
         ("table_size", 5000017), // prime, over Envoy's largest
         ("min_ring_size", 0),
         ("max_ring_size", 1 << 24),
+        ("max_ring_points", 0),
+        ("max_ring_points", (1 << 22) + 1),
     ] {
         let err = options.set(name, OptionValue::Int(value)).unwrap_err();
         assert!(
@@ -118,6 +120,39 @@ fn placement_options_are_checked() {
         let b = Balancer::new(algorithm, nodes(), options).unwrap();
         assert!(b.pick(Some(b"k")).is_ok());
     }
+}
+
+/// `max_ring_points` at or above a ring's size keeps the default layout (every answer the
+/// same); below it, the ring shrinks and still answers every key from an active node.
+#[test]
+#[cfg_attr(miri, ignore)] // Hashing-heavy safe code.
+fn max_ring_points_shrinks_only_rings_above_it() {
+    let weighted: Vec<Node> = (0..50)
+        .map(|i| Node::new(format!("10.0.0.{i}:80"), i % 10 + 1))
+        .collect();
+    // 275 units of weight at 160 vnodes: 44,000 points.
+    let with = |points: u64| {
+        let mut options = Options::default();
+        options
+            .set("max_ring_points", OptionValue::Int(points))
+            .unwrap();
+        Balancer::new(Algorithm::Ring, weighted.clone(), options).unwrap()
+    };
+    let default = Balancer::new(Algorithm::Ring, weighted.clone(), Options::default()).unwrap();
+    let (same, small) = (with(44_000), with(4096));
+    let keys: Vec<String> = (0..2000).map(|i| format!("key-{i}")).collect();
+    let ids = |b: &Balancer| -> Vec<String> {
+        keys.iter()
+            .map(|k| b.pick(Some(k.as_bytes())).unwrap().id().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&same), ids(&default));
+    let moved = ids(&small)
+        .iter()
+        .zip(ids(&default))
+        .filter(|(a, b)| **a != *b)
+        .count();
+    assert!(moved > 0 && moved < keys.len(), "{moved}");
 }
 
 #[test]

@@ -22,6 +22,8 @@ use liblb_core::{OptionValue, Options};
 /// - `decay_ms`: peak-EWMA decay, >= 1 [10000]; `initial_latency_ms` [30];
 /// - `table_size`: `maglev` table, a prime up to 5000011 [65537];
 /// - `min_ring_size`, `max_ring_size`: `ring_hash` ring, 1..=8388608, min <= max [1024, 8388608];
+/// - `max_ring_points`: `ring`'s point budget, heavier rings scaled down to it, 1..=4194304
+///   [4194304];
 /// - `consecutive_failures`: failures that eject a node, 0 = never [5];
 /// - `base_ejection_time_ms`: >= 1, times the number of ejections [30000];
 /// - `max_ejection_time_ms`: >= `base_ejection_time_ms` [300000, or the base if longer];

@@ -49,7 +49,7 @@ pub enum lb_result {
     UnknownAlgorithm = 10,
     /// The option name is not one liblb knows (`seed`, `vnodes`, `hash`, `choice_count`,
     /// `decay_ms`, `initial_latency_ms`, `table_size`, `min_ring_size`, `max_ring_size`,
-    /// `consecutive_failures`, `base_ejection_time_ms`, `max_ejection_time_ms`,
+    /// `max_ring_points`, `consecutive_failures`, `base_ejection_time_ms`, `max_ejection_time_ms`,
     /// `max_ejection_percent`, `panic_threshold`, `slow_start_window_ms`,
     /// `slow_start_aggression`, `min_weight_percent`, `hash_balance_factor`, `thread_rounds`,
     /// `failure_penalty_ms`, `max_retry_after_ms`).

@@ -191,6 +191,7 @@ def test_every_core_option_is_accepted() -> None:
     values = {
         "seed": 1, "vnodes": 10, "hash": "xxh3", "choice_count": 3, "decay_ms": 500,
         "initial_latency_ms": 5, "table_size": 251, "min_ring_size": 64, "max_ring_size": 128,
+        "max_ring_points": 65536,
         "consecutive_failures": 3, "base_ejection_time_ms": 100, "max_ejection_time_ms": 1000,
         "max_ejection_percent": 50, "panic_threshold": 30, "slow_start_window_ms": 2000,
         "slow_start_aggression": 1.5, "min_weight_percent": 20, "hash_balance_factor": 150,
@@ -260,6 +261,7 @@ def test_repr_evaluates_back_with_every_option() -> None:
     values = {
         "seed": 1, "vnodes": 10, "hash": "xxh3", "choice_count": 3, "decay_ms": 500,
         "initial_latency_ms": 5, "table_size": 251, "min_ring_size": 64, "max_ring_size": 128,
+        "max_ring_points": 65536,
         "consecutive_failures": 3, "base_ejection_time_ms": 100, "max_ejection_time_ms": 1000,
         "max_ejection_percent": 50, "panic_threshold": 30, "slow_start_window_ms": 2000,
         "slow_start_aggression": 1.5, "min_weight_percent": 20, "hash_balance_factor": 150,

@@ -593,6 +593,8 @@ static void test_new_options(void) {
     CHECK_OK(lb_options_set_int(o, S("min_ring_size"), 64));
     CHECK_OK(lb_options_set_int(o, S("max_ring_size"), 128));
     CHECK_RESULT(lb_options_set_int(o, S("min_ring_size"), 0), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_OK(lb_options_set_int(o, S("max_ring_points"), 65536));
+    CHECK_RESULT(lb_options_set_int(o, S("max_ring_points"), 0), LB_RESULT_INVALID_OPTION_VALUE);
     /* min above max is a rule between options: lb_balancer_new refuses it, whatever the order. */
     CHECK_OK(lb_options_set_int(o, S("min_ring_size"), 256));
     lb_balancer *none = NULL;

@@ -9,10 +9,21 @@
 //! weight 1 get exactly `vnodes` each (seed 001 has no weights). The count depends on the node's
 //! own weight only — never normalised by the gcd, sum or minimum of the set — because any
 //! normalisation re-counts every node's points when one node joins or leaves, and keys would
-//! move between surviving nodes. Only rings heavier than [`crate::MAX_RING_POINTS`] are scaled
-//! down proportionally (each node keeps at least one point, so a ring holds at most
-//! `max(MAX_RING_POINTS, active nodes)` points), and there the guarantee below weakens to
-//! "approximately".
+//! move between surviving nodes. Only rings heavier than the point budget are scaled down
+//! proportionally (each node keeps at least one point, so a ring holds at most
+//! `max(budget, active nodes)` points), and there the guarantee below weakens to
+//! "approximately". The budget is option `max_ring_points`: by default (and at most)
+//! [`crate::MAX_RING_POINTS`], 2^22, which is seed 001's layout for every ring below it.
+//!
+//! Footprint: 12 bytes a point (8 for the point, 4 for its owner) and a bucket index of 4 bytes
+//! per power-of-two bucket (one per point or two, at most 2^21): 1000 nodes of weights 1..100
+//! at the default 160 vnodes want 8.08 M points and get the 4.19 M budget, 56 MiB, where 1000
+//! equal weights take 2.9 MiB. Lowering `max_ring_points` (to 2^18: 4.1 MiB) or `vnodes`
+//! shrinks such rings. `vnodes` keeps exact minimal movement as long as the ring stays under
+//! the budget; a lower budget trades it for a size fixed whatever the weights (removing a node
+//! re-scales every count: ~0.1% of keys move between survivors, measured at 2^18 to 2^22).
+//! Envoy's `ring_hash` (`min_ring_size` / `max_ring_size`) always normalises; this ring never
+//! does below its budget.
 //!
 //! Point-key collisions. Seed 001's point key `id + decimal i` is ambiguous: `"10.0.0.1" + "10"`
 //! and `"10.0.0.11" + "0"` are the same string, hence the same point. When two nodes' point keys
@@ -72,19 +83,20 @@ impl Write for Buf {
     }
 }
 
-/// Points per node: `vnodes · w`, scaled down to fit `MAX_RING_POINTS` when heavier: then
-/// every node gets one point and the rest of the budget is shared by weight (rounded down), so
-/// the ring never holds more than `max(MAX_RING_POINTS, active.len())` points.
-fn point_counts(nodes: &[Node], active: &[u32], vnodes: u32) -> Vec<u64> {
+/// Points per node: `vnodes · w`, scaled down to fit `budget` (at most `MAX_RING_POINTS`) when
+/// heavier: then every node gets one point and the rest of the budget is shared by weight
+/// (rounded down), so the ring never holds more than `max(budget, active.len())` points.
+fn point_counts(nodes: &[Node], active: &[u32], vnodes: u32, budget: u64) -> Vec<u64> {
+    let budget = budget.min(MAX_RING_POINTS);
     let weights: Vec<u64> = active
         .iter()
         .map(|i| u64::from(nodes[*i as usize].weight))
         .collect();
     let sum: u128 = weights.iter().map(|w| u128::from(*w)).sum();
-    if sum * u128::from(vnodes) <= u128::from(MAX_RING_POINTS) {
+    if sum * u128::from(vnodes) <= u128::from(budget) {
         return weights.iter().map(|w| w * u64::from(vnodes)).collect();
     }
-    let spare = u128::from(MAX_RING_POINTS.saturating_sub(weights.len() as u64));
+    let spare = u128::from(budget.saturating_sub(weights.len() as u64));
     weights
         .iter()
         .map(|w| 1 + (u128::from(*w) * spare / sum) as u64)
@@ -132,8 +144,14 @@ fn bucket_index(points: &[u64]) -> (Vec<u32>, u32) {
 }
 
 impl Ring {
-    pub(crate) fn new(nodes: &[Node], active: &[u32], vnodes: u32, hash: HashKind) -> Ring {
-        let counts = point_counts(nodes, active, vnodes);
+    pub(crate) fn new(
+        nodes: &[Node],
+        active: &[u32],
+        vnodes: u32,
+        budget: u64,
+        hash: HashKind,
+    ) -> Ring {
+        let counts = point_counts(nodes, active, vnodes, budget);
         let id = |e: &Entry| &*nodes[e.owner as usize].id;
         let mut entries: Vec<Entry> = Vec::with_capacity(counts.iter().sum::<u64>() as usize);
         let mut buf = Buf(Vec::new());
@@ -198,6 +216,24 @@ impl Ring {
         if i == self.points.len() { 0 } else { i }
     }
 
+    /// The owner of the first point `>= h` (wrapping): [`Ring::successor`]'s owner, with the
+    /// owner of the bucket's first point read before the search. That load goes out with the
+    /// points' instead of after them, and the answer is that owner or one a few slots on, in
+    /// the same cache line: on a ring larger than the caches a lookup waits for two memory
+    /// round trips (index, then points and owners) instead of three.
+    #[inline]
+    fn owner(&self, h: u64) -> u32 {
+        let bucket = (h >> self.shift) as usize;
+        let (lo, hi) = (self.index[bucket] as usize, self.index[bucket + 1] as usize);
+        // `lo == len` only for the last bucket(s) past the last point.
+        let first = self.owners.get(lo).copied();
+        let i = lo + self.points[lo..hi].partition_point(|p| *p < h);
+        match first {
+            Some(owner) if i == lo => owner,
+            _ => self.owners[if i == self.points.len() { 0 } else { i }],
+        }
+    }
+
     /// The ring's points and owners, for tests.
     #[cfg(test)]
     pub(crate) fn points(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
@@ -211,13 +247,14 @@ impl Select for Ring {
             nodes,
             &active,
             options.vnodes,
+            options.max_ring_points,
             options.hash.unwrap_or(HashKind::Sha256),
         )
     }
 
     #[inline]
     fn pick(&self, key: &[u8], _ctx: &Ctx<'_>) -> u32 {
-        self.owners[self.successor(self.hash.hash(key))]
+        self.owner(self.hash.hash(key))
     }
 
     fn attempts(&self, key: &[u8], _ctx: &Ctx<'_>, limit: usize, out: &mut Vec<u32>) {
@@ -245,7 +282,7 @@ mod tests {
     #[cfg_attr(miri, ignore)] // Compute-heavy safe code (tens of seconds interpreted).
     fn bucket_index_agrees_with_a_full_binary_search() {
         let nodes = [Node::new("a", 1), Node::new("b", 2), Node::new("c", 1)];
-        let ring = Ring::new(&nodes, &[0, 1, 2], 50, HashKind::Xxh3);
+        let ring = Ring::new(&nodes, &[0, 1, 2], 50, MAX_RING_POINTS, HashKind::Xxh3);
         let mut g = crate::SplitMix64::new(3);
         let probes = [
             0,
@@ -257,13 +294,14 @@ mod tests {
         for h in probes.into_iter().chain((0..2000).map(|_| g.next())) {
             let full = ring.points.partition_point(|p| *p < h) % ring.points.len();
             assert_eq!(ring.successor(h), full, "h = {h:#x}");
+            assert_eq!(ring.owner(h), ring.owners[full], "h = {h:#x}");
         }
     }
 
     #[test]
     fn default_weights_give_exactly_vnodes_points() {
         let nodes = [Node::new("a", 1), Node::new("b", 1), Node::new("c", 1)];
-        let ring = Ring::new(&nodes, &[0, 1, 2], 10, HashKind::Sha256);
+        let ring = Ring::new(&nodes, &[0, 1, 2], 10, MAX_RING_POINTS, HashKind::Sha256);
         for owner in 0..3 {
             assert_eq!(ring.points().filter(|(_, o)| *o == owner).count(), 10);
         }
@@ -273,14 +311,20 @@ mod tests {
     fn a_nodes_point_count_ignores_the_other_nodes() {
         let with_c = [Node::new("a", 2), Node::new("b", 2), Node::new("c", 1)];
         let without_c = [Node::new("a", 2), Node::new("b", 2)];
-        assert_eq!(point_counts(&with_c, &[0, 1, 2], 160), [320, 320, 160]);
-        assert_eq!(point_counts(&without_c, &[0, 1], 160), [320, 320]);
+        assert_eq!(
+            point_counts(&with_c, &[0, 1, 2], 160, MAX_RING_POINTS),
+            [320, 320, 160]
+        );
+        assert_eq!(
+            point_counts(&without_c, &[0, 1], 160, MAX_RING_POINTS),
+            [320, 320]
+        );
     }
 
     #[test]
     fn weights_scale_points() {
         let nodes = [Node::new("a", 2), Node::new("b", 7), Node::new("c", 1)];
-        let counts = point_counts(&nodes, &[0, 1, 2], 160);
+        let counts = point_counts(&nodes, &[0, 1, 2], 160, MAX_RING_POINTS);
         assert_eq!(counts, [320, 1120, 160]);
     }
 
@@ -294,7 +338,7 @@ mod tests {
         // "10.0.0.1" + "10" == "10.0.0.11" + "0": before the fix 10.0.0.11 kept none of its
         // 160 points next to a node of weight 8.
         let nodes = [Node::new("10.0.0.1", 8), Node::new("10.0.0.11", 1)];
-        let ring = Ring::new(&nodes, &[0, 1], 160, HashKind::Sha256);
+        let ring = Ring::new(&nodes, &[0, 1], 160, MAX_RING_POINTS, HashKind::Sha256);
         assert_eq!(owned(&ring, 0), 8 * 160);
         assert_eq!(owned(&ring, 1), 160);
         // The node first in id order keeps seed 001's points; the other's are rehashed.
@@ -311,8 +355,20 @@ mod tests {
         let ids = ["s1", "s11", "s111", "s2", "s21"];
         let forward: Vec<Node> = ids.iter().map(|id| Node::new(*id, 1)).collect();
         let backward: Vec<Node> = ids.iter().rev().map(|id| Node::new(*id, 1)).collect();
-        let a = Ring::new(&forward, &[0, 1, 2, 3, 4], 160, HashKind::Xxh3);
-        let b = Ring::new(&backward, &[0, 1, 2, 3, 4], 160, HashKind::Xxh3);
+        let a = Ring::new(
+            &forward,
+            &[0, 1, 2, 3, 4],
+            160,
+            MAX_RING_POINTS,
+            HashKind::Xxh3,
+        );
+        let b = Ring::new(
+            &backward,
+            &[0, 1, 2, 3, 4],
+            160,
+            MAX_RING_POINTS,
+            HashKind::Xxh3,
+        );
         let named = |ring: &Ring, nodes: &[Node]| -> Vec<(u64, alloc::boxed::Box<str>)> {
             ring.points()
                 .map(|(p, o)| (p, nodes[o as usize].id.clone()))
@@ -328,7 +384,7 @@ mod tests {
     #[cfg_attr(miri, ignore)] // Compute-heavy safe code (tens of seconds interpreted).
     fn huge_weights_are_capped_exactly() {
         let nodes = [Node::new("a", u32::MAX), Node::new("b", 1)];
-        let counts = point_counts(&nodes, &[0, 1], 160);
+        let counts = point_counts(&nodes, &[0, 1], 160, MAX_RING_POINTS);
         assert!(counts.iter().sum::<u64>() <= MAX_RING_POINTS);
         assert_eq!(counts[1], 1);
         // Many nodes of a heavy weight: one point each at least, never more than the cap.
@@ -336,9 +392,30 @@ mod tests {
             .map(|i| Node::new(alloc::format!("n{i}"), 1000))
             .collect();
         let active: Vec<u32> = (0..5000).collect();
-        let counts = point_counts(&many, &active, 65536);
+        let counts = point_counts(&many, &active, 65536, MAX_RING_POINTS);
         assert!(counts.iter().sum::<u64>() <= MAX_RING_POINTS);
         assert!(counts.iter().all(|c| *c >= 1));
+    }
+
+    #[test]
+    fn a_smaller_budget_scales_heavy_rings_and_leaves_light_ones() {
+        let nodes: Vec<Node> = (1..=100)
+            .map(|w| Node::new(alloc::format!("n{w}"), w))
+            .collect();
+        let active: Vec<u32> = (0..100).collect();
+        // 5050 units of weight at 160 vnodes: 808,000 points wanted.
+        let full = point_counts(&nodes, &active, 160, MAX_RING_POINTS);
+        assert_eq!(full.iter().sum::<u64>(), 808_000);
+        // A budget above the ring changes nothing: the default layout.
+        assert_eq!(point_counts(&nodes, &active, 160, 808_000), full);
+        let small = point_counts(&nodes, &active, 160, 1 << 16);
+        assert!(small.iter().sum::<u64>() <= 1 << 16);
+        assert!(small.iter().all(|c| *c >= 1));
+        // Shares stay proportional to weight (within the rounding of one point).
+        assert_eq!(small[0], 1 + (65536 - 100) / 5050);
+        assert_eq!(small[99], 1 + 100 * (65536 - 100) / 5050);
+        // Budgets above MAX_RING_POINTS are clamped to it.
+        assert_eq!(point_counts(&nodes, &active, 160, u64::MAX), full);
     }
 
     proptest::proptest! {
@@ -359,7 +436,7 @@ mod tests {
         ) {
             let nodes: Vec<Node> = ids.iter().zip(&weights).map(|(id, w)| Node::new(id.as_str(), *w)).collect();
             let active: Vec<u32> = (0..nodes.len() as u32).collect();
-            let ring = Ring::new(&nodes, &active, 40, HashKind::Xxh3);
+            let ring = Ring::new(&nodes, &active, 40, MAX_RING_POINTS, HashKind::Xxh3);
             for (owner, node) in nodes.iter().enumerate() {
                 proptest::prop_assert_eq!(owned(&ring, owner as u32), 40 * node.weight as usize);
             }
