@@ -149,7 +149,9 @@ enum lb_result
      * `max_ring_points`, `consecutive_failures`, `base_ejection_time_ms`, `max_ejection_time_ms`,
      * `max_ejection_percent`, `panic_threshold`, `slow_start_window_ms`,
      * `slow_start_aggression`, `min_weight_percent`, `hash_balance_factor`, `thread_rounds`,
-     * `failure_penalty_ms`, `max_retry_after_ms`).
+     * `failure_penalty_ms`, `max_retry_after_ms`, the outlier-detection options of
+     * `docs/health.md`, `overprovisioning_factor`, `zone_aware_min_cluster_size`,
+     * `zone_aware_routing_enabled`, `zone_aware_by_weight`).
      */
     LB_RESULT_UNKNOWN_OPTION = 11,
     /**
@@ -292,7 +294,11 @@ typedef struct lb_lease lb_lease;
  * - `thread_rounds`: 0..=1048576 [0];
  * - `failure_penalty_ms`: the least a failure counts in the latency estimate, 0 = off [5000];
  * - `max_retry_after_ms`: the longest an overloaded node's retry-after pauses it, 0 = no
- *   pauses [60000].
+ *   pauses [60000];
+ * - success-rate and failure-percentage ejection: see `docs/health.md`;
+ * - priority levels and localities (`docs/localities.md`): `overprovisioning_factor` >= 1
+ *   [140], `zone_aware_min_cluster_size` [6], `zone_aware_routing_enabled` 0..=100 [100],
+ *   `zone_aware_by_weight` 0 or 1 [0].
  *
  * A setter checks only its own option, so options may be set in any order; the rules between
  * options (min/max ring size, base/max ejection time) are checked by `lb_balancer_new`.

@@ -34,7 +34,11 @@ use liblb_core::{OptionValue, Options};
 /// - `thread_rounds`: 0..=1048576 [0];
 /// - `failure_penalty_ms`: the least a failure counts in the latency estimate, 0 = off [5000];
 /// - `max_retry_after_ms`: the longest an overloaded node's retry-after pauses it, 0 = no
-///   pauses [60000].
+///   pauses [60000];
+/// - success-rate and failure-percentage ejection: see `docs/health.md`;
+/// - priority levels and localities (`docs/localities.md`): `overprovisioning_factor` >= 1
+///   [140], `zone_aware_min_cluster_size` [6], `zone_aware_routing_enabled` 0..=100 [100],
+///   `zone_aware_by_weight` 0 or 1 [0].
 ///
 /// A setter checks only its own option, so options may be set in any order; the rules between
 /// options (min/max ring size, base/max ejection time) are checked by `lb_balancer_new`.

@@ -52,7 +52,9 @@ pub enum lb_result {
     /// `max_ring_points`, `consecutive_failures`, `base_ejection_time_ms`, `max_ejection_time_ms`,
     /// `max_ejection_percent`, `panic_threshold`, `slow_start_window_ms`,
     /// `slow_start_aggression`, `min_weight_percent`, `hash_balance_factor`, `thread_rounds`,
-    /// `failure_penalty_ms`, `max_retry_after_ms`).
+    /// `failure_penalty_ms`, `max_retry_after_ms`, the outlier-detection options of
+    /// `docs/health.md`, `overprovisioning_factor`, `zone_aware_min_cluster_size`,
+    /// `zone_aware_routing_enabled`, `zone_aware_by_weight`).
     UnknownOption = 11,
     /// The `hash` option is not one of `sha256`, `xxh3`.
     UnknownHash = 12,
