@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
-from ._liblb import ALGORITHMS, KEYED_ALGORITHMS, Balancer
+from ._liblb import ALGORITHMS, KEYED_ALGORITHMS, Balancer, Node
 from ._liblb import Error as LiblbError
 
 __all__ = [
@@ -88,15 +88,29 @@ MAX_WEIGHT = 2**32 - 1
 MAX_TAG = 2**64 - 1
 """The largest tag a value may give (an unsigned 64-bit integer)."""
 
-_FIELDS = ("weight", "tag")
+MAX_PRIORITY = 2**32 - 1
+"""The largest priority level a value may give (an unsigned 32-bit integer)."""
+
+_FIELDS = ("weight", "tag", "locality", "priority")
 
 
 @dataclass(frozen=True)
 class Member:
-    """One node's settings from its etcd value: ``weight`` (default 1) and ``tag`` (or None)."""
+    """One node's settings from its etcd value: ``weight`` (default 1), ``tag`` (or None),
+    and where it runs: ``locality`` (``"region/zone/sub_zone"``, default ``""``) and
+    ``priority`` (default 0, the most preferred; see docs/localities.md)."""
 
     weight: int = 1
     tag: int | None = None
+    locality: str = ""
+    priority: int = 0
+
+    def node(self, node_id: str) -> tuple[str, int] | Node:
+        """What ``Balancer.update`` is given for this member: an ``(id, weight)`` pair, or a
+        ``liblb.Node`` when it has a locality or a priority."""
+        if not self.locality and not self.priority:
+            return (node_id, self.weight)
+        return Node(node_id, self.weight, locality=self.locality, priority=self.priority)
 
 
 @dataclass(frozen=True)
@@ -104,8 +118,9 @@ class Change:
     """One applied membership, as handed to ``on_change``.
 
     ``revision`` is the etcd revision the membership reflects: the range's revision after a
-    full sync, else the revision of the last event applied. ``nodes`` are the ``(id, weight)``
-    pairs given to ``Balancer.update``, sorted by id. ``added``/``removed`` are ids,
+    full sync, else the revision of the last event applied. ``nodes`` are what
+    ``Balancer.update`` was given, sorted by id: ``(id, weight)`` pairs, and ``liblb.Node``s
+    for members whose value names a locality or a priority. ``added``/``removed`` are ids,
     ``reweighted`` ``(id, old, new)`` triples, all relative to the previous applied membership.
     ``event_revisions`` are the revisions of the watch events applied (one entry per event,
     empty for a full sync), ``resync`` says the membership came from a range (the start, or a
@@ -113,7 +128,7 @@ class Change:
     """
 
     revision: int
-    nodes: tuple[tuple[str, int], ...]
+    nodes: tuple[tuple[str, int] | Node, ...]
     added: tuple[str, ...]
     removed: tuple[str, ...]
     reweighted: tuple[tuple[str, int, int], ...]
@@ -154,10 +169,10 @@ def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return fields
 
 
-# A member value is one flat object: a valid one holds exactly one "{" and no "[" (its only
-# strings are the names "weight" and "tag"). More brackets than this cannot be valid, and
-# refusing them before json.loads bounds its recursion: a value of 100,000 "[" is a
-# ValueError here, never a RecursionError (or a C stack overflow under a raised limit).
+# A member value is one flat object: a valid one holds one "{" and whatever brackets its
+# locality string holds. The format allows 32 "{" and "[" in all (the Rust reader applies the
+# same rule), and refusing more before json.loads bounds its recursion: a value of 100,000
+# "[" is a ValueError here, never a RecursionError (or a C stack overflow under a raised limit).
 _MAX_BRACKETS = 32
 
 
@@ -185,9 +200,11 @@ def _integer_field(fields: dict[str, Any], name: str, maximum: int) -> int | Non
 def parse_member(value: bytes) -> Member:
     """A node's settings from its etcd value, or ValueError saying what is wrong with it.
 
-    Empty means weight 1; otherwise a JSON object with only the optional integer fields
-    ``weight`` (0..=MAX_WEIGHT, default 1) and ``tag`` (0..=MAX_TAG), each at most once,
-    written as integer literals (``-0`` is 0; ``1.0`` and ``1e2`` are refused). The accepted
+    Empty means weight 1; otherwise a JSON object with only the optional fields ``weight``
+    (0..=MAX_WEIGHT, default 1), ``tag`` (0..=MAX_TAG), ``locality`` (a string of at most three
+    parts, ``region/zone/sub_zone``) and ``priority`` (0..=MAX_PRIORITY), each at most once,
+    numbers written as integer literals (``-0`` is 0; ``1.0`` and ``1e2`` are refused), and at
+    most 32 ``{`` and ``[`` in all. The accepted
     and rejected values are the table tests/membership/values.json, shared with the Rust
     watcher.
     """
@@ -223,7 +240,22 @@ def parse_member(value: bytes) -> Member:
         )
     weight = _integer_field(parsed, "weight", MAX_WEIGHT)
     tag = _integer_field(parsed, "tag", MAX_TAG)
-    return Member(1 if weight is None else weight, tag)
+    priority = _integer_field(parsed, "priority", MAX_PRIORITY)
+    locality = parsed.get("locality", "")
+    if not isinstance(locality, str):
+        raise ValueError(
+            f'"locality" must be a string like "us-east/us-east-1a", not {_json_type(locality)}'
+        )
+    try:
+        Node("-", locality=locality)  # the core's rule for localities
+    except LiblbError as e:
+        raise ValueError(str(e)) from None
+    return Member(1 if weight is None else weight, tag, locality, priority or 0)
+
+
+def _pair(node: tuple[str, int] | Node) -> tuple[str, int]:
+    """A node given to ``update`` as its ``(id, weight)``."""
+    return node if isinstance(node, tuple) else (node.id, node.weight)
 
 
 def _json_type(value: object) -> str:
@@ -255,10 +287,11 @@ def node_id_from_key(key: bytes, prefix: bytes) -> str:
 
 class SupportsUpdate(Protocol):
     """What ``EtcdMembership`` needs of a balancer: ``update(nodes)`` replacing the membership
-    with ``(id, weight)`` pairs, raising on failure. ``liblb.Balancer`` is the one to use; a
-    wrapper (that also resizes a connection pool, say) works too."""
+    with ``(id, weight)`` pairs (and ``liblb.Node``s for members whose value names a locality
+    or a priority), raising on failure. ``liblb.Balancer`` is the one to use; a wrapper (that
+    also resizes a connection pool, say) works too."""
 
-    def update(self, nodes: list[tuple[str, int]], /) -> None: ...
+    def update(self, nodes: list[tuple[str, int] | Node], /) -> None: ...
 
 
 _B = TypeVar("_B", bound=SupportsUpdate)
@@ -865,7 +898,7 @@ class EtcdMembership(Generic[_B]):
         self._read = 0
         self._cluster = ""  # the cluster_id the membership was read from
         self._members: dict[str, Member] = {}
-        self._applied: list[tuple[str, int]] | None = None
+        self._applied: list[tuple[str, int] | Node] | None = None
         self._need_range = True
         self._watch_worked = False  # the current attempt's watch delivered something
         self._created_at: float | None = None  # when the current attempt's watch was created
@@ -1440,7 +1473,7 @@ class EtcdMembership(Generic[_B]):
         holds the membership, as in the Rust watcher."""
         # Sorted by id: str order is code-point order, which is UTF-8 byte order.
         ordered = dict(sorted(members.items()))
-        nodes = [(node_id, member.weight) for node_id, member in ordered.items()]
+        nodes = [member.node(node_id) for node_id, member in ordered.items()]
         previous = self._applied
         applied = True
         if nodes != previous:
@@ -1463,8 +1496,8 @@ class EtcdMembership(Generic[_B]):
             if applied:
                 self._applied = nodes
         if applied and self._on_change is not None:
-            before = dict(previous or [])
-            after = dict(nodes)
+            before = dict(_pair(n) for n in previous or [])
+            after = dict(_pair(n) for n in nodes)
             change = Change(
                 revision=revision,
                 nodes=tuple(nodes),
@@ -1636,7 +1669,7 @@ def _describe(change: Change, picks: dict[str, str | None], before: dict[str, st
         parts.append("no change")
     if change.rejected:
         parts.append(f"{len(change.rejected)} rejected")
-    nodes = " ".join(f"{i}={w}" for i, w in change.nodes) or "(none)"
+    nodes = " ".join(f"{i}={w}" for i, w in map(_pair, change.nodes)) or "(none)"
     parts.append(f"nodes {nodes}")
     for key, node in picks.items():
         shown = node if node is not None else "(no node)"

@@ -2,6 +2,7 @@
 //! that `Balancer.set_locality_weights` and `set_local_localities` take.
 
 use crate::convert::{node_id, short_repr, type_name, weight};
+use crate::error::OrRaise;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -40,6 +41,8 @@ impl PyNode {
         let id = node_id(id)?.to_owned();
         let weight = weight.map_or(Ok(1), |w| self::weight(w, Some(&id)))?;
         let locality = locality.map_or(Ok(String::new()), |l| self::locality(l))?;
+        // Refused here, where it was written, rather than when a balancer first sees it.
+        liblb_core::validate_locality(&locality).or_raise()?;
         let priority = priority.map_or(Ok(0), self::priority)?;
         let tag = tag.map_or(Ok(0), crate::convert::tag)?;
         Ok(PyNode {

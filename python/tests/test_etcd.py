@@ -480,7 +480,9 @@ def value_cases(kind: str) -> list[Any]:
 def test_shared_table_accepted(value: bytes, row: dict[str, Any]) -> None:
     member = parse_member(value)
     # The table says tag 0 for "no tag"; Member keeps None for a value without one.
-    assert (member.weight, member.tag or 0) == (row["weight"], row["tag"]), value
+    got = (member.weight, member.tag or 0, member.locality, member.priority)
+    want = (row["weight"], row["tag"], row.get("locality", ""), row.get("priority", 0))
+    assert got == want, value
 
 
 @pytest.mark.parametrize(("value", "row"), value_cases("rejected"))
@@ -886,8 +888,8 @@ class PoisonedBalancer:
     def __init__(self) -> None:
         self.inner = liblb.Balancer("ring", [])
 
-    def update(self, nodes: list[tuple[str, int]]) -> None:
-        if any(node_id == "poison" for node_id, _ in nodes):
+    def update(self, nodes: list[tuple[str, int] | liblb.Node]) -> None:
+        if any(liblb.etcd._pair(node)[0] == "poison" for node in nodes):
             raise liblb.TooManyNodesError("refused: poison")
         self.inner.update(nodes)
 
@@ -1562,3 +1564,13 @@ def test_cli_readable_output(etcd: EtcdServer) -> None:
     moved = liblb.Balancer("maglev", [("a", 1), ("b", 1000)]).pick("user-1")
     where = "user-1 MOVED a -> b" if moved == "b" else "user-1 -> a"
     assert second == f"revision {revision}; +b; nodes a=1 b=1000; {where}\n"
+
+
+def test_a_located_member_reaches_the_balancer_as_a_node() -> None:
+    assert Member(2).node("a") == ("a", 2)
+    located = Member(2, None, "us-east/us-east-1a", 1)
+    assert located.node("a") == liblb.Node("a", 2, locality="us-east/us-east-1a", priority=1)
+    b = liblb.Balancer("round_robin", [Member(1).node("x"), located.node("a")])
+    assert b.nodes(located=True)[1].locality == "us-east/us-east-1a"
+    with pytest.raises(ValueError, match="invalid locality"):
+        parse_member(b'{"locality": "a/b/c/d"}')
