@@ -11,7 +11,6 @@
 
 use crate::slow_node::exp1;
 use liblb_core::{Balancer, Lease, ManualClock, Outcome, SplitMix64};
-use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
@@ -44,6 +43,31 @@ pub(crate) trait Model {
     fn done(&mut self, now: u64, backend: usize, arrived: u64, success: bool, balancer: &Balancer);
 }
 
+/// Orders a simulation's queued item by its time field `$at`, then its `seq` (the order it was
+/// scheduled in), reversed so a `BinaryHeap` pops the earliest first: the one ordering every
+/// scenario's event queue uses.
+macro_rules! earliest_first {
+    ($ty:ty, $at:ident) => {
+        impl PartialEq for $ty {
+            fn eq(&self, other: &Self) -> bool {
+                self.cmp(other) == std::cmp::Ordering::Equal
+            }
+        }
+        impl Eq for $ty {}
+        impl PartialOrd for $ty {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+        impl Ord for $ty {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                (other.$at, other.seq).cmp(&(self.$at, self.seq))
+            }
+        }
+    };
+}
+pub(crate) use earliest_first;
+
 /// A request being served, ordered by completion time then arrival order (see `slow_node`).
 struct InService {
     done_ns: u64,
@@ -54,23 +78,7 @@ struct InService {
     lease: Lease,
 }
 
-impl PartialEq for InService {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for InService {}
-impl PartialOrd for InService {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for InService {
-    /// Reversed: `BinaryHeap` pops the earliest completion first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.done_ns, other.seq).cmp(&(self.done_ns, self.seq))
-    }
-}
+crate::events::earliest_first!(InService, done_ns);
 
 struct Waiting {
     seq: u64,
@@ -79,8 +87,8 @@ struct Waiting {
     lease: Lease,
 }
 
-/// A uniform draw in [0, 1) with 53 bits.
-fn unit(rng: &mut SplitMix64) -> f64 {
+/// A uniform draw in [0, 1) with 53 bits (every simulation's).
+pub(crate) fn unit(rng: &mut SplitMix64) -> f64 {
     (rng.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 

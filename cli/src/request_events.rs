@@ -16,10 +16,10 @@
 //! attempt's draws (work, a uniform number for the model) from a second stream, so every run
 //! of a scenario faces the same requests.
 
+use crate::events::unit;
 use crate::slow_node::exp1;
 use liblb_core::{Balancer, Budget, Decision, Failure, Lease, ManualClock, Outcome, SplitMix64};
 use liblb_core::{Request, RetryPolicy, Stop};
-use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
@@ -118,28 +118,7 @@ struct Event {
     kind: Kind,
 }
 
-impl PartialEq for Event {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Event {}
-impl PartialOrd for Event {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Event {
-    /// Reversed: `BinaryHeap` pops the earliest event first, ties in scheduling order.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
-}
-
-/// A uniform draw in [0, 1) with 53 bits.
-fn unit(rng: &mut SplitMix64) -> f64 {
-    (rng.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-}
+crate::events::earliest_first!(Event, at);
 
 /// The simulation's state between events.
 struct Engine<'a, M: Model> {

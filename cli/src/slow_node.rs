@@ -40,7 +40,6 @@
 //! (in-flight + 1)).
 
 use liblb_core::{Algorithm, Balancer, ManualClock, Node, Options, Outcome, SplitMix64};
-use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -198,23 +197,7 @@ struct InService {
     lease: liblb_core::Lease,
 }
 
-impl PartialEq for InService {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for InService {}
-impl PartialOrd for InService {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for InService {
-    /// Reversed, so `BinaryHeap` (a max-heap) pops the earliest completion first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.done_ns, other.seq).cmp(&(self.done_ns, self.seq))
-    }
-}
+crate::events::earliest_first!(InService, done_ns);
 
 /// A request waiting in a backend's queue.
 struct Waiting {

@@ -36,9 +36,9 @@
 
 use crate::Failure;
 use crate::chart::{self, BarGroup};
+use crate::events::unit;
 use crate::slow_node::{balancer_seed, exp1};
 use liblb_core::{Algorithm, Balancer, Lease, ManualClock, Options, Outcome, SplitMix64};
-use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::Write;
 use std::path::Path;
@@ -466,23 +466,7 @@ struct InService {
     lease: Lease,
 }
 
-impl PartialEq for InService {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for InService {}
-impl PartialOrd for InService {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for InService {
-    /// Reversed: `BinaryHeap` pops the earliest completion first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.done_ns, other.seq).cmp(&(self.done_ns, self.seq))
-    }
-}
+crate::events::earliest_first!(InService, done_ns);
 
 struct Waiting {
     seq: u64,
@@ -490,11 +474,6 @@ struct Waiting {
     caller: usize,
     work: f64,
     lease: Lease,
-}
-
-/// A uniform draw in [0, 1) with 53 bits.
-fn unit(rng: &mut SplitMix64) -> f64 {
-    (rng.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
 /// The balancers, one per caller zone, over the same backends, `phase`'s down ones marked
