@@ -862,42 +862,29 @@ impl Table {
         let mut order = Vec::with_capacity(limit.min(64));
         let keyed = self.algorithm.is_keyed() || matches!(by, By::Hash(_));
         let bounded = self.policy.balance_factor > 0 && keyed;
-        let selector = match plan {
-            Plan::Routed(layout) => {
-                self.routed_order(layout, by, ctx, limit, &mut order);
-                if !ctx.checking() && !bounded {
-                    out.extend(order.into_iter().take(limit));
-                    return Ok(());
-                }
-                let first = if bounded {
-                    self.pick_routed(layout, by, ctx)?
-                } else {
-                    match order.iter().copied().find(|i| ctx.usable(*i)) {
-                        Some(i) => i,
-                        None => self.none_usable(order[0])?,
-                    }
-                };
-                self.usable_first(first, order, ctx, limit, out);
-                return Ok(());
+        let plain = !ctx.checking() && !bounded;
+        match plan {
+            Plan::Routed(layout) => self.routed_order(layout, by, ctx, limit, &mut order),
+            Plan::Flat(selector) if plain => by.attempts(selector, ctx, limit, &mut order),
+            // Widen the order until it holds `limit` usable nodes or every node.
+            Plan::Flat(selector) => {
+                self.widened(selector, self.active.len(), by, ctx, limit, &mut order);
             }
-            Plan::Flat(selector) => selector,
-        };
-        if !ctx.checking() && !bounded {
-            by.attempts(selector, ctx, limit, &mut order);
-            out.extend_from_slice(&order);
+        }
+        if plain {
+            out.extend(order.into_iter().take(limit));
             return Ok(());
         }
-        // Widen the order until it holds `limit` usable nodes or every node.
-        let n = self.active.len();
-        self.widened(selector, n, by, ctx, limit, &mut order);
-        let first = if bounded {
-            self.pick_checked(selector, n, by, ctx)
-                .or_else(|first| self.none_usable(first))?
-        } else {
-            match order.iter().copied().find(|i| ctx.usable(*i)) {
+        let first = match (bounded, plan) {
+            (true, Plan::Routed(layout)) => self.pick_routed(layout, by, ctx)?,
+            (true, Plan::Flat(selector)) => {
+                (self.pick_checked(selector, self.active.len(), by, ctx))
+                    .or_else(|first| self.none_usable(first))?
+            }
+            (false, _) => match order.iter().copied().find(|i| ctx.usable(*i)) {
                 Some(i) => i,
                 None => self.none_usable(order[0])?,
-            }
+            },
         };
         self.usable_first(first, order, ctx, limit, out);
         Ok(())
