@@ -202,8 +202,9 @@ pub fn limit(env: &Env, value: Option<Unknown<'_>>) -> Result<usize> {
     }
 }
 
-/// One node: an id string, or an object `{ id, weight?, tag?, locality?, priority? }`.
-fn node(env: &Env, value: &Unknown<'_>, index: u32) -> Result<Node> {
+/// One node: an id string, or an object `{ id, weight?, tag?, locality?, priority? }`; `what`
+/// names it in errors (`nodes[3]`, or `node` for `add`).
+fn node(env: &Env, value: &Unknown<'_>, what: &str) -> Result<Node> {
     match value.get_type().or_throw()? {
         ValueType::String => Ok(Node::new(id(env, value, "node id")?, 1)),
         ValueType::Object if !value.is_array().or_throw()? => {
@@ -211,25 +212,22 @@ fn node(env: &Env, value: &Unknown<'_>, index: u32) -> Result<Node> {
             let object = unsafe { value.cast::<Object>() }.or_throw()?;
             let id = object.get::<Unknown>("id").or_throw()?;
             let id = match id {
-                Some(id) => self::id(env, &id, &format!("nodes[{index}].id"))?,
+                Some(id) => self::id(env, &id, &format!("{what}.id"))?,
                 None => {
-                    return Err(type_error(
-                        env,
-                        format!("nodes[{index}] must have an `id` string"),
-                    ));
+                    return Err(type_error(env, format!("{what} must have an `id` string")));
                 }
             };
             let weight = object.get::<Unknown>("weight").or_throw()?;
-            let weight = self::weight(env, weight, &format!("nodes[{index}].weight"))?;
+            let weight = self::weight(env, weight, &format!("{what}.weight"))?;
             let tag = object.get::<Unknown>("tag").or_throw()?;
-            let tag = self::tag(env, tag, &format!("nodes[{index}].tag"))?;
-            let (locality, priority) = place(env, &object, &format!("nodes[{index}]"))?;
+            let tag = self::tag(env, tag, &format!("{what}.tag"))?;
+            let (locality, priority) = place(env, &object, what)?;
             Ok(Node::with_tag(id, weight, tag).located(locality, priority))
         }
         _ => Err(type_error(
             env,
             format!(
-                "nodes[{index}] must be an id string or {{ id, weight }}, got {}",
+                "{what} must be an id string or {{ id, weight }}, got {}",
                 describe(value)
             ),
         )),
@@ -335,7 +333,7 @@ pub fn new_node(
                 "add({ id, ... }) takes the weight and tag in the object".to_string(),
             ));
         }
-        return node(env, &id, 0);
+        return node(env, &id, "node");
     }
     let id = self::id(env, &id, "id")?;
     let weight = self::weight(env, weight, "weight")?;
@@ -367,7 +365,7 @@ pub fn nodes(env: &Env, value: &Unknown<'_>) -> Result<Vec<Node>> {
         .map(|i| {
             let item = array.get::<Unknown>(i).or_throw()?;
             match item {
-                Some(item) => node(env, &item, i),
+                Some(item) => node(env, &item, &format!("nodes[{i}]")),
                 None => Err(type_error(env, format!("nodes[{i}] is missing"))),
             }
         })

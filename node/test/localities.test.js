@@ -96,8 +96,8 @@ describe('localities and priorities', () => {
       code: 'LB_INVALID_LOCALITY',
     })
     assert.throws(() => b.setLocation('nope', 'r/a'), { code: 'LB_UNKNOWN_NODE' })
-    assert.throws(() => b.add({ id: 'x', locality: 3 }), { name: 'TypeError', message: /locality/ })
-    assert.throws(() => b.add({ id: 'x', priority: -1 }), { name: 'RangeError', message: /priority/ })
+    assert.throws(() => b.add({ id: 'x', locality: 3 }), { name: 'TypeError', message: /^node\.locality must be a string/ })
+    assert.throws(() => b.add({ id: 'x', priority: -1 }), { name: 'RangeError', message: /^node\.priority/ })
     assert.throws(() => b.add({ id: 'x' }, 2), { name: 'TypeError', message: /in the object/ })
     assert.throws(() => b.setLocalityWeights('r/a'), { name: 'TypeError', message: /weights/ })
     assert.throws(() => b.setLocalityWeights([['r/a']]), { name: 'TypeError', message: /pair/ })
