@@ -13,7 +13,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -101,6 +101,24 @@ class _Server(http.server.ThreadingHTTPServer):
     node_id: str
 
 
+_REFUSING: list[socket.socket] = []
+
+
+def refused_address() -> str:
+    """A loopback address that refuses connections: its port stays bound, never listening,
+    until the tests end, so no server started later can be given it (a port bound and closed
+    again was handed to the next server, which made two nodes one)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    _REFUSING.append(s)
+    return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def pytest_sessionfinish() -> None:
+    while _REFUSING:
+        _REFUSING.pop().close()
+
+
 class Fleet:
     """Servers on 127.0.0.1 with OS-picked ports, by role; ``ids[role]`` their node ids
     (``host:port``), ``log`` the node id of every request they read, in order, ``connections``
@@ -119,9 +137,7 @@ class Fleet:
         """Starts a server (``tls``: serving HTTPS with that context) and returns its id."""
         assert role in ROLES, role
         if role == "refused":
-            with socket.socket() as s:  # bound, then closed: nothing listens on its port
-                s.bind(("127.0.0.1", 0))
-                node_id = f"127.0.0.1:{s.getsockname()[1]}"
+            node_id = refused_address()
         else:
             server = _Server(("127.0.0.1", 0), _Handler)
             if tls is not None:
@@ -200,6 +216,12 @@ def tls_made(tmp_path_factory: pytest.TempPathFactory) -> Tls:
 def tls(tls_made: Tls) -> Tls:
     tls_made.names.clear()  # each test sees its own handshakes
     return tls_made
+
+
+@pytest.fixture
+def refused() -> Callable[[], str]:
+    """:func:`refused_address`, for tests that need an address nothing answers on."""
+    return refused_address
 
 
 @pytest.fixture

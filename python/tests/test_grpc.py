@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent import futures
@@ -113,13 +112,6 @@ def servers() -> Iterator[Callable[..., list[Server]]]:
         s.server.stop(grace=None)
 
 
-def refused() -> str:
-    """A loopback address that refuses connections (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
-
-
 def say(channel: liblb.grpc.Channel) -> liblb.grpc.UnaryUnary[Any, Any]:
     return channel.unary_unary(f"/{SERVICE}/Say")
 
@@ -136,7 +128,9 @@ def test_calls_follow_the_balancers_own_picks(servers: Callable[..., list[Server
     assert counted(b) == {i: (2, 0, 0) for i in ids}
 
 
-def test_failures_are_retried_on_distinct_nodes_with_their_kind(servers: Callable[..., list[Server]]) -> None:
+def test_failures_are_retried_on_distinct_nodes_with_their_kind(
+    servers: Callable[..., list[Server]], refused: Callable[[], str]
+) -> None:
     down, ok = servers("unavailable", "ok")
     closed = refused()
     ids = [down.address, closed, ok.address]
