@@ -651,11 +651,13 @@ impl Table {
 
     /// Whether node `i` is below `ceil(bound / 100 · weight share)`, i.e.
     /// `in_flight < ceil(bound · w / (100 · W))`, W being the weight the bound is shared over.
+    /// For an integer `x`, `x < ceil(a / b)` exactly when `x · b < a`: compared so, without
+    /// a 128-bit division (a software routine, most of a bounded pick's cost).
     fn under(&self, i: u32, bound: Bound, ctx: &Ctx<'_>) -> bool {
         let w = u128::from(self.weights[i as usize]);
         let total = 100 * u128::from(bound.weight.max(1));
-        let cap = (bound.scaled * w).div_ceil(total);
-        (ctx.loads[i as usize].in_flight() as u128) < cap
+        let in_flight = ctx.loads[i as usize].in_flight() as u128;
+        in_flight.saturating_mul(total) < bound.scaled.saturating_mul(w)
     }
 
     /// A request starts on node `index` (in-flight + 1, and the balancer's total with bounded
