@@ -19,11 +19,19 @@ use alloc::vec::Vec;
 
 /// Vose's alias table over active nodes, exact in integers.
 pub(crate) struct Alias {
-    /// Column `i` keeps itself when the coin `y < prob[i]` (y uniform in `0..total`).
-    prob: Vec<u64>,
-    alias: Vec<u32>,
+    /// One column per node: a draw reads one 16-byte entry.
+    columns: Vec<Column>,
     /// Σ weights (64-bit: a sum of u32 weights never overflows it below 2^32 nodes).
     total: u64,
+}
+
+/// A column of the alias table.
+#[derive(Clone, Copy)]
+struct Column {
+    /// The column keeps itself when the coin `y < prob` (y uniform in `0..total`).
+    prob: u64,
+    /// Where it goes otherwise.
+    alias: u32,
 }
 
 impl Alias {
@@ -48,19 +56,23 @@ impl Alias {
             }
         }
         // What is left is full (exactly Σw in exact arithmetic): keeps itself, prob = total.
-        Alias { prob, alias, total }
+        let columns = (prob.into_iter().zip(alias))
+            .map(|(prob, alias)| Column { prob, alias })
+            .collect();
+        Alias { columns, total }
     }
 
     /// Draws a column index from 64 random bits.
     #[inline]
     pub(crate) fn draw(&self, r: u64) -> usize {
-        let wide = u128::from(r) * self.prob.len() as u128;
-        let column = (wide >> 64) as usize;
+        let wide = u128::from(r) * self.columns.len() as u128;
+        let index = (wide >> 64) as usize;
         let coin = ((u128::from(wide as u64) * u128::from(self.total)) >> 64) as u64;
-        if coin < self.prob[column] {
-            column
+        let column = self.columns[index];
+        if coin < column.prob {
+            index
         } else {
-            self.alias[column] as usize
+            column.alias as usize
         }
     }
 }
@@ -124,8 +136,8 @@ mod tests {
             // mass[i] in units of 1 / (n·total).
             let mut mass = alloc::vec![0u128; weights.len()];
             for c in 0..weights.len() {
-                mass[c] += u128::from(a.prob[c]);
-                mass[a.alias[c] as usize] += total - u128::from(a.prob[c]);
+                mass[c] += u128::from(a.columns[c].prob);
+                mass[a.columns[c].alias as usize] += total - u128::from(a.columns[c].prob);
             }
             for (i, w) in weights.iter().enumerate() {
                 assert_eq!(mass[i], u128::from(*w) * n, "weights {weights:?}");
