@@ -298,7 +298,7 @@ pub(crate) fn elapsed(now: u64, then: u64) -> u64 {
 
 /// `exp(-elapsed / decay)`, the weight the old estimate keeps after `elapsed` ticks.
 fn keep(elapsed: u64, decay: Duration) -> f32 {
-    let decay_ns = decay.as_nanos().max(1) as f32;
+    let decay_ns = nanos_f32(decay).max(1.0);
     libm::expf(-((elapsed * TICK_NS) as f32) / decay_ns)
 }
 
