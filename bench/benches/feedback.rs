@@ -17,13 +17,13 @@
 //! the tables.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use liblb_bench::{keys, nodes};
+use liblb_bench::{P2c, keys, nodes};
 use liblb_core::{Algorithm, Balancer, Options, Outcome, State, Table};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::hint::black_box;
 use std::sync::Barrier;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const N: usize = 100;
@@ -63,24 +63,6 @@ fn lease(c: &mut Criterion) {
     g.finish();
 }
 
-/// Plain power of two choices: the reference a least-request pick is measured against.
-struct P2c {
-    in_flight: Vec<AtomicUsize>,
-}
-
-impl P2c {
-    fn pick(&self, rng: &mut SmallRng) -> usize {
-        let n = self.in_flight.len();
-        let a = rng.random_range(0..n);
-        let mut b = rng.random_range(0..n - 1);
-        if b >= a {
-            b += 1;
-        }
-        let load = |i: usize| self.in_flight[i].load(Ordering::Relaxed);
-        if load(b) < load(a) { b } else { a }
-    }
-}
-
 fn p2c(c: &mut Criterion) {
     let mut g = c.benchmark_group("p2c");
     let b = balancer(Algorithm::LeastRequest);
@@ -96,9 +78,7 @@ fn p2c(c: &mut Criterion) {
     g.bench_function("liblb_table", |bench| {
         bench.iter(|| black_box(table.pick(None, &state, 0).unwrap()))
     });
-    let plain = P2c {
-        in_flight: (0..N).map(|_| AtomicUsize::new(0)).collect(),
-    };
+    let plain = P2c::new(N);
     let mut rng = SmallRng::seed_from_u64(1);
     g.bench_function("plain_p2c", |bench| {
         bench.iter(|| black_box(plain.pick(&mut rng)))

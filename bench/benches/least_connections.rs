@@ -17,12 +17,11 @@
 //! Run: `cargo bench -p liblb-bench --bench least_connections`.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use liblb_bench::nodes;
+use liblb_bench::{P2c, nodes};
 use liblb_core::{Algorithm, Balancer, Lease, Options, Outcome};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 const SIZES: [usize; 3] = [1_000, 10_000, 100_000];
@@ -51,32 +50,12 @@ fn busy(b: &Balancer, n: usize) -> Vec<Lease> {
     held
 }
 
-/// Plain power of two choices over `n` atomic in-flight counts.
-struct P2c {
-    in_flight: Vec<AtomicUsize>,
-}
-
-impl P2c {
-    fn pick(&self, rng: &mut SmallRng) -> usize {
-        let n = self.in_flight.len();
-        let a = rng.random_range(0..n);
-        let mut b = rng.random_range(0..n - 1);
-        if b >= a {
-            b += 1;
-        }
-        let load = |i: usize| self.in_flight[i].load(Ordering::Relaxed);
-        if load(b) < load(a) { b } else { a }
-    }
-}
-
 fn least_connections(c: &mut Criterion) {
     let latency = Outcome::Success(Duration::from_millis(3));
     let mut g = c.benchmark_group("least_connections");
     g.sample_size(30).measurement_time(Duration::from_secs(2));
     for n in SIZES {
-        let plain = P2c {
-            in_flight: (0..n).map(|_| AtomicUsize::new(0)).collect(),
-        };
+        let plain = P2c::new(n);
         let mut rng = SmallRng::seed_from_u64(1);
         g.bench_with_input(BenchmarkId::new("plain_p2c", n), &n, |bench, _| {
             bench.iter(|| black_box(plain.pick(&mut rng)))

@@ -1,6 +1,9 @@
 //! Shared inputs for liblb's benchmarks: node lists and pre-generated keys.
 
 use liblb_core::Node;
+use rand::RngExt;
+use rand::rngs::SmallRng;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Node counts every algorithm is measured at.
 pub const SIZES: [usize; 3] = [10, 100, 1000];
@@ -72,4 +75,41 @@ pub fn nginx_loop_schedule(weights: &[u32]) -> Vec<u32> {
         schedule.push(best as u32);
     }
     schedule
+}
+
+/// Plain power of two choices, the reference a least-request pick is measured against: two
+/// distinct uniform draws from a caller-owned `SmallRng` (no atomics) over a
+/// `Vec<AtomicUsize>` of in-flight counts; the fewest wins.
+pub struct P2c {
+    in_flight: Vec<AtomicUsize>,
+}
+
+impl P2c {
+    /// `n` nodes (at least 2), none in flight.
+    pub fn new(n: usize) -> P2c {
+        P2c {
+            in_flight: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
+
+    /// The less loaded of two distinct uniform draws.
+    pub fn pick(&self, rng: &mut SmallRng) -> usize {
+        let n = self.in_flight.len();
+        let a = rng.random_range(0..n);
+        let mut b = rng.random_range(0..n - 1);
+        if b >= a {
+            b += 1;
+        }
+        let load = |i: usize| self.in_flight[i].load(Ordering::Relaxed);
+        if load(b) < load(a) { b } else { a }
+    }
+
+    /// A pick whose request is counted in flight while `work` runs: the least a lease can be.
+    pub fn lease<R>(&self, rng: &mut SmallRng, work: impl FnOnce(usize) -> R) -> R {
+        let i = self.pick(rng);
+        self.in_flight[i].fetch_add(1, Ordering::Relaxed);
+        let r = work(i);
+        self.in_flight[i].fetch_sub(1, Ordering::Relaxed);
+        r
+    }
 }
