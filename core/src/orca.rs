@@ -59,6 +59,10 @@
 //! rules: empty items are skipped, whitespace around an item and a value is ignored, a name or
 //! a value that is missing, a value that is not a number (as `absl::SimpleAtod` reads them), NaN
 //! or infinite, an unknown name, an empty named-metric key and a name given twice are errors.
+//! One addition: an item without a `:` may separate name and value with `=`, the form vLLM
+//! writes (`TEXT named_metrics.kv_cache_usage_perc=0.4, ...`: vllm-project/vllm
+//! `create_orca_header`, `vllm/entrypoints/openai/orca_metrics.py`, PR #24905), which Envoy
+//! refuses as "metric values cannot be empty strings". Every item Envoy accepts reads the same.
 //!
 //! **Values are not judged.** NaN, infinite and negative numbers in proto bytes and JSON are
 //! kept, as protobuf, Envoy and gRPC keep them (the `.proto`'s `validate.rules` bounds are not
@@ -163,10 +167,12 @@ pub fn parse_orca(data: &[u8]) -> Result<LoadReport> {
 /// wrong prefix: say so, with Envoy's words (`unsupported ORCA header format: <first word>`,
 /// at most 5 characters), and keep the proto reason.
 fn as_unknown_header(data: &[u8], reason: String) -> String {
-    let text = data
-        .iter()
-        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b));
-    if data.is_empty() || !text {
+    // Text: at least as long as the shortest prefix, starting with a letter, all printable
+    // ASCII. (Short or binary-looking input keeps the plain proto reason.)
+    let text = data.len() >= 4
+        && data[0].is_ascii_alphabetic()
+        && data.iter().all(|&b| (0x20..0x7f).contains(&b));
+    if !text {
         return reason;
     }
     let head = &data[..data.len().min(5)];
@@ -616,8 +622,10 @@ fn parse_text(payload: &[u8]) -> Result<LoadReport, String> {
         }
         // Envoy: `StrSplit(item, MaxSplits(':', 1), SkipWhitespace())` into a pair, so blank
         // pieces drop out and the pair is the first two pieces left.
+        // The separator is Envoy's `:`; an item without one may use vLLM's `=` instead.
+        let separator = if item.contains(':') { ':' } else { '=' };
         let mut pieces = item
-            .splitn(2, ':')
+            .splitn(2, separator)
             .filter(|p| !p.trim_matches(is_space).is_empty());
         let name = pieces.next().unwrap_or("");
         let value = pieces.next().unwrap_or("");
