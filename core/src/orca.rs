@@ -24,7 +24,10 @@
 //! with a length `I` (73) whose entry starts with `N` (0x4E, wire type 6, which does not exist),
 //! `J` (0x4A) is field 9 with the wrong wire type and `T` (0x54) an end-group tag with no group.
 //! Values of `endpoint-load-metrics-bin` arrive decoded from gRPC (pass the bytes); from raw
-//! HTTP headers, prefix them with `BIN ` (or decode them yourself).
+//! HTTP headers, prefix them with `BIN ` (or decode them yourself). Input that fails as proto
+//! bytes but reads as text (4 bytes or more, a letter first, printable ASCII) was most likely a
+//! header value with another prefix: its error starts with Envoy's words, `unsupported ORCA
+//! header format: <first word, at most 5 characters>`, followed by the proto reason.
 //!
 //! **Proto bytes** follow the protobuf wire rules, decoded by hand:
 //! - Unknown fields of every wire type are skipped, groups (wire types 3/4) included, nested at
@@ -56,7 +59,8 @@
 //! **`TEXT `**: Envoy's native HTTP form, `name:value` pairs separated by commas: names
 //! `cpu_utilization`, `mem_utilization`, `application_utilization`, `rps_fractional`, `eps` and
 //! `named_metrics.<key>` (no `rps`, `request_cost.` or `utilization.`: Envoy has none). Envoy's
-//! rules: empty items are skipped, whitespace around an item and a value is ignored, a name or
+//! rules: empty items are skipped, whitespace around an item and around a value is ignored (a
+//! space between a name and its `:` is part of the name), a name or
 //! a value that is missing, a value that is not a number (as `absl::SimpleAtod` reads them), NaN
 //! or infinite, an unknown name, an empty named-metric key and a name given twice are errors.
 //! One addition: an item without a `:` may separate name and value with `=`, the form vLLM

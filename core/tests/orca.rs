@@ -543,7 +543,7 @@ fn groups_must_be_closed_matched_and_shallow() {
     assert_eq!(ok(&nest(MAX_GROUP_DEPTH)), LoadReport::default());
     assert!(reason(&nest(MAX_GROUP_DEPTH + 1)).starts_with("groups nested deeper than 100"));
     // A million open groups: refused at the limit, quickly, without recursion.
-    let deep = vec![0xA3, 0x01].repeat(1_000_000);
+    let deep = [0xA3, 0x01].repeat(1_000_000);
     assert!(reason(&deep).starts_with("groups nested deeper than 100"));
 }
 
