@@ -262,6 +262,60 @@ fn hand_encoded_example_parses_and_matches_the_encoder() {
     assert_eq!(encode(&envoy_example()), ENVOY_EXAMPLE_BYTES);
 }
 
+/// The maps sorted by key, for comparing with writers that order map entries their own way.
+fn sorted(mut r: LoadReport) -> LoadReport {
+    for map in [
+        &mut r.request_cost,
+        &mut r.utilization,
+        &mut r.named_metrics,
+    ] {
+        map.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    r
+}
+
+fn unhex(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// Bytes and JSON written by Google's `protobuf` Python package (7.36.2, upb backend), with
+/// `OrcaLoadReport` built at run time from a `FileDescriptorProto` carrying the .proto's field
+/// names, numbers and types (no protoc needed):
+///
+/// ```text
+/// r = Report(cpu_utilization=0.7, application_utilization=0.8, mem_utilization=0.9, eps=2,
+///            rps_fractional=1000); r.named_metrics["foo"] = 123; r.named_metrics["bar"] = 0.2
+/// r.SerializeToString(deterministic=True).hex()        # -> ENVOY below (map keys sorted)
+/// f = full_report() in Python; f.SerializeToString(deterministic=True).hex()  # -> FULL
+/// json_format.MessageToJson(f, indent=None)             # -> FULL_JSON
+/// ```
+///
+/// The same package parses `10 01` (field 2 as a varint) without complaint, filing it among the
+/// unknown fields: the leniency liblb declines (see the module docs).
+#[test]
+fn reports_written_by_the_protobuf_python_package() {
+    const ENVOY: &str = "09666666666666e63f11cdccccccccccec3f310000000000408f40390000000000000040420e0a03626172119a9999999999c93f420e0a03666f6f110000000000c05e40499a9999999999e93f";
+    const FULL: &str = "09000000000000d03f11000000000000e03f18ac0222100a0562797465731100000000003eab4022110a066370755f6d731100000000000029402a0f0a046469736b11000000000000c03f2a0e0a0367707511000000000000ec3f310000000000bc724039000000000000f43f42100a057175657565110000000000000840420e0a03726966110000000000001c4049000000000000f83f";
+    const FULL_JSON: &str = r#"{"cpuUtilization": 0.25, "memUtilization": 0.5, "rps": "300", "requestCost": {"cpu_ms": 12.5, "bytes": 3487.0}, "utilization": {"gpu": 0.875, "disk": 0.125}, "rpsFractional": 299.75, "eps": 1.25, "namedMetrics": {"queue": 3.0, "rif": 7.0}, "applicationUtilization": 1.5}"#;
+    let envoy = ok(&unhex(ENVOY));
+    assert_eq!(
+        envoy.named_metrics,
+        pairs(&[("bar", 0.2), ("foo", 123.0)]),
+        "wire order"
+    );
+    assert_eq!(sorted(envoy), sorted(envoy_example()));
+    assert_eq!(sorted(ok(&unhex(FULL))), sorted(full_report()));
+    assert_eq!(
+        sorted(ok(&header("JSON ", FULL_JSON))),
+        sorted(full_report())
+    );
+    let bin = format!("BIN {}", STANDARD.encode(unhex(FULL)));
+    assert_eq!(sorted(ok(bin.as_bytes())), sorted(full_report()));
+}
+
 #[test]
 fn a_deprecated_rps_and_a_utilization_map_by_hand() {
     // 18 AC 02: field 3 (rps), wire type 0: tag 0x18, 300 = 0b10_0101100 -> AC 02.
