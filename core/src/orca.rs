@@ -275,10 +275,9 @@ impl<'a> Reader<'a> {
             }
             let byte = self.data[self.pos];
             self.pos += 1;
-            if i == 9 && byte & 0x80 != 0 {
-                return Err(format!("varint at byte {start} is longer than 10 bytes"));
-            }
-            if i == 9 && byte > 1 {
+            // The tenth byte holds bit 63 only: more is an overflow (or, with its continuation
+            // bit, an eleventh byte, refused after the loop).
+            if i == 9 && byte > 1 && byte & 0x80 == 0 {
                 return Err(format!("varint at byte {start} overflows 64 bits"));
             }
             value |= u64::from(byte & 0x7f) << (7 * i);
@@ -286,7 +285,7 @@ impl<'a> Reader<'a> {
                 return Ok(value);
             }
         }
-        unreachable!("the tenth byte returns or fails")
+        Err(format!("varint at byte {start} is longer than 10 bytes"))
     }
 
     /// A tag: (field number, wire type), both valid.
