@@ -219,6 +219,11 @@ enum lb_result
      * A locality had more than three `/`-separated parts (region/zone/sub_zone) or a NUL.
      */
     LB_RESULT_INVALID_LOCALITY = 110,
+    /**
+     * An ORCA load report (the serialized proto, or an `endpoint-load-metrics` header value
+     * starting `BIN `, `JSON ` or `TEXT `) could not be parsed.
+     */
+    LB_RESULT_INVALID_LOAD_REPORT = 111,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

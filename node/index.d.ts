@@ -163,6 +163,8 @@ export type ErrorCode =
   | 'LB_HASH_UNSUPPORTED'
   /** An unknown failure kind, or a kind or retry-after with `ok: true`. */
   | 'LB_INVALID_OUTCOME'
+  /** An ORCA load report that is neither a valid serialized proto nor a `BIN `/`JSON `/`TEXT ` header value. */
+  | 'LB_INVALID_LOAD_REPORT'
   /** A lease finished (or cancelled) twice. */
   | 'LB_LEASE_FINISHED'
   /** A `RangeError`: a batch of more than `MAX_BATCH` keys or `MAX_BATCH_KEY_BYTES` key bytes. */

@@ -54,6 +54,9 @@ pub enum Error {
     /// An outcome could not be understood: an unknown failure kind, a negative or non-finite
     /// latency or retry-after (the text says which).
     InvalidOutcome(String),
+    /// An ORCA load report (proto bytes, or an `endpoint-load-metrics` header value) could not
+    /// be parsed; the text says what is wrong and where (see [`crate::parse_orca`]).
+    InvalidLoadReport(String),
 }
 
 /// `Result` with liblb's [`Error`].
@@ -81,6 +84,7 @@ impl Error {
             Error::InvalidOptionValue { .. } => "LB_INVALID_OPTION_VALUE",
             Error::InvalidOutcome(_) => "LB_INVALID_OUTCOME",
             Error::InvalidLocality(_) => "LB_INVALID_LOCALITY",
+            Error::InvalidLoadReport(_) => "LB_INVALID_LOAD_REPORT",
         }
     }
 }
@@ -114,6 +118,9 @@ impl Error {
             }
             Error::InvalidOutcome(_) => {
                 "invalid outcome: not a known outcome or failure kind, or a negative time"
+            }
+            Error::InvalidLoadReport(_) => {
+                "invalid ORCA load report: not a valid OrcaLoadReport proto or BIN/JSON/TEXT header value"
             }
         }
     }
@@ -200,6 +207,7 @@ impl fmt::Display for Error {
                 "invalid locality {locality:?}: at most three parts, region/zone/sub_zone, \
                  without NUL"
             ),
+            Error::InvalidLoadReport(reason) => write!(f, "invalid ORCA load report: {reason}"),
         }
     }
 }

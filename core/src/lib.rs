@@ -44,6 +44,7 @@ mod load;
 pub mod locality;
 mod node;
 mod options;
+mod orca;
 #[cfg(all(feature = "std", not(loom), target_has_atomic = "64"))]
 mod pin;
 pub mod priority;
@@ -68,6 +69,9 @@ pub use load::{Failure, FailureKind, Load, Outcome, Penalty};
 pub use node::{Node, id_from_utf8, locality_key, validate_id, validate_locality};
 pub use options::{
     Algorithm, DEFAULT_FAILURE_PENALTY, DEFAULT_MAX_RETRY_AFTER, OptionValue, Options,
+};
+pub use orca::{
+    ENDPOINT_LOAD_METRICS, ENDPOINT_LOAD_METRICS_BIN, LoadReport, MAX_GROUP_DEPTH, parse_orca,
 };
 pub use rng::{SplitMix64, bounded};
 pub use route::Routing;

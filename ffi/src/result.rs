@@ -2,7 +2,7 @@
 //!
 //! Codes 1..=13 are core `Error` kinds (the same failures every binding reports, see
 //! `Error::code`); from 100 up, codes of the C boundary and core kinds added later (105, 106,
-//! 109, 110).
+//! 109, 110, 111).
 //! Names and texts of the core's kinds come from the core (`Error::code`, `Error::summary`).
 
 use core::ffi::{CStr, c_char};
@@ -95,6 +95,9 @@ pub enum lb_result {
     NoUsableNodes = 109,
     /// A locality had more than three `/`-separated parts (region/zone/sub_zone) or a NUL.
     InvalidLocality = 110,
+    /// An ORCA load report (the serialized proto, or an `endpoint-load-metrics` header value
+    /// starting `BIN `, `JSON ` or `TEXT `) could not be parsed.
+    InvalidLoadReport = 111,
 }
 
 /// The one list of codes: each variant once, with where its name and text come from —
@@ -173,6 +176,7 @@ lb_result_table! {
     ),
     NoUsableNodes => core(Error::NoUsableNodes),
     InvalidLocality => core(Error::InvalidLocality(String::new())),
+    InvalidLoadReport => core(Error::InvalidLoadReport(String::new())),
 }
 
 impl From<Error> for lb_result {

@@ -152,6 +152,10 @@ fn every_core_error_has_its_own_code_with_the_core_name() {
         },
         Error::BatchTooLarge(1 << 25),
         Error::HashUnsupported("random"),
+        Error::InvalidOutcome("x".into()),
+        Error::NoUsableNodes,
+        Error::InvalidLocality("a/b/c/d".into()),
+        Error::InvalidLoadReport("x".into()),
     ];
     let mut seen = Vec::new();
     for error in errors {

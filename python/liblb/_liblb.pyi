@@ -36,6 +36,7 @@ __all__ = [
     "Balancer",
     "Node",
     "InvalidLocalityError",
+    "InvalidLoadReportError",
     "Lease",
     "Request",
     "Hedging",
@@ -513,6 +514,11 @@ class AttemptOpenError(Error):
 
 class LeaseFinishedError(Error):
     """A lease was finished twice (LB_LEASE_FINISHED): a lease ends exactly once."""
+
+class InvalidLoadReportError(Error):
+    """An ORCA load report could not be parsed: not a valid serialized OrcaLoadReport, nor an
+    endpoint-load-metrics header value starting 'BIN ', 'JSON ' or 'TEXT '
+    (LB_INVALID_LOAD_REPORT); the message says what is wrong and where."""
 
 class InvalidOutcomeError(Error):
     """An outcome given to finish or report cannot be understood: an unknown failure kind

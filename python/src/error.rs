@@ -95,6 +95,12 @@ create_exception!(
 );
 create_exception!(
     liblb,
+    InvalidLoadReportError,
+    Error,
+    "An ORCA load report could not be parsed: not a valid serialized OrcaLoadReport, nor an endpoint-load-metrics header value starting 'BIN ', 'JSON ' or 'TEXT ' (LB_INVALID_LOAD_REPORT); the message says what is wrong and where."
+);
+create_exception!(
+    liblb,
     UnknownAlgorithmError,
     Error,
     "The algorithm name is not one of liblb.ALGORITHMS (LB_UNKNOWN_ALGORITHM)."
@@ -168,6 +174,7 @@ fn class_of<'py>(py: Python<'py>, error: &E) -> Bound<'py, PyType> {
         E::HashUnsupported(_) => py.get_type::<HashUnsupportedError>(),
         E::InvalidOutcome(_) => py.get_type::<InvalidOutcomeError>(),
         E::InvalidLocality(_) => py.get_type::<InvalidLocalityError>(),
+        E::InvalidLoadReport(_) => py.get_type::<InvalidLoadReportError>(),
         // The same MemoryError the binding raises for its own batch limits (convert.rs).
         E::BatchTooLarge(_) => py.get_type::<PyMemoryError>(),
         E::UnknownAlgorithm(_) => py.get_type::<UnknownAlgorithmError>(),
@@ -235,7 +242,7 @@ impl<T> OrRaise<T> for liblb_core::Result<T> {
 /// it as the class attribute `code`, taken from the core itself (never retyped here).
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    let with_code: [(Bound<'_, PyType>, Option<E>); 18] = [
+    let with_code: [(Bound<'_, PyType>, Option<E>); 19] = [
         (py.get_type::<Error>(), None),
         (py.get_type::<NoNodesError>(), Some(E::NoNodes)),
         (py.get_type::<NoUsableNodesError>(), Some(E::NoUsableNodes)),
@@ -262,6 +269,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         (
             py.get_type::<InvalidLocalityError>(),
             Some(E::InvalidLocality(String::new())),
+        ),
+        (
+            py.get_type::<InvalidLoadReportError>(),
+            Some(E::InvalidLoadReport(String::new())),
         ),
         (
             py.get_type::<UnknownAlgorithmError>(),

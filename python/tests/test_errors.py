@@ -27,6 +27,7 @@ CLASSES: list[tuple[type[liblb.Error], type[Exception], str | None]] = [
     (liblb.HashUnsupportedError, liblb.Error, "LB_HASH_UNSUPPORTED"),
     (liblb.InvalidOutcomeError, liblb.Error, "LB_INVALID_OUTCOME"),
     (liblb.InvalidLocalityError, liblb.Error, "LB_INVALID_LOCALITY"),
+    (liblb.InvalidLoadReportError, liblb.Error, "LB_INVALID_LOAD_REPORT"),
     (liblb.LeaseFinishedError, liblb.Error, "LB_LEASE_FINISHED"),
     (liblb.AttemptOpenError, liblb.Error, "LB_ATTEMPT_OPEN"),
     (liblb.RequestFailedError, liblb.Error, "LB_REQUEST_FAILED"),

@@ -81,6 +81,8 @@ static void test_version_and_names(void) {
     CHECK(LB_RESULT_HASH_UNSUPPORTED == 106 && LB_RESULT_INVALID_OUTCOME == 107);
     CHECK_STR(lb_result_name(LB_RESULT_HASH_UNSUPPORTED), "LB_HASH_UNSUPPORTED");
     CHECK_STR(lb_result_name(LB_RESULT_INVALID_OUTCOME), "LB_INVALID_OUTCOME");
+    CHECK(LB_RESULT_INVALID_LOAD_REPORT == 111);
+    CHECK_STR(lb_result_name(LB_RESULT_INVALID_LOAD_REPORT), "LB_INVALID_LOAD_REPORT");
     CHECK(strstr(lb_result_str(LB_RESULT_HASH_UNSUPPORTED), "hash") != NULL);
     for (uint32_t code = 0; code <= 200; code++) {
         CHECK(lb_result_str(code) != NULL && strlen(lb_result_str(code)) > 0);
