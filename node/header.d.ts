@@ -163,6 +163,8 @@ export type ErrorCode =
   | 'LB_HASH_UNSUPPORTED'
   /** An unknown failure kind, or a kind or retry-after with `ok: true`. */
   | 'LB_INVALID_OUTCOME'
+  /** A node's locality or priority, a locality weight or a caller's locality that cannot be used. */
+  | 'LB_INVALID_LOCALITY'
   /** An ORCA load report that is neither a valid serialized proto nor a `BIN `/`JSON `/`TEXT ` header value. */
   | 'LB_INVALID_LOAD_REPORT'
   /** A lease finished (or cancelled) twice. */
