@@ -16,7 +16,9 @@ batch floor (reading the keys and building a list as long), and `pick_n(count)` 
 algorithms against the core's batch.
 
 `attempts(key, 3)` and `attempts(key)` (every node: 10 answers) are reported per answer, against
-a single pick. Last, big table builds (a 2000-node ring of weights 1-5, ~960,000 points): how
+a single pick. Leases on `round_robin` and `least_request`: `acquire()` and its end (`finish`
+with a latency, `finish()` measuring it, `cancel()`) against two no-op calls (a lease crosses
+into the extension twice) and against a `pick()` plus a no-op. Last, big table builds (a 2000-node ring of weights 1-5, ~960,000 points): how
 long `Balancer(...)` and `update` take, and how much a pure-Python counter thread gets done
 meanwhile, as a fraction of what it does alone in the same time (a build holding the GIL gives
 ~0), next to the same figure for `hashlib.sha256` of a big buffer (CPython's own GIL-releasing,
@@ -138,6 +140,15 @@ def counter_share_during(call: Callable[[], object]) -> tuple[float, float]:
         stop.set()
         thread.join()
     return elapsed, during / alone
+
+
+# The algorithms whose leases are measured, and the ways a lease ends.
+LEASED = ("round_robin", "least_request")
+LEASE_FORMS: dict[str, Callable[[liblb.Balancer], object]] = {
+    "acquire().finish(latency=0.003)": lambda b: b.acquire().finish(latency=0.003),
+    "acquire().finish() (measured)": lambda b: b.acquire().finish(),
+    "acquire().cancel()": lambda b: b.acquire().cancel(),
+}
 
 
 def main() -> None:
@@ -270,6 +281,27 @@ def main() -> None:
             f"{name:<22}{attempts3[name]!s:>17}{attempts3[name].best / p:>7.2f}x"
             f"{attempts_all[name]!s:>17}{attempts_all[name].best / p:>7.2f}x"
         )
+
+    print(f"\nleases: acquire() + finish(), ns per lease ({NODE_COUNT} nodes; best..median of {rounds} rounds)")
+    print("floor: two _liblb._noop() calls (the binding is crossed twice); pick: one pick() and a no-op")
+    lease_floor, lease_pick = Best(), {a: Best() for a in LEASED}
+    leases = {(a, form): Best() for a in LEASED for form in LEASE_FORMS}
+    for _ in range(rounds):
+        lease_floor.add(per_call0(lambda: (_liblb._noop(), _liblb._noop()), keys, number))
+        for name in LEASED:
+            b = balancers[name]
+            lease_pick[name].add(per_call0(lambda b=b: (b.pick(), _liblb._noop()), keys, number))
+            for form, call in LEASE_FORMS.items():
+                leases[(name, form)].add(per_call0(lambda b=b, call=call: call(b), keys, number))
+    head = f"{'algorithm':<22}{'call':<36}{'ns':>17}{'over floor':>12}{'x pick':>8}"
+    print(head)
+    print("-" * len(head))
+    print(f"{'':<22}{'floor':<36}{lease_floor!s:>17}")
+    for name in LEASED:
+        print(f"{name:<22}{'pick() + no-op':<36}{lease_pick[name]!s:>17}{lease_pick[name].best - lease_floor.best:>12.1f}")
+        for form in LEASE_FORMS:
+            t = leases[(name, form)].best
+            print(f"{'':<22}{form:<36}{leases[(name, form)]!s:>17}{t - lease_floor.best:>12.1f}{t / lease_pick[name].best:>7.2f}x")
 
     print(f"\nbig builds without the GIL: a ring of {len(BIG_RING)} nodes (weights 1-5), best..median of 3")
     print("counter share: a pure-Python thread's progress during the call / its progress alone")

@@ -5,7 +5,8 @@ Every table printed here comes from the same run, so its ratios are comparable. 
 liblb against its peers per algorithm and node count (peer / liblb: > 1 means liblb is
 faster); the `Balancer` layer against `Table` + `State`, an arc-swap guard and a bare atomic;
 SHA-256's share of a ring pick; leases and P2C; 1 against 2 threads for every algorithm; table
-builds; and the placement, retry-order and weighted-ring groups as measured.
+builds; issue 23's goals (`fast_paths`) and least_connections at 1,000 to 100,000 nodes; and the
+placement, retry-order and weighted-ring groups as measured.
 """
 import json
 import os
@@ -183,6 +184,36 @@ def pivot(group, title):
     print()
 
 
+# Issue 23's goals (bench/benches/fast_paths.rs): family -> (peer benchmark, goal for
+# Balancer / peer, or None where the row is reported without one).
+FAST_PATHS = {
+    "random": [("rand_choose", 2.0)],
+    "weighted_random": [("rand_distr_alias", 1.5)],
+    "round_robin": [("atomic_usize", 1.5)],
+    "source_hash": [("xxh3_mod_n", 1.5)],
+    "least_request": [("plain_p2c", 3.0), ("plain_p2c_in_flight", None)],
+    "bounded_ring": [("table", 1.2)],
+}
+
+
+def fast_paths():
+    print("**Issue 23's goals** (`fast_paths`, N = 1000; least_request: `acquire` + `finish`):")
+    print()
+    print("| family | liblb `Balancer` | `Table` | peer | peer (ns) | Balancer / peer | goal |")
+    print("|---|---:|---:|---|---:|---:|---:|")
+    for family, rows in FAST_PATHS.items():
+        group = f"fast_paths_{family}"
+        ours = need(group, "balancer_acquire_finish" if family == "least_request" else "balancer")
+        table = estimate(group, "table_pick_start_end" if family == "least_request" else "table")
+        for peer, goal in rows:
+            theirs = need(group, peer)
+            print(
+                f"| {family} | {ns(ours)} | {ns(table) if table else '—'} | {peer} | {ns(theirs)} "
+                f"| {ours / theirs:.2f}x | {f'≤ {goal}x' if goal else '—'} |"
+            )
+    print()
+
+
 def main():
     if not os.path.isdir(root):
         sys.exit(f"no {root}: run `cargo bench -p liblb-bench` first")
@@ -192,6 +223,8 @@ def main():
     feedback()
     threads()
     builds()
+    fast_paths()
+    pivot("least_connections", "least_connections: pick and lease against a plain P2C")
     pivot("placement", "Placement picks against the upstream crates")
     pivot("placement_build", "Placement table builds")
     pivot("attempts", "Retry orders of 8 nodes (`attempts`)")
