@@ -143,6 +143,23 @@ export type ReportOutcome =
   | { ok: true; latencyMs: number; kind?: null; retryAfterMs?: null }
   | { ok: false; latencyMs?: number | null; kind?: FailureKind | null; retryAfterMs?: number | null }
 
+/**
+ * An ORCA load report (cncf/xds `OrcaLoadReport`), from `parseOrca`: utilisations as fractions
+ * (1 is fully used), `rpsFractional` queries and `eps` errors per second, `rps` the deprecated
+ * integer rate, and the named maps in the order the report gave them.
+ */
+export interface LoadReport {
+  cpuUtilization: number
+  memUtilization: number
+  applicationUtilization: number
+  rpsFractional: number
+  eps: number
+  rps: number
+  requestCost: Record<string, number>
+  utilization: Record<string, number>
+  namedMetrics: Record<string, number>
+}
+
 /** Every error thrown by liblb itself has one of these codes. */
 export type ErrorCode =
   | 'LB_NO_NODES'
@@ -631,6 +648,14 @@ export declare function noop(): void
 
 /** The option names `new Balancer` accepts (the core's list; keys of `BalancerOptions`). */
 export declare function optionNames(): Array<keyof BalancerOptions>
+
+/**
+ * Parses an ORCA load report: the bytes of a serialized `OrcaLoadReport` (a `Buffer` or
+ * `Uint8Array`), or an `endpoint-load-metrics` header value (`BIN <base64>`, `JSON <json>`,
+ * `TEXT name:value, ...`, as a string or its bytes). Throws `LB_INVALID_LOAD_REPORT` saying
+ * what is wrong with anything else, a `TypeError` for a value of another type.
+ */
+export declare function parseOrca(data: string | Uint8Array): LoadReport
 
 /** Why a request gives up (`Request.stopped`, `LB_REQUEST_FAILED`'s `stop`): the core's list. */
 export declare function stopReasons(): StopReason[]

@@ -850,4 +850,5 @@ module.exports.MAX_BATCH = nativeBinding.MAX_BATCH
 module.exports.MAX_BATCH_KEY_BYTES = nativeBinding.MAX_BATCH_KEY_BYTES
 module.exports.noop = nativeBinding.noop
 module.exports.optionNames = nativeBinding.optionNames
+module.exports.parseOrca = nativeBinding.parseOrca
 module.exports.stopReasons = nativeBinding.stopReasons

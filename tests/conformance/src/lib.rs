@@ -40,7 +40,10 @@ way and runs one request (key or null, max_attempts, retry_on: failure kinds or 
 while the request gives an attempt, finish it with the next of `outcomes`; `expect` holds the \
 node ids tried, each attempt's decision ([\"retry\", delay in whole ms] from the balancer's \
 seeded generator or the retry-after, [\"stop\", reason], [\"done\"]), the stop reason, the \
-attempt count and the winning attempt (1-based) or null.";
+attempt count and the winning attempt (1-based) or null. Each of `orca` parses one ORCA load \
+report from `input_hex` (the bytes, hex: a serialized OrcaLoadReport or an \
+endpoint-load-metrics header value) and must give `expect` (the six numbers, and the three \
+maps as [name, value] pairs in order) or fail with `expect_error`.";
 
 /// The endpoints of seed 002.
 pub const SEED_002_ENDPOINTS: [&str; 7] = [
@@ -1476,6 +1479,152 @@ pub fn run_step(
     })
 }
 
+/// A protobuf field tag: `field << 3 | wire_type`, as one varint (every field here is < 16).
+fn tag(field: u8, wire: u8) -> u8 {
+    field << 3 | wire
+}
+
+/// A `double` field of an `OrcaLoadReport`.
+fn double(field: u8, value: f64) -> Vec<u8> {
+    let mut out = vec![tag(field, 1)];
+    out.extend_from_slice(&value.to_le_bytes());
+    out
+}
+
+/// A `map<string, double>` entry of an `OrcaLoadReport` (short keys: one-byte lengths).
+fn entry(field: u8, key: &str, value: f64) -> Vec<u8> {
+    let mut body = vec![tag(1, 2), key.len() as u8];
+    body.extend_from_slice(key.as_bytes());
+    body.extend(double(2, value));
+    let mut out = vec![tag(field, 2), body.len() as u8];
+    out.extend(body);
+    out
+}
+
+/// The ORCA report inputs: proto bytes (built field by field, as the cncf/xds message lays
+/// them out) and the three header forms, valid and not.
+fn orca_inputs() -> Vec<(&'static str, Vec<u8>)> {
+    let every_field: Vec<u8> = [
+        double(1, 0.5),
+        double(2, 0.25),
+        vec![tag(3, 0), 0xAC, 0x02], // rps = 300 (varint)
+        entry(4, "db", 2.5),
+        entry(5, "gpu", 0.75),
+        double(6, 312.5),
+        double(7, 1.5),
+        entry(8, "rif", 12.0),
+        entry(8, "kv", 0.125),
+        double(9, 0.625),
+    ]
+    .concat();
+    let repeated: Vec<u8> = [
+        double(1, 0.1),
+        entry(8, "a", 1.0),
+        entry(8, "b", 2.0),
+        double(1, 0.9),
+        entry(8, "a", 3.0),
+    ]
+    .concat();
+    let unknown: Vec<u8> = [
+        double(1, 0.5),
+        vec![tag(15, 0), 0x96, 0x01],          // field 15, varint 150
+        vec![tag(14, 2), 3, b'x', b'y', b'z'], // field 14, 3 bytes
+        vec![tag(13, 5), 1, 2, 3, 4],          // field 13, 32-bit
+    ]
+    .concat();
+    let bin = |proto: &[u8]| {
+        use base64::Engine;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(proto);
+        format!("BIN {encoded}").into_bytes()
+    };
+    let text = |s: &str| s.as_bytes().to_vec();
+    vec![
+        ("proto: every field", every_field.clone()),
+        ("proto: empty is the all-zero report", Vec::new()),
+        (
+            "proto: repeated scalars and map keys, the last wins",
+            repeated,
+        ),
+        ("proto: unknown fields are skipped", unknown),
+        ("proto: cut inside a field", every_field[..5].to_vec()),
+        (
+            "proto: wrong wire type for cpu_utilization",
+            vec![tag(1, 0), 1],
+        ),
+        (
+            "proto: varint longer than 10 bytes",
+            [vec![tag(3, 0)], vec![0xFF; 11]].concat(),
+        ),
+        (
+            "proto: length past the end",
+            vec![tag(8, 2), 0x7F, tag(1, 2)],
+        ),
+        ("BIN: every field", bin(&every_field)),
+        ("BIN: not base64", text("BIN ***")),
+        (
+            "JSON: camelCase and proto names",
+            text(
+                r#"JSON {"cpuUtilization": 0.5, "mem_utilization": "0.25", "rpsFractional": 10, "namedMetrics": {"rif": 3}}"#,
+            ),
+        ),
+        ("JSON: unknown field", text(r#"JSON {"cpu": 0.5}"#)),
+        (
+            "TEXT: Envoy's native form",
+            text(
+                "TEXT cpu_utilization:0.3, mem_utilization:0.8, rps_fractional:120, eps:2, named_metrics.rif:7",
+            ),
+        ),
+        (
+            "TEXT: vLLM's name=value",
+            text(
+                "TEXT named_metrics.kv_cache_usage_perc=0.4, named_metrics.num_requests_waiting=2",
+            ),
+        ),
+        (
+            "TEXT: a name given twice",
+            text("TEXT cpu_utilization:0.3, cpu_utilization:0.4"),
+        ),
+        ("TEXT: not a number", text("TEXT cpu_utilization:high")),
+        ("TEXT: unknown name", text("TEXT cpu:0.3")),
+        ("an unknown header form", text("YAML cpu_utilization: 0.3")),
+    ]
+}
+
+/// A parsed report as the vectors give it: the six numbers, the maps as `[name, value]`
+/// pairs in order.
+pub fn report_json(report: &liblb_core::LoadReport) -> Value {
+    let pairs = |m: &[(String, f64)]| -> Value { m.iter().map(|(k, v)| json!([k, v])).collect() };
+    json!({
+        "cpu_utilization": report.cpu_utilization,
+        "mem_utilization": report.mem_utilization,
+        "application_utilization": report.application_utilization,
+        "rps": report.rps,
+        "rps_fractional": report.rps_fractional,
+        "eps": report.eps,
+        "request_cost": pairs(&report.request_cost),
+        "utilization": pairs(&report.utilization),
+        "named_metrics": pairs(&report.named_metrics),
+    })
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn generate_orca() -> Vec<Value> {
+    (orca_inputs().into_iter())
+        .map(|(name, input)| {
+            let mut case = json!({ "name": name, "input_hex": hex(&input) });
+            match liblb_core::parse_orca(&input) {
+                Ok(report) => case["expect"] = report_json(&report),
+                Err(e) => case["expect_error"] = json!(e.code()),
+            }
+            case
+        })
+        .collect()
+}
+
 /// The vectors document, with every expectation computed by the core.
 pub fn generate() -> Value {
     let cases: Vec<Value> = cases()
@@ -1527,6 +1676,7 @@ pub fn generate() -> Value {
         "cases": cases,
         "budgets": generate_budgets(),
         "requests": generate_requests(),
+        "orca": generate_orca(),
     })
 }
 

@@ -113,3 +113,38 @@ fn request_vectors_replay_through_the_rust_api() {
         assert_eq!(got, case["expect"], "{name}");
     }
 }
+
+#[test]
+fn orca_vectors_replay_through_the_rust_api() {
+    let doc: Value = serde_json::from_str(&checked_in()).unwrap();
+    let cases = doc["orca"].as_array().unwrap();
+    assert!(cases.len() >= 15, "only {} orca cases", cases.len());
+    let (mut parsed, mut refused) = (0, 0);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let hex = case["input_hex"].as_str().unwrap();
+        let input: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        match (liblb_core::parse_orca(&input), case.get("expect_error")) {
+            (Ok(report), None) => {
+                assert_eq!(
+                    liblb_conformance::report_json(&report),
+                    case["expect"],
+                    "{name}"
+                );
+                parsed += 1;
+            }
+            (Err(e), Some(code)) => {
+                assert_eq!(e.code(), code.as_str().unwrap(), "{name}");
+                refused += 1;
+            }
+            (got, want) => panic!("{name}: got {got:?}, expected error {want:?}"),
+        }
+    }
+    assert!(
+        parsed >= 5 && refused >= 5,
+        "{parsed} parsed, {refused} refused"
+    );
+}
