@@ -60,6 +60,21 @@
 #define LB_VERSION_PATCH 0
 
 /**
+ * `lb_load_entry.map` of an entry of the report's `request_cost` map.
+ */
+#define LB_LOAD_REQUEST_COST 0
+
+/**
+ * `lb_load_entry.map` of an entry of the report's `utilization` map.
+ */
+#define LB_LOAD_UTILIZATION 1
+
+/**
+ * `lb_load_entry.map` of an entry of the report's `named_metrics` map.
+ */
+#define LB_LOAD_NAMED_METRICS 2
+
+/**
  * "No time given", for latencies and retry-afters, and `lb_node_stats.latency_ns` of a node
  * without any latency sample yet. As a latency: `lb_lease_finish` measures it (the time since
  * acquire, as `lb_lease_elapsed` reads it); `lb_balancer_report` records a failure without
@@ -270,6 +285,11 @@ typedef struct lb_hedging lb_hedging;
  * thread at a time.
  */
 typedef struct lb_lease lb_lease;
+
+/**
+ * A parsed ORCA load report (`lb_load_report_parse`); free it with `lb_load_report_free`.
+ */
+typedef struct lb_load_report lb_load_report;
 
 /**
  * Options for `lb_balancer_new`, set by name. Create with `lb_options_new`, set with
@@ -554,6 +574,62 @@ typedef struct lb_locality_count {
      */
     uint64_t count;
 } lb_locality_count;
+
+/**
+ * The numbers of a load report, as `OrcaLoadReport` names them (0 where the report leaves
+ * them out). Utilisations are fractions (1.0 is fully used); `rps` is the deprecated integer
+ * field, `rps_fractional` the one gRPC reads as queries per second.
+ */
+typedef struct lb_load_values {
+    /**
+     * `cpu_utilization`.
+     */
+    double cpu_utilization;
+    /**
+     * `mem_utilization`.
+     */
+    double mem_utilization;
+    /**
+     * `application_utilization`.
+     */
+    double application_utilization;
+    /**
+     * `rps` (deprecated in the proto).
+     */
+    uint64_t rps;
+    /**
+     * `rps_fractional`: queries per second.
+     */
+    double rps_fractional;
+    /**
+     * `eps`: errors per second.
+     */
+    double eps;
+} lb_load_values;
+
+/**
+ * One named value of a report, listed by `lb_load_report_entries`.
+ */
+typedef struct lb_load_entry {
+    /**
+     * Which map it belongs to: `LB_LOAD_REQUEST_COST`, `LB_LOAD_UTILIZATION` or
+     * `LB_LOAD_NAMED_METRICS`.
+     */
+    uint32_t map;
+    /**
+     * The name, `name_len` bytes of UTF-8 inside the report, NUL-terminated there; valid
+     * until the report is freed.
+     */
+    const char *name;
+    /**
+     * Length of `name` in bytes, without the terminating NUL.
+     */
+    size_t name_len;
+    /**
+     * The value.
+     */
+    double value;
+} lb_load_entry;
 
 /**
  * A request's outcome in full, for `lb_lease_finish_info` and `lb_balancer_report_info`.
@@ -1537,6 +1613,48 @@ lb_result lb_options_set_str(struct lb_options *options,
                              size_t name_len,
                              const char *value,
                              size_t value_len);
+
+/**
+ * Parses `len` bytes at `data` as an ORCA load report: a serialized `OrcaLoadReport`, or an
+ * `endpoint-load-metrics` header value (`BIN <base64>`, `JSON <json>`, `TEXT name:value,
+ * ...`), and writes a new report to `*report_out`, which the caller frees with
+ * `lb_load_report_free`. NULL with length 0 is the empty (all-zero) report.
+ *
+ * Errors (nothing is allocated and `*report_out` is unchanged): `LB_RESULT_NULL_PARAMETER`
+ * (NULL `report_out`, or NULL `data` with a non-zero length), `LB_RESULT_INVALID_LENGTH`,
+ * `LB_RESULT_INVALID_LOAD_REPORT` (bytes that are neither). Thread-safe.
+ */
+lb_result lb_load_report_parse(const uint8_t *data,
+                               size_t len,
+                               struct lb_load_report **report_out);
+
+/**
+ * Frees a report from `lb_load_report_parse`; the names its entries point at go with it.
+ * NULL is fine and does nothing.
+ */
+void lb_load_report_free(struct lb_load_report *report);
+
+/**
+ * Writes the report's numbers to `*values_out`. Errors: `LB_RESULT_NULL_PARAMETER` (NULL
+ * `report` or `values_out`). Thread-safe.
+ */
+lb_result lb_load_report_values(const struct lb_load_report *report,
+                                struct lb_load_values *values_out);
+
+/**
+ * Lists the report's named values (request costs, utilisations, named metrics, in that order
+ * and each map in the report's order) into `entries_out`, an array of `entries_cap`, and
+ * writes how many there are to `*len_out`. Names point into the report.
+ *
+ * Errors: `LB_RESULT_NULL_PARAMETER` (NULL `report` or `len_out`, or NULL `entries_out`
+ * with a non-zero cap), `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_BUFFER_TOO_SMALL` (fewer than
+ * `*len_out` slots: the count needed is written to `*len_out`, nothing to `entries_out`; a
+ * cap of 0 asks for the count). Thread-safe.
+ */
+lb_result lb_load_report_entries(const struct lb_load_report *report,
+                                 struct lb_load_entry *entries_out,
+                                 size_t entries_cap,
+                                 size_t *len_out);
 
 /**
  * `lb_lease_finish` with the outcome in full: `info->outcome` (success or a failure kind),

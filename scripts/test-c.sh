@@ -9,7 +9,7 @@
 #   4. install to a temporary prefix, then build examples/example.c with pkg-config and run it,
 #   5. the ffi unit tests under Miri (nightly),
 #   6. rustfmt + clippy of the fuzz crate (a separate workspace), then a ~30 s cargo-fuzz smoke
-#      run of fuzz/ (nightly).
+#      run of fuzz/ (nightly): 20 s of the C ABI target, 10 s of the ORCA parser's.
 # Steps 5-6 need nightly: installed with rustup if missing; a loud SKIPPED line if impossible.
 # Environment: CARGO_TARGET_DIR (default <repo>/target), LB_FUZZ_SECONDS (default 30; 0 skips).
 set -euo pipefail
@@ -151,8 +151,11 @@ elif ! { command -v cargo-fuzz >/dev/null ||
     cargo install cargo-fuzz --version 0.13.2 --locked; }; then
     skipped "fuzzing: cargo-fuzz 0.13.2 could not be installed"
 else
+    # Two thirds of the time to the C ABI, a third to the ORCA report parser.
     (cd fuzz && cargo +nightly fuzz run c_api --target-dir "$target_dir/fuzz" -- \
-        -max_total_time="$fuzz_seconds" -print_final_stats=1)
+        -max_total_time="$((fuzz_seconds * 2 / 3))" -print_final_stats=1)
+    (cd fuzz && cargo +nightly fuzz run orca --target-dir "$target_dir/fuzz" -- \
+        -max_total_time="$((fuzz_seconds - fuzz_seconds * 2 / 3))" -print_final_stats=1)
 fi
 
 step "all C/C++ checks passed"

@@ -1,7 +1,7 @@
 //! liblb's C ABI: `liblb.so` / `liblb.a`, described by the generated `include/lb.h`.
 //!
 //! A thin layer over `liblb-core` in the style of rustls-ffi: `lb_<object>_<verb>` functions,
-//! opaque handles (`lb_balancer`, `lb_options`, `lb_lease`) with `_new`/`_free` pairs (a lease
+//! opaque handles (`lb_balancer`, `lb_options`, `lb_lease`, `lb_load_report`) with `_new`/`_free` pairs (a lease
 //! ends with `lb_lease_finish` / `lb_lease_cancel`), an [`lb_result`] code from every fallible
 //! function, outputs through trailing out-pointers written only on success. Every exported
 //! body runs inside a panic boundary (`panic.rs`) and every pointer is checked for NULL before
@@ -24,6 +24,7 @@ mod balancer;
 mod budget;
 mod locality;
 mod options;
+mod orca;
 mod outcome;
 mod panic;
 mod ptr;
@@ -59,6 +60,11 @@ pub use locality::{
 };
 pub use options::{
     lb_options, lb_options_free, lb_options_new, lb_options_set_int, lb_options_set_str,
+};
+pub use orca::{
+    LB_LOAD_NAMED_METRICS, LB_LOAD_REQUEST_COST, LB_LOAD_UTILIZATION, lb_load_entry,
+    lb_load_report, lb_load_report_entries, lb_load_report_free, lb_load_report_parse,
+    lb_load_report_values, lb_load_values,
 };
 pub use outcome::{
     LB_LATENCY_NONE, LB_OUTCOME_ERROR, LB_OUTCOME_FAILURE, LB_OUTCOME_OVERLOADED,

@@ -1506,6 +1506,62 @@ static void test_locality_routing(void) {
 }
 #undef BIT
 
+/* ORCA load reports (issue 25): parse, read the numbers and the named entries, free; every
+ * form of the header; errors leave the out-pointer alone. */
+static void test_load_reports(void) {
+    const char text[] = "TEXT cpu_utilization:0.5, rps_fractional:200, eps:4, "
+                        "named_metrics.rif:7, named_metrics.kv:0.25";
+    lb_load_report *report = NULL;
+    CHECK_OK(lb_load_report_parse((const uint8_t *)text, sizeof(text) - 1, &report));
+    CHECK(report != NULL);
+    lb_load_values values;
+    CHECK_OK(lb_load_report_values(report, &values));
+    CHECK(values.cpu_utilization == 0.5 && values.rps_fractional == 200.0 && values.eps == 4.0);
+    CHECK(values.mem_utilization == 0.0 && values.application_utilization == 0.0 && values.rps == 0);
+
+    /* The count first (cap 0), then the entries, in the report's order. */
+    size_t len = 99;
+    CHECK_RESULT(lb_load_report_entries(report, NULL, 0, &len), LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(len == 2);
+    lb_load_entry entries[2];
+    CHECK_RESULT(lb_load_report_entries(report, entries, 1, &len), LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK_OK(lb_load_report_entries(report, entries, 2, &len));
+    CHECK(len == 2);
+    CHECK(entries[0].map == LB_LOAD_NAMED_METRICS && entries[0].name_len == 3 && entries[0].value == 7.0);
+    CHECK_STR(entries[0].name, "rif"); /* NUL-terminated inside the report */
+    CHECK(entries[1].name_len == 2 && memcmp(entries[1].name, "kv", 2) == 0 && entries[1].value == 0.25);
+    lb_load_report_free(report);
+
+    /* A serialized OrcaLoadReport: cpu_utilization (field 1, a double) = 0.75, then a
+     * request_cost entry {"db": 2} (field 4). */
+    const uint8_t proto[] = {0x09, 0, 0, 0, 0, 0, 0, 0xe8, 0x3f,
+                             0x22, 0x0d, 0x0a, 0x02, 'd', 'b', 0x11, 0, 0, 0, 0, 0, 0, 0, 0x40};
+    CHECK_OK(lb_load_report_parse(proto, sizeof proto, &report));
+    CHECK_OK(lb_load_report_values(report, &values));
+    CHECK(values.cpu_utilization == 0.75);
+    CHECK_OK(lb_load_report_entries(report, entries, 2, &len));
+    CHECK(len == 1 && entries[0].map == LB_LOAD_REQUEST_COST && entries[0].value == 2.0);
+    CHECK_STR(entries[0].name, "db");
+    lb_load_report_free(report);
+
+    /* NULL with length 0 is the empty report. */
+    CHECK_OK(lb_load_report_parse(NULL, 0, &report));
+    CHECK_OK(lb_load_report_entries(report, NULL, 0, &len));
+    CHECK(len == 0);
+    lb_load_report_free(report);
+
+    /* Errors: nothing allocated, the out-pointer untouched. */
+    lb_load_report *untouched = (lb_load_report *)&values;
+    CHECK_RESULT(lb_load_report_parse((const uint8_t *)S("TEXT cpu:1"), &untouched), LB_RESULT_INVALID_LOAD_REPORT);
+    CHECK_RESULT(lb_load_report_parse(proto, 5, &untouched), LB_RESULT_INVALID_LOAD_REPORT);
+    CHECK(untouched == (lb_load_report *)&values);
+    CHECK_RESULT(lb_load_report_parse(NULL, 3, &untouched), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_load_report_parse(proto, sizeof proto, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_load_report_values(NULL, &values), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_load_report_entries(NULL, entries, 2, &len), LB_RESULT_NULL_PARAMETER);
+    lb_load_report_free(NULL);
+}
+
 int main(void) {
     test_version_and_names();
     test_options();
@@ -1528,5 +1584,6 @@ int main(void) {
     test_requests();
     test_located_nodes();
     test_locality_routing();
+    test_load_reports();
     return check_report("test_api");
 }

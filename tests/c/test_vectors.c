@@ -634,6 +634,73 @@ static void run_request(const json *c) {
     lb_request_free(req);
 }
 
+/* Replays one ORCA case ("orca" in the vectors): parses the bytes of `input_hex`, compares
+ * the numbers and the named entries (in order), or the error code. */
+static void run_orca(const json *c) {
+    const char *hex = json_get(c, "input_hex")->str;
+    size_t len = strlen(hex) / 2;
+    uint8_t *data = malloc(len ? len : 1);
+    for (size_t i = 0; i < len; i++) {
+        unsigned byte;
+        sscanf(hex + 2 * i, "%2x", &byte);
+        data[i] = (uint8_t)byte;
+    }
+    lb_load_report *report = NULL;
+    lb_result r = lb_load_report_parse(data, len, &report);
+    free(data);
+    const json *expect_error = json_get(c, "expect_error");
+    if (expect_error) {
+        if (r == LB_RESULT_OK) {
+            FAIL("parsed, expected %s", expect_error->str);
+            lb_load_report_free(report);
+        } else if (strcmp(lb_result_name(r), expect_error->str) != 0) {
+            FAIL("failed with %s, expected %s", lb_result_name(r), expect_error->str);
+        }
+        return;
+    }
+    if (r != LB_RESULT_OK) {
+        FAIL("parse: %s", lb_result_name(r));
+        return;
+    }
+    const json *expect = json_get(c, "expect");
+    lb_load_values v;
+    lb_load_report_values(report, &v);
+    const struct { const char *name; double got; } numbers[] = {
+        {"cpu_utilization", v.cpu_utilization},
+        {"mem_utilization", v.mem_utilization},
+        {"application_utilization", v.application_utilization},
+        {"rps_fractional", v.rps_fractional},
+        {"eps", v.eps},
+    };
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++) {
+        if (json_get(expect, numbers[i].name)->number != numbers[i].got)
+            FAIL("%s is %.17g, expected %.17g", numbers[i].name, numbers[i].got,
+                 json_get(expect, numbers[i].name)->number);
+    }
+    if (json_get(expect, "rps")->integer != v.rps) FAIL("rps is %llu", (unsigned long long)v.rps);
+    size_t count = 0;
+    lb_load_report_entries(report, NULL, 0, &count);
+    lb_load_entry *entries = malloc((count ? count : 1) * sizeof *entries);
+    if (count) lb_load_report_entries(report, entries, count, &count);
+    const char *maps[] = {"request_cost", "utilization", "named_metrics"};
+    size_t at = 0;
+    for (uint32_t map = 0; map < 3; map++) {
+        const json *pairs = json_get(expect, maps[map]);
+        for (size_t i = 0; i < pairs->len; i++, at++) {
+            const json *pair = &pairs->items[i];
+            if (at >= count || entries[at].map != map ||
+                entries[at].name_len != pair->items[0].len ||
+                memcmp(entries[at].name, pair->items[0].str, pair->items[0].len) != 0 ||
+                entries[at].value != pair->items[1].number) {
+                FAIL("%s entry %zu differs", maps[map], i);
+            }
+        }
+    }
+    if (at != count) FAIL("%zu entries, expected %zu", count, at);
+    free(entries);
+    lb_load_report_free(report);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s tests/vectors/vectors.json\n", argv[0]);
@@ -702,10 +769,20 @@ int main(int argc, char **argv) {
         case_name = json_get(&requests->items[ci], "name")->str;
         run_request(&requests->items[ci]);
     }
+    const json *orca = json_get(&root, "orca");
+    if (!orca || orca->kind != JSON_ARRAY || orca->len < 15) {
+        fprintf(stderr, "%s: no orca cases\n", argv[1]);
+        check_failures++;
+    }
+    for (size_t ci = 0; orca && ci < orca->len; ci++) {
+        case_name = json_get(&orca->items[ci], "name")->str;
+        step_index = 0;
+        run_orca(&orca->items[ci]);
+    }
     printf("test_vectors: %zu cases, %zu steps (%zu expected errors); %zu budget cases, %zu steps; "
-           "%zu request cases\n",
+           "%zu request cases; %zu orca cases\n",
            cases->len, steps_run, errors_checked, budgets ? budgets->len : 0, budget_steps,
-           requests ? requests->len : 0);
+           requests ? requests->len : 0, orca ? orca->len : 0);
     free(ids);
     json_free(&root);
     return check_report("test_vectors");
