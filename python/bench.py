@@ -286,13 +286,27 @@ def main() -> None:
     print("floor: two _liblb._noop() calls (the binding is crossed twice); pick: one pick() and a no-op")
     lease_floor, lease_pick = Best(), {a: Best() for a in LEASED}
     leases = {(a, form): Best() for a in LEASED for form in LEASE_FORMS}
+    def two_noops() -> None:
+        _liblb._noop()
+        _liblb._noop()
+
+    def pick_and_noop(b: liblb.Balancer) -> Callable[[], None]:
+        def call() -> None:
+            b.pick()
+            _liblb._noop()
+
+        return call
+
+    def lease(b: liblb.Balancer, end: Callable[[liblb.Balancer], object]) -> Callable[[], object]:
+        return lambda: end(b)
+
     for _ in range(rounds):
-        lease_floor.add(per_call0(lambda: (_liblb._noop(), _liblb._noop()), keys, number))
+        lease_floor.add(per_call0(two_noops, keys, number))
         for name in LEASED:
             b = balancers[name]
-            lease_pick[name].add(per_call0(lambda b=b: (b.pick(), _liblb._noop()), keys, number))
-            for form, call in LEASE_FORMS.items():
-                leases[(name, form)].add(per_call0(lambda b=b, call=call: call(b), keys, number))
+            lease_pick[name].add(per_call0(pick_and_noop(b), keys, number))
+            for form, end in LEASE_FORMS.items():
+                leases[(name, form)].add(per_call0(lease(b, end), keys, number))
     head = f"{'algorithm':<22}{'call':<36}{'ns':>17}{'over floor':>12}{'x pick':>8}"
     print(head)
     print("-" * len(head))

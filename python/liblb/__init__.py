@@ -44,6 +44,7 @@ from ._liblb import (
     KeyRequiredError,
     Lease,
     LeaseFinishedError,
+    LoadReport,
     Node,
     NoNodesError,
     NoUsableNodesError,
@@ -56,6 +57,7 @@ from ._liblb import (
     UnknownNodeError,
     UnknownOptionError,
     __version__,
+    parse_orca,
 )
 from ._request import Overloaded, RequestFailedError
 
@@ -89,6 +91,7 @@ __all__ = [
     "KeyRequiredError",
     "Lease",
     "LeaseFinishedError",
+    "LoadReport",
     "Node",
     "NoNodesError",
     "NoUsableNodesError",
@@ -103,4 +106,5 @@ __all__ = [
     "UnknownNodeError",
     "UnknownOptionError",
     "__version__",
+    "parse_orca",
 ]

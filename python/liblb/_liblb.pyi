@@ -4,7 +4,7 @@ import datetime
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Final, Literal, TypedDict, TypeVar, final, overload
+from typing import Any, ClassVar, Final, Literal, TypedDict, TypeVar, final, overload
 
 from typing_extensions import TypeAlias
 
@@ -34,6 +34,7 @@ class _NodeStats(TypedDict):
 
 __all__ = [
     "Balancer",
+    "LoadReport",
     "Node",
     "InvalidLocalityError",
     "InvalidLoadReportError",
@@ -74,6 +75,7 @@ __all__ = [
     "MAX_BATCH",
     "MAX_BATCH_KEY_BYTES",
     "__version__",
+    "parse_orca",
     "_noop",
     "_noop_many",
     "_core_pick_ns",
@@ -320,6 +322,38 @@ class Node:
     def tag(self) -> int: ...
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
+
+@final
+class LoadReport:
+    """An ORCA load report (cncf/xds ``OrcaLoadReport``), from ``parse_orca``: utilisations
+    as fractions, ``rps_fractional`` queries and ``eps`` errors per second, and the named
+    maps in the order the report gave them."""
+
+    @property
+    def cpu_utilization(self) -> float: ...
+    @property
+    def mem_utilization(self) -> float: ...
+    @property
+    def application_utilization(self) -> float: ...
+    @property
+    def rps(self) -> int: ...
+    @property
+    def rps_fractional(self) -> float: ...
+    @property
+    def eps(self) -> float: ...
+    @property
+    def request_cost(self) -> dict[str, float]: ...
+    @property
+    def utilization(self) -> dict[str, float]: ...
+    @property
+    def named_metrics(self) -> dict[str, float]: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+
+def parse_orca(data: bytes | bytearray | str) -> LoadReport:
+    """Parses an ORCA load report: serialized ``OrcaLoadReport`` bytes, or an
+    ``endpoint-load-metrics`` header value (``BIN <base64>``, ``JSON <json>``, ``TEXT
+    name:value, ...``). Raises ``InvalidLoadReportError`` saying what is wrong."""
 
 @final
 class Lease:

@@ -19,6 +19,7 @@ mod budget;
 mod convert;
 mod error;
 mod node;
+mod orca;
 mod request;
 
 use convert::{KeyBatch, OutcomeArgs, with_key};
@@ -768,6 +769,8 @@ fn _liblb(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyBalancer>()?;
     m.add_class::<node::PyNode>()?;
+    m.add_class::<orca::PyLoadReport>()?;
+    m.add_function(wrap_pyfunction!(orca::parse_orca, m)?)?;
     m.add_class::<PyLease>()?;
     m.add_class::<request::PyRequest>()?;
     m.add_class::<request::PyHedging>()?;

@@ -224,3 +224,27 @@ def test_request_vector_case(case: dict[str, Any]) -> None:
         "winner": req.winner,
     }
     assert got == case["expect"]
+
+
+ORCA: list[dict[str, Any]] = json.loads(VECTORS.read_text(encoding="utf-8"))["orca"]
+
+
+def test_the_file_has_orca_cases() -> None:
+    assert len(ORCA) >= 15
+    assert any("expect" in c for c in ORCA) and any("expect_error" in c for c in ORCA)
+
+
+@pytest.mark.parametrize("case", ORCA, ids=[c["name"] for c in ORCA])
+def test_orca_vector_case(case: dict[str, Any]) -> None:
+    data = bytes.fromhex(case["input_hex"])
+    if "expect_error" in case:
+        with pytest.raises(liblb.Error) as info:
+            liblb.parse_orca(data)
+        assert info.value.code == case["expect_error"]
+        return
+    r = liblb.parse_orca(data)
+    expect = case["expect"]
+    for field in ("cpu_utilization", "mem_utilization", "application_utilization", "rps", "rps_fractional", "eps"):
+        assert getattr(r, field) == expect[field], field
+    for field in ("request_cost", "utilization", "named_metrics"):
+        assert [list(item) for item in getattr(r, field).items()] == expect[field], field

@@ -1,0 +1,144 @@
+//! `liblb.parse_orca` and `liblb.LoadReport` (issue 25): an ORCA load report, decoded by the
+//! core's `orca` module exactly as every other language decodes it.
+
+use crate::convert::type_name;
+use crate::error::OrRaise;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString};
+
+/// An ORCA load report (cncf/xds `OrcaLoadReport`): what a backend says about its own load.
+/// Utilisations are fractions (1.0 is fully used); `rps_fractional` is queries per second
+/// (gRPC's `qps`), `eps` errors per second, `rps` the deprecated integer rate. The maps are
+/// dicts from name to number, in the order the report gave them.
+#[pyclass(frozen, eq, module = "liblb", name = "LoadReport")]
+#[derive(Clone, PartialEq)]
+pub(crate) struct PyLoadReport {
+    report: liblb_core::LoadReport,
+}
+
+#[pymethods]
+impl PyLoadReport {
+    #[getter]
+    fn cpu_utilization(&self) -> f64 {
+        self.report.cpu_utilization
+    }
+
+    #[getter]
+    fn mem_utilization(&self) -> f64 {
+        self.report.mem_utilization
+    }
+
+    #[getter]
+    fn application_utilization(&self) -> f64 {
+        self.report.application_utilization
+    }
+
+    #[getter]
+    fn rps(&self) -> u64 {
+        self.report.rps
+    }
+
+    #[getter]
+    fn rps_fractional(&self) -> f64 {
+        self.report.rps_fractional
+    }
+
+    #[getter]
+    fn eps(&self) -> f64 {
+        self.report.eps
+    }
+
+    #[getter]
+    fn request_cost<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        dict(py, &self.report.request_cost)
+    }
+
+    #[getter]
+    fn utilization<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        dict(py, &self.report.utilization)
+    }
+
+    #[getter]
+    fn named_metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        dict(py, &self.report.named_metrics)
+    }
+
+    fn __repr__(&self) -> String {
+        let r = &self.report;
+        let mut fields = Vec::new();
+        let numbers = [
+            ("cpu_utilization", r.cpu_utilization),
+            ("mem_utilization", r.mem_utilization),
+            ("application_utilization", r.application_utilization),
+            ("rps_fractional", r.rps_fractional),
+            ("eps", r.eps),
+        ];
+        for (name, value) in numbers {
+            if value != 0.0 {
+                fields.push(format!("{name}={}", float_repr(value)));
+            }
+        }
+        if r.rps != 0 {
+            fields.push(format!("rps={}", r.rps));
+        }
+        let maps = [
+            ("request_cost", &r.request_cost),
+            ("utilization", &r.utilization),
+            ("named_metrics", &r.named_metrics),
+        ];
+        for (name, pairs) in maps {
+            if !pairs.is_empty() {
+                let items: Vec<String> = (pairs.iter())
+                    .map(|(k, v)| format!("{k:?}: {}", float_repr(*v)))
+                    .collect();
+                fields.push(format!("{name}={{{}}}", items.join(", ")));
+            }
+        }
+        format!("LoadReport({})", fields.join(", "))
+    }
+}
+
+/// A float as Python writes it (`0.5`, `1.0`, `nan`, `inf`).
+fn float_repr(value: f64) -> String {
+    if value.is_nan() {
+        "nan".into()
+    } else if value.is_infinite() {
+        if value > 0.0 { "inf" } else { "-inf" }.into()
+    } else if value.fract() == 0.0 && value.abs() < 1e16 {
+        format!("{value:.1}")
+    } else {
+        format!("{value}")
+    }
+}
+
+fn dict<'py>(py: Python<'py>, pairs: &[(String, f64)]) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    for (name, value) in pairs {
+        dict.set_item(name, value)?;
+    }
+    Ok(dict)
+}
+
+/// Parses an ORCA load report: the bytes of a serialized `OrcaLoadReport`, or the value of
+/// an `endpoint-load-metrics` header (`BIN <base64>`, `JSON <json>`, `TEXT name:value, ...`),
+/// as `bytes`, `bytearray` or `str` (a header value as text). Raises
+/// `InvalidLoadReportError` saying what is wrong with anything else.
+#[pyfunction]
+pub(crate) fn parse_orca(data: &Bound<'_, PyAny>) -> PyResult<PyLoadReport> {
+    let report = if let Ok(bytes) = data.cast::<PyBytes>() {
+        liblb_core::parse_orca(bytes.as_bytes())
+    } else if let Ok(text) = data.cast::<PyString>() {
+        liblb_core::parse_orca(crate::convert::utf8(text)?.as_bytes())
+    } else if let Ok(array) = data.cast::<PyByteArray>() {
+        liblb_core::parse_orca(&array.to_vec())
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "an ORCA load report must be bytes, bytearray or str, got {}",
+            type_name(data)
+        )));
+    };
+    Ok(PyLoadReport {
+        report: report.or_raise()?,
+    })
+}
