@@ -143,6 +143,23 @@ export type ReportOutcome =
   | { ok: true; latencyMs: number; kind?: null; retryAfterMs?: null }
   | { ok: false; latencyMs?: number | null; kind?: FailureKind | null; retryAfterMs?: number | null }
 
+/**
+ * An ORCA load report (cncf/xds `OrcaLoadReport`), from `parseOrca`: utilisations as fractions
+ * (1 is fully used), `rpsFractional` queries and `eps` errors per second, `rps` the deprecated
+ * integer rate, and the named maps in the order the report gave them.
+ */
+export interface LoadReport {
+  cpuUtilization: number
+  memUtilization: number
+  applicationUtilization: number
+  rpsFractional: number
+  eps: number
+  rps: number
+  requestCost: Record<string, number>
+  utilization: Record<string, number>
+  namedMetrics: Record<string, number>
+}
+
 /** Every error thrown by liblb itself has one of these codes. */
 export type ErrorCode =
   | 'LB_NO_NODES'

@@ -21,6 +21,7 @@ export const {
   keyedAlgorithms,
   noop,
   optionNames,
+  parseOrca,
   stopReasons,
 } = binding
 export default binding

@@ -711,14 +711,25 @@ impl KeyBuf {
     }
 }
 
+/// What a bytes argument is called in its `TypeError`.
+#[derive(Clone, Copy)]
+enum Named {
+    /// `key`.
+    Key,
+    /// `keys[i]` of a batch.
+    Keys(u32),
+    /// An argument of another name.
+    Arg(&'static str),
+}
+
 /// The bytes of a key: a string's UTF-8, or a `Buffer`/`Uint8Array`'s contents (borrowed).
-/// `undefined` and `null` give `None` when `optional`. `index` names the key in batch errors.
+/// `undefined` and `null` give `None` when `optional`. `name` names the value in errors.
 #[inline]
 fn key_bytes<'a>(
     env: &Env,
     value: &Unknown<'a>,
     buf: &'a mut KeyBuf,
-    index: Option<u32>,
+    name: Named,
     optional: bool,
 ) -> Result<Option<&'a [u8]>> {
     let (raw_env, raw) = (env.raw(), value.raw());
@@ -752,19 +763,16 @@ fn key_bytes<'a>(
     // Not a string: a Buffer or Uint8Array.
     match typed_bytes(raw_env, raw, &mut buf.heap) {
         Some(bytes) => Ok(Some(bytes)),
-        None => Err(type_error(
-            env,
-            match index {
-                None => format!(
-                    "key must be a string, Buffer or Uint8Array, got {}",
-                    describe(value)
-                ),
-                Some(i) => format!(
-                    "keys[{i}] must be a string, Buffer or Uint8Array, got {}",
-                    describe(value)
-                ),
-            },
-        )),
+        None => {
+            let name = match name {
+                Named::Key => "key".to_string(),
+                Named::Keys(i) => format!("keys[{i}]"),
+                Named::Arg(name) => name.to_string(),
+            };
+            let got = describe(value);
+            let message = format!("{name} must be a string, Buffer or Uint8Array, got {got}");
+            Err(type_error(env, message))
+        }
     }
 }
 
@@ -826,7 +834,18 @@ pub fn key_or_none<'a>(
     value: &Unknown<'a>,
     buf: &'a mut KeyBuf,
 ) -> Result<Option<&'a [u8]>> {
-    key_bytes(env, value, buf, None, true)
+    key_bytes(env, value, buf, Named::Key, true)
+}
+
+/// A required bytes argument called `name`: a string's UTF-8 or a `Buffer`/`Uint8Array`'s
+/// contents, as keys are read.
+pub fn bytes_arg<'a>(
+    env: &Env,
+    value: &Unknown<'a>,
+    buf: &'a mut KeyBuf,
+    name: &'static str,
+) -> Result<&'a [u8]> {
+    Ok(key_bytes(env, value, buf, Named::Arg(name), false)?.unwrap_or_default())
 }
 
 /// A string key that may not fit the stack buffer: copied to the heap.
@@ -891,7 +910,7 @@ impl Keys {
                 Some(item) => item,
                 None => return Err(type_error(env, format!("keys[{i}] is missing"))),
             };
-            let bytes = key_bytes(env, &item, &mut buf, Some(i), false)?.unwrap_or_default();
+            let bytes = key_bytes(env, &item, &mut buf, Named::Keys(i), false)?.unwrap_or_default();
             if bytes.len() > MAX_BATCH_KEY_BYTES - keys.bytes.len()
                 || keys.bytes.try_reserve(bytes.len()).is_err()
                 || keys.ends.try_reserve(1).is_err()

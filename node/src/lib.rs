@@ -22,6 +22,7 @@ mod fast;
 mod ids;
 mod js;
 mod leases;
+mod orca;
 mod request;
 mod tasks;
 

@@ -5,7 +5,7 @@ const { describe, it } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
-const { AdaptiveThrottle, Balancer, RetryBudget, RetryThrottle } = require('..')
+const { AdaptiveThrottle, Balancer, RetryBudget, RetryThrottle, parseOrca } = require('..')
 
 const VECTORS = path.join(__dirname, '..', '..', 'tests', 'vectors', 'vectors.json')
 const vectors = JSON.parse(fs.readFileSync(VECTORS, 'utf8'))
@@ -226,6 +226,27 @@ describe('request vectors', () => {
         { tried, decisions, stopped: req.stopped, attempts: req.attempts, winner: req.winner },
         kase.expect,
       )
+    })
+  }
+})
+
+describe('orca vectors', () => {
+  it('the file has orca cases', () => assert.ok(vectors.orca.length >= 15))
+  const camel = (name) => name.replace(/_([a-z])/g, (_, c) => c.toUpperCase())
+  for (const kase of vectors.orca) {
+    it(kase.name, () => {
+      const data = Buffer.from(kase.input_hex, 'hex')
+      if (kase.expect_error) {
+        assert.throws(() => parseOrca(data), (err) => err.code === kase.expect_error)
+        return
+      }
+      const report = parseOrca(data)
+      for (const field of ['cpu_utilization', 'mem_utilization', 'application_utilization', 'rps', 'rps_fractional', 'eps']) {
+        assert.equal(report[camel(field)], kase.expect[field], field)
+      }
+      for (const field of ['request_cost', 'utilization', 'named_metrics']) {
+        assert.deepEqual(Object.entries(report[camel(field)]), kase.expect[field], field)
+      }
     })
   }
 })

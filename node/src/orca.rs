@@ -1,0 +1,103 @@
+//! `parseOrca` (issue 25): an ORCA load report, decoded by the core's `orca` module exactly as
+//! every other language decodes it, handed to JavaScript as a plain object.
+
+use crate::error::{OrThrow, Result};
+use crate::js::{KeyBuf, bytes_arg};
+use napi::bindgen_prelude::ToNapiValue;
+use napi::{Env, Unknown, check_status, sys};
+use napi_derive::napi;
+use std::ptr;
+
+/// A parsed report, made into its JavaScript object when returned.
+pub struct Report(liblb_core::LoadReport);
+
+/// Parses an ORCA load report: the bytes of a serialized `OrcaLoadReport` (a `Buffer` or
+/// `Uint8Array`), or an `endpoint-load-metrics` header value (`BIN <base64>`, `JSON <json>`,
+/// `TEXT name:value, ...`, as a string or its bytes). Throws `LB_INVALID_LOAD_REPORT` saying
+/// what is wrong with anything else, a `TypeError` for a value of another type.
+#[napi(
+    catch_unwind,
+    ts_args_type = "data: string | Uint8Array",
+    ts_return_type = "LoadReport"
+)]
+pub fn parse_orca(env: Env, data: Unknown) -> Result<Report> {
+    let mut buf = KeyBuf::new();
+    let bytes = bytes_arg(&env, &data, &mut buf, "data")?;
+    liblb_core::parse_orca(bytes).map(Report).or_throw()
+}
+
+/// Defines `object[name] = value` as an own, enumerable data property: defined, not assigned,
+/// so a named metric called `__proto__` is a metric like any other.
+///
+/// # Safety
+/// `env` is the current environment, `object` an object of it, `value` a value of it.
+unsafe fn define(
+    env: sys::napi_env,
+    object: sys::napi_value,
+    name: &str,
+    value: sys::napi_value,
+) -> napi::Result<()> {
+    let mut key = ptr::null_mut();
+    // SAFETY: `name` is valid UTF-8 for `name.len()` bytes (which fits `isize`: it is a
+    // Rust string); the out-pointer is a local.
+    check_status!(unsafe {
+        sys::napi_create_string_utf8(env, name.as_ptr().cast(), name.len() as isize, &mut key)
+    })?;
+    let descriptor = sys::napi_property_descriptor {
+        utf8name: ptr::null(),
+        name: key,
+        method: None,
+        getter: None,
+        setter: None,
+        value,
+        attributes: sys::PropertyAttributes::writable
+            | sys::PropertyAttributes::enumerable
+            | sys::PropertyAttributes::configurable,
+        data: ptr::null_mut(),
+    };
+    // SAFETY: one descriptor, alive for the call; `object` and `value` belong to `env`.
+    check_status!(unsafe { sys::napi_define_properties(env, object, 1, &descriptor) })
+}
+
+/// A new object of `pairs`, in order.
+///
+/// # Safety
+/// `env` is the current environment.
+unsafe fn numbers(env: sys::napi_env, pairs: &[(String, f64)]) -> napi::Result<sys::napi_value> {
+    let mut object = ptr::null_mut();
+    // SAFETY: a valid env; the out-pointer is a local.
+    check_status!(unsafe { sys::napi_create_object(env, &mut object) })?;
+    for (name, value) in pairs {
+        // SAFETY: forwarded contract; `object` was just made in `env`.
+        unsafe { define(env, object, name, f64::to_napi_value(env, *value)?) }?;
+    }
+    Ok(object)
+}
+
+impl ToNapiValue for Report {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        let r = val.0;
+        let mut object = ptr::null_mut();
+        // SAFETY: napi calls this with the current environment; every value is
+        // made in it just before it is defined on `object`, which was too.
+        unsafe {
+            check_status!(sys::napi_create_object(env, &mut object))?;
+            let scalars = [
+                ("cpuUtilization", r.cpu_utilization),
+                ("memUtilization", r.mem_utilization),
+                ("applicationUtilization", r.application_utilization),
+                ("rpsFractional", r.rps_fractional),
+                ("eps", r.eps),
+            ];
+            for (name, value) in scalars {
+                define(env, object, name, f64::to_napi_value(env, value)?)?;
+            }
+            // A u64: exact as a number up to 2^53, as every count the binding returns.
+            define(env, object, "rps", f64::to_napi_value(env, r.rps as f64)?)?;
+            define(env, object, "requestCost", numbers(env, &r.request_cost)?)?;
+            define(env, object, "utilization", numbers(env, &r.utilization)?)?;
+            define(env, object, "namedMetrics", numbers(env, &r.named_metrics)?)?;
+        }
+        Ok(object)
+    }
+}

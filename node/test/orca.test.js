@@ -1,0 +1,83 @@
+'use strict'
+// ORCA load reports from Node (issue 25): parseOrca. The parser is the core's (its Rust tests
+// port Envoy's orca_parser_test.cc); these tests check what the binding adds: argument types,
+// the report object, the errors.
+const { it } = require('node:test')
+const assert = require('node:assert/strict')
+const { parseOrca } = require('..')
+
+// A double field of an OrcaLoadReport (wire type 1), and a named_metrics entry (field 8).
+const double = (field, value) => {
+  const b = Buffer.alloc(9)
+  b[0] = (field << 3) | 1
+  b.writeDoubleLE(value, 1)
+  return b
+}
+const named = (key, value) => {
+  const body = Buffer.concat([Buffer.from([(1 << 3) | 2, key.length]), Buffer.from(key), double(2, value)])
+  return Buffer.concat([Buffer.from([(8 << 3) | 2, body.length]), body])
+}
+const PROTO = Buffer.concat([double(1, 0.5), double(6, 200), double(7, 4), named('rif', 7), double(9, 0.75)])
+
+it('proto bytes parse to their fields', () => {
+  assert.deepEqual(parseOrca(PROTO), {
+    cpuUtilization: 0.5,
+    memUtilization: 0,
+    applicationUtilization: 0.75,
+    rpsFractional: 200,
+    eps: 4,
+    rps: 0,
+    requestCost: {},
+    utilization: {},
+    namedMetrics: { rif: 7 },
+  })
+  assert.deepEqual(parseOrca(new Uint8Array(PROTO)), parseOrca(PROTO))
+})
+
+it('every header form gives the same report, as a string or its bytes', () => {
+  const expected = parseOrca(PROTO)
+  const forms = [
+    `BIN ${PROTO.toString('base64')}`,
+    'JSON {"cpuUtilization": 0.5, "applicationUtilization": 0.75, "rpsFractional": 200, "eps": 4, "namedMetrics": {"rif": 7}}',
+    'TEXT cpu_utilization:0.5, application_utilization:0.75, rps_fractional:200, eps:4, named_metrics.rif:7',
+  ]
+  for (const form of forms) {
+    assert.deepEqual(parseOrca(form), expected, form)
+    assert.deepEqual(parseOrca(Buffer.from(form)), expected, form)
+  }
+})
+
+it('maps keep the report order, and a metric named __proto__ is just a metric', () => {
+  const r = parseOrca('TEXT named_metrics.z:1, named_metrics.__proto__:2, named_metrics.a:3')
+  assert.deepEqual(Object.keys(r.namedMetrics), ['z', '__proto__', 'a'])
+  assert.equal(Object.getPrototypeOf(r.namedMetrics), Object.prototype)
+  assert.equal(Object.getOwnPropertyDescriptor(r.namedMetrics, '__proto__').value, 2)
+})
+
+it('bad reports throw LB_INVALID_LOAD_REPORT saying what is wrong', () => {
+  const cases = [
+    ['TEXT cpu_utilization:high', 'cpu_utilization'],
+    ['TEXT cpu:0.3', 'cpu'],
+    ['BIN ***', 'base64'],
+    ['JSON {"cpu": 1}', 'cpu'],
+    ['YAML cpu: 1', 'unsupported ORCA header format'],
+    [Buffer.from([1 << 3, 1]), 'wire type'],
+    [PROTO.subarray(0, 5), 'byte'],
+  ]
+  for (const [data, words] of cases) {
+    assert.throws(
+      () => parseOrca(data),
+      (err) => err.code === 'LB_INVALID_LOAD_REPORT' && err.message.includes(words),
+      String(data),
+    )
+  }
+})
+
+it('other types are a TypeError naming the argument', () => {
+  for (const data of [undefined, null, 1, {}, ['TEXT eps:1'], new Uint16Array(2)]) {
+    assert.throws(
+      () => parseOrca(data),
+      (err) => err instanceof TypeError && /data must be a string, Buffer or Uint8Array/.test(err.message),
+    )
+  }
+})
