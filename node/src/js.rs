@@ -978,6 +978,28 @@ impl<T: ToNapiValue> ToNapiValue for OwnArray<T> {
     }
 }
 
+/// The descriptor of an own data property (writable, enumerable, configurable: what an
+/// assignment makes, but defined, so no setter such as `__proto__`'s runs), named by the
+/// NUL-terminated `utf8name` or, when that is NULL, by the string value `name`.
+pub fn data_property(
+    utf8name: *const std::ffi::c_char,
+    name: sys::napi_value,
+    value: sys::napi_value,
+) -> sys::napi_property_descriptor {
+    sys::napi_property_descriptor {
+        utf8name,
+        name,
+        method: None,
+        getter: None,
+        setter: None,
+        value,
+        attributes: sys::PropertyAttributes::writable
+            | sys::PropertyAttributes::enumerable
+            | sys::PropertyAttributes::configurable,
+        data: ptr::null_mut(),
+    }
+}
+
 /// A new array of `values`, each defined as an own element (see [`OwnArray`]), in one
 /// `napi_define_properties` call.
 ///
@@ -1004,17 +1026,8 @@ pub unsafe fn own_array(
     let descriptors: Vec<sys::napi_property_descriptor> = values
         .iter()
         .zip(&starts)
-        .map(|(&value, &start)| sys::napi_property_descriptor {
-            utf8name: names[start..].as_ptr().cast(),
-            name: ptr::null_mut(),
-            method: None,
-            getter: None,
-            setter: None,
-            value,
-            attributes: sys::PropertyAttributes::writable
-                | sys::PropertyAttributes::enumerable
-                | sys::PropertyAttributes::configurable,
-            data: ptr::null_mut(),
+        .map(|(&value, &start)| {
+            data_property(names[start..].as_ptr().cast(), ptr::null_mut(), value)
         })
         .collect();
     // SAFETY: a valid env; `array` made in it; `descriptors` valid for its length, each name

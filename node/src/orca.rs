@@ -2,7 +2,7 @@
 //! every other language decodes it, handed to JavaScript as a plain object.
 
 use crate::error::{OrThrow, Result};
-use crate::js::{KeyBuf, bytes_arg};
+use crate::js::{KeyBuf, bytes_arg, data_property};
 use napi::bindgen_prelude::ToNapiValue;
 use napi::{Env, Unknown, check_status, sys};
 use napi_derive::napi;
@@ -43,18 +43,7 @@ unsafe fn define(
     check_status!(unsafe {
         sys::napi_create_string_utf8(env, name.as_ptr().cast(), name.len() as isize, &mut key)
     })?;
-    let descriptor = sys::napi_property_descriptor {
-        utf8name: ptr::null(),
-        name: key,
-        method: None,
-        getter: None,
-        setter: None,
-        value,
-        attributes: sys::PropertyAttributes::writable
-            | sys::PropertyAttributes::enumerable
-            | sys::PropertyAttributes::configurable,
-        data: ptr::null_mut(),
-    };
+    let descriptor = data_property(ptr::null(), key, value);
     // SAFETY: one descriptor, alive for the call; `object` and `value` belong to `env`.
     check_status!(unsafe { sys::napi_define_properties(env, object, 1, &descriptor) })
 }
