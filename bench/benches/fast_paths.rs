@@ -43,21 +43,33 @@ fn both(algorithm: Algorithm, weighted: bool, balance_factor: u32) -> (Balancer,
     (b, t)
 }
 
+type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>;
+
+/// The `balancer` and `table` rows of a group: `pick` through each, keyed by `keys` in turn
+/// when given.
+fn liblb_rows(g: &mut Group<'_>, b: &Balancer, t: &Table, keys: Option<&[String]>) {
+    let state = State::new(1);
+    let mut i = 0;
+    let mut key = || {
+        i += 1;
+        keys.map(|keys| black_box(keys[i & 4095].as_bytes()))
+    };
+    g.bench_function("balancer", |bench| {
+        bench.iter(|| black_box(b.pick(key()).unwrap().index()))
+    });
+    g.bench_function("table", |bench| {
+        bench.iter(|| black_box(t.pick(key(), &state, 0).unwrap()))
+    });
+}
+
 fn fast_paths(c: &mut Criterion) {
     let keys = keys();
-    let key = |i: usize| keys[i & 4095].as_bytes();
-    let state = State::new(1);
+    let mut rng = SmallRng::seed_from_u64(1);
 
     let mut g = c.benchmark_group("fast_paths/random");
     let (b, t) = both(Algorithm::Random, false, 0);
-    g.bench_function("balancer", |bench| {
-        bench.iter(|| black_box(b.pick(None).unwrap().index()))
-    });
-    g.bench_function("table", |bench| {
-        bench.iter(|| black_box(t.pick(None, &state, 0).unwrap()))
-    });
+    liblb_rows(&mut g, &b, &t, None);
     let items: Vec<usize> = (0..N).collect();
-    let mut rng = SmallRng::seed_from_u64(1);
     g.bench_function("rand_choose", |bench| {
         bench.iter(|| black_box(items.choose(&mut rng)))
     });
@@ -65,12 +77,7 @@ fn fast_paths(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("fast_paths/weighted_random");
     let (b, t) = both(Algorithm::WeightedRandom, true, 0);
-    g.bench_function("balancer", |bench| {
-        bench.iter(|| black_box(b.pick(None).unwrap().index()))
-    });
-    g.bench_function("table", |bench| {
-        bench.iter(|| black_box(t.pick(None, &state, 0).unwrap()))
-    });
+    liblb_rows(&mut g, &b, &t, None);
     let weights: Vec<u32> = nodes(N, true).iter().map(|n| n.weight).collect();
     let alias = rand_distr::weighted::WeightedAliasIndex::new(weights).unwrap();
     g.bench_function("rand_distr_alias", |bench| {
@@ -80,12 +87,7 @@ fn fast_paths(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("fast_paths/round_robin");
     let (b, t) = both(Algorithm::RoundRobin, false, 0);
-    g.bench_function("balancer", |bench| {
-        bench.iter(|| black_box(b.pick(None).unwrap().index()))
-    });
-    g.bench_function("table", |bench| {
-        bench.iter(|| black_box(t.pick(None, &state, 0).unwrap()))
-    });
+    liblb_rows(&mut g, &b, &t, None);
     let counter = AtomicUsize::new(0);
     g.bench_function("atomic_usize", |bench| {
         bench.iter(|| black_box(counter.fetch_add(1, Ordering::Relaxed) % black_box(N)))
@@ -94,29 +96,20 @@ fn fast_paths(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("fast_paths/source_hash");
     let (b, t) = both(Algorithm::SourceHash, false, 0);
+    liblb_rows(&mut g, &b, &t, Some(&keys));
     let mut i = 0;
-    g.bench_function("balancer", |bench| {
-        bench.iter(|| {
-            i += 1;
-            black_box(b.pick(Some(black_box(key(i)))).unwrap().index())
-        })
-    });
-    g.bench_function("table", |bench| {
-        bench.iter(|| {
-            i += 1;
-            black_box(t.pick(Some(black_box(key(i))), &state, 0).unwrap())
-        })
-    });
     g.bench_function("xxh3_mod_n", |bench| {
         bench.iter(|| {
             i += 1;
-            black_box(xxhash_rust::xxh3::xxh3_64(black_box(key(i))) % N as u64)
+            let key = black_box(keys[i & 4095].as_bytes());
+            black_box(xxhash_rust::xxh3::xxh3_64(key) % N as u64)
         })
     });
     g.finish();
 
     let mut g = c.benchmark_group("fast_paths/least_request");
     let (b, t) = both(Algorithm::LeastRequest, false, 0);
+    let state = State::new(1);
     let ok = Outcome::Success(Duration::from_millis(3));
     g.bench_function("balancer_acquire_finish", |bench| {
         bench.iter(|| {
@@ -146,18 +139,7 @@ fn fast_paths(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("fast_paths/bounded_ring");
     let (b, t) = both(Algorithm::Ring, false, 125);
-    g.bench_function("balancer", |bench| {
-        bench.iter(|| {
-            i += 1;
-            black_box(b.pick(Some(black_box(key(i)))).unwrap().index())
-        })
-    });
-    g.bench_function("table", |bench| {
-        bench.iter(|| {
-            i += 1;
-            black_box(t.pick(Some(black_box(key(i))), &state, 0).unwrap())
-        })
-    });
+    liblb_rows(&mut g, &b, &t, Some(&keys));
     g.finish();
 }
 
