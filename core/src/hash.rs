@@ -37,15 +37,20 @@ impl HashKind {
     #[inline]
     pub fn hash(self, bytes: &[u8]) -> u64 {
         match self {
-            HashKind::Sha256 => {
-                let digest: [u8; 32] = Sha256::digest(bytes).into();
-                let mut prefix = [0u8; 8];
-                prefix.copy_from_slice(&digest[..8]);
-                u64::from_be_bytes(prefix)
-            }
+            HashKind::Sha256 => sha256_prefix(bytes),
             HashKind::Xxh3 => xxhash_rust::xxh3::xxh3_64(bytes),
         }
     }
+}
+
+/// The first 8 bytes of SHA-256(`bytes`), big-endian. Out of line: inlined, the digest's
+/// code made every caller's frame large, xxh3's picks included.
+#[inline(never)]
+fn sha256_prefix(bytes: &[u8]) -> u64 {
+    let digest: [u8; 32] = Sha256::digest(bytes).into();
+    let mut prefix = [0u8; 8];
+    prefix.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(prefix)
 }
 
 impl fmt::Display for HashKind {
