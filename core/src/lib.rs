@@ -71,7 +71,8 @@ pub use options::{
     Algorithm, DEFAULT_FAILURE_PENALTY, DEFAULT_MAX_RETRY_AFTER, OptionValue, Options,
 };
 pub use orca::{
-    ENDPOINT_LOAD_METRICS, ENDPOINT_LOAD_METRICS_BIN, LoadReport, MAX_GROUP_DEPTH, parse_orca,
+    ENDPOINT_LOAD_METRICS, ENDPOINT_LOAD_METRICS_BIN, HeaderForm, LoadReport, MAX_GROUP_DEPTH,
+    parse_orca,
 };
 pub use rng::{SplitMix64, bounded};
 pub use route::Routing;

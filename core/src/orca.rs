@@ -137,6 +137,136 @@ impl LoadReport {
     }
 }
 
+/// The header forms a backend can write a report in ([`LoadReport::to_header`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderForm {
+    /// `BIN <base64 of the serialized proto>`: carries every field.
+    Bin,
+    /// `TEXT name:value, ...`: Envoy's native form, readable, but without `rps`, `request_cost`
+    /// and `utilization` (Envoy's TEXT has no names for them).
+    Text,
+}
+
+impl LoadReport {
+    /// The report as a serialized `OrcaLoadReport`, what [`parse_orca`] reads back exactly,
+    /// laid out as protobuf writes it: fields in number order, a value only when its bits are
+    /// not zero (so `-0.0` is written, `0.0` and `""` are not, in map entries too), map entries
+    /// in the report's order.
+    pub fn to_proto(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let double = |out: &mut Vec<u8>, field: u32, value: f64| {
+            if value.to_bits() != 0 {
+                put_varint(out, u64::from(field << 3 | 1));
+                out.extend_from_slice(&value.to_le_bytes());
+            }
+        };
+        let map = |out: &mut Vec<u8>, field: u32, pairs: &[(String, f64)]| {
+            for (key, value) in pairs {
+                let mut entry = Vec::with_capacity(key.len() + 12);
+                if !key.is_empty() {
+                    put_varint(&mut entry, 1 << 3 | 2);
+                    put_varint(&mut entry, key.len() as u64);
+                    entry.extend_from_slice(key.as_bytes());
+                }
+                if value.to_bits() != 0 {
+                    put_varint(&mut entry, 2 << 3 | 1);
+                    entry.extend_from_slice(&value.to_le_bytes());
+                }
+                put_varint(out, u64::from(field << 3 | 2));
+                put_varint(out, entry.len() as u64);
+                out.extend_from_slice(&entry);
+            }
+        };
+        double(&mut out, 1, self.cpu_utilization);
+        double(&mut out, 2, self.mem_utilization);
+        if self.rps != 0 {
+            put_varint(&mut out, 3 << 3);
+            put_varint(&mut out, self.rps);
+        }
+        map(&mut out, 4, &self.request_cost);
+        map(&mut out, 5, &self.utilization);
+        double(&mut out, 6, self.rps_fractional);
+        double(&mut out, 7, self.eps);
+        map(&mut out, 8, &self.named_metrics);
+        double(&mut out, 9, self.application_utilization);
+        out
+    }
+
+    /// The report as an `endpoint-load-metrics` header value, what [`parse_orca`] reads back
+    /// exactly. `Bin` carries anything but the all-zero report (whose serialized form is
+    /// empty, and an empty `BIN ` payload is refused). `Text` writes the non-zero numbers and
+    /// the named metrics; it refuses
+    /// ([`Error::InvalidLoadReport`]) what it cannot carry: `rps`, `request_cost` or
+    /// `utilization` entries, NaN or infinite values, and metric names that are empty or hold
+    /// a comma, colon, `=` or whitespace.
+    pub fn to_header(&self, form: HeaderForm) -> Result<String> {
+        match form {
+            HeaderForm::Bin => {
+                use base64::Engine as _;
+                let proto = self.to_proto();
+                if proto.is_empty() {
+                    // Envoy refuses `BIN ` with nothing after it; so does `parse_orca`.
+                    return Err(Error::InvalidLoadReport(
+                        "an all-zero report has no BIN form (an empty payload is refused): \
+                         send no header, or TEXT"
+                            .into(),
+                    ));
+                }
+                let encoded = base64::engine::general_purpose::STANDARD.encode(proto);
+                Ok(format!("BIN {encoded}"))
+            }
+            HeaderForm::Text => self.to_text().map_err(Error::InvalidLoadReport),
+        }
+    }
+
+    fn to_text(&self) -> Result<String, String> {
+        if self.rps != 0 || !self.request_cost.is_empty() || !self.utilization.is_empty() {
+            return Err("TEXT cannot carry rps, request_cost or utilization: write BIN".into());
+        }
+        let scalars = [
+            ("cpu_utilization", self.cpu_utilization),
+            ("mem_utilization", self.mem_utilization),
+            ("application_utilization", self.application_utilization),
+            ("rps_fractional", self.rps_fractional),
+            ("eps", self.eps),
+        ];
+        let metrics = self.named_metrics.iter().map(|(k, v)| (k.as_str(), *v));
+        let mut items = Vec::new();
+        for (name, value) in scalars.into_iter().filter(|(_, v)| v.to_bits() != 0) {
+            items.push(text_item(name, "", value)?);
+        }
+        for (key, value) in metrics {
+            let unfit = |c: char| is_space(c) || matches!(c, ',' | ':' | '=');
+            if key.is_empty() || key.contains(unfit) {
+                return Err(format!(
+                    "TEXT cannot carry the metric name {key:?}: write BIN"
+                ));
+            }
+            items.push(text_item("named_metrics.", key, value)?);
+        }
+        Ok(format!("TEXT {}", items.join(",")))
+    }
+}
+
+/// One `name:value` item of a TEXT header; Rust's shortest round-trip decimal for the value.
+fn text_item(prefix: &str, name: &str, value: f64) -> Result<String, String> {
+    if !value.is_finite() {
+        return Err(format!(
+            "TEXT cannot carry {prefix}{name} = {value}: write BIN"
+        ));
+    }
+    Ok(format!("{prefix}{name}:{value}"))
+}
+
+/// Appends `value` as a protobuf varint.
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
 fn lookup(map: &[(String, f64)], name: &str) -> Option<f64> {
     map.iter().find(|(k, _)| k == name).map(|&(_, v)| v)
 }

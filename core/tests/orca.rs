@@ -14,7 +14,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use liblb_core::{Error, LoadReport, MAX_GROUP_DEPTH, parse_orca};
+use liblb_core::{Error, HeaderForm, LoadReport, MAX_GROUP_DEPTH, parse_orca};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------------
@@ -1070,6 +1070,50 @@ proptest! {
     }
 
     #[test]
+    fn to_proto_writes_what_the_reference_encoder_writes(report in report_strategy()) {
+        // The test's own encoder (built from the .proto by hand, above) is the oracle.
+        prop_assert_eq!(report.to_proto(), encode(&report));
+        match report.to_header(HeaderForm::Bin) {
+            Ok(bin) => prop_assert_eq!(encode(&parse_orca(bin.as_bytes()).expect("valid BIN")), encode(&report)),
+            Err(_) => prop_assert!(encode(&report).is_empty()),
+        }
+    }
+
+    #[test]
+    fn to_header_text_round_trips_what_it_can_carry(report in report_strategy()) {
+        let carried = LoadReport {
+            rps: 0,
+            request_cost: Vec::new(),
+            utilization: Vec::new(),
+            named_metrics: (report.named_metrics.iter())
+                .filter(|(k, v)| !k.is_empty() && v.is_finite())
+                .cloned()
+                .collect(),
+            ..report
+        };
+        let finite = [
+            carried.cpu_utilization,
+            carried.mem_utilization,
+            carried.application_utilization,
+            carried.rps_fractional,
+            carried.eps,
+        ]
+        .iter()
+        .all(|v| v.is_finite());
+        match carried.to_header(HeaderForm::Text) {
+            Ok(text) => {
+                prop_assert!(finite);
+                let parsed = parse_orca(text.as_bytes()).expect("valid TEXT");
+                prop_assert_eq!(encode(&parsed), encode(&carried), "{}", text);
+            }
+            Err(e) => {
+                prop_assert!(!finite, "refused a report TEXT can carry: {}", e);
+                prop_assert!(matches!(e, Error::InvalidLoadReport(_)));
+            }
+        }
+    }
+
+    #[test]
     fn mutated_reports_never_panic(report in report_strategy(), at in any::<usize>(), byte in any::<u8>()) {
         let mut bytes = encode(&report);
         if !bytes.is_empty() {
@@ -1079,4 +1123,82 @@ proptest! {
         let first = parse_orca(&bytes);
         prop_assert!(same(&first, &parse_orca(&bytes)));
     }
+}
+
+#[test]
+fn to_header_text_refuses_what_text_cannot_carry() {
+    let ok = LoadReport {
+        cpu_utilization: 0.5,
+        named_metrics: pairs(&[("rif", 3.0)]),
+        ..LoadReport::default()
+    };
+    assert_eq!(
+        ok.to_header(HeaderForm::Text).unwrap(),
+        "TEXT cpu_utilization:0.5,named_metrics.rif:3"
+    );
+    let refused = [
+        LoadReport {
+            rps: 1,
+            ..ok.clone()
+        },
+        LoadReport {
+            request_cost: pairs(&[("db", 1.0)]),
+            ..ok.clone()
+        },
+        LoadReport {
+            utilization: pairs(&[("gpu", 1.0)]),
+            ..ok.clone()
+        },
+        LoadReport {
+            eps: f64::NAN,
+            ..ok.clone()
+        },
+        LoadReport {
+            cpu_utilization: f64::INFINITY,
+            ..ok.clone()
+        },
+        LoadReport {
+            named_metrics: pairs(&[("a,b", 1.0)]),
+            ..ok.clone()
+        },
+        LoadReport {
+            named_metrics: pairs(&[("a b", 1.0)]),
+            ..ok.clone()
+        },
+        LoadReport {
+            named_metrics: pairs(&[("", 1.0)]),
+            ..ok.clone()
+        },
+        LoadReport {
+            named_metrics: pairs(&[("x", f64::NAN)]),
+            ..ok.clone()
+        },
+    ];
+    for report in refused {
+        let e = report.to_header(HeaderForm::Text).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidLoadReport(r) if r.contains("BIN")),
+            "{e}"
+        );
+        // BIN carries all of it.
+        let bin = report.to_header(HeaderForm::Bin).unwrap();
+        assert_eq!(
+            encode(&parse_orca(bin.as_bytes()).unwrap()),
+            encode(&report)
+        );
+    }
+}
+
+#[test]
+fn the_empty_report_is_empty_proto_and_text_and_has_no_bin_form() {
+    let empty = LoadReport::default();
+    assert!(empty.to_proto().is_empty());
+    let text = empty.to_header(HeaderForm::Text).unwrap();
+    assert_eq!(parse_orca(text.as_bytes()).unwrap(), empty, "{text}");
+    // `BIN ` with an empty payload is refused (Envoy's EmptyBinaryHeader), so it is not written.
+    let e = empty.to_header(HeaderForm::Bin).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidLoadReport(r) if r.contains("no BIN form")),
+        "{e}"
+    );
 }
