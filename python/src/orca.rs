@@ -5,7 +5,7 @@ use crate::convert::type_name;
 use crate::error::OrRaise;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyFloat, PyString};
 
 /// An ORCA load report (cncf/xds `OrcaLoadReport`): what a backend says about its own load.
 /// Utilisations are fractions (1.0 is fully used); `rps_fractional` is queries per second
@@ -64,7 +64,9 @@ impl PyLoadReport {
         dict(py, &self.report.named_metrics)
     }
 
-    fn __repr__(&self) -> String {
+    /// `LoadReport(name=value, ...)` of the non-zero fields, each written by Python's own
+    /// `repr` (floats, and the maps as dicts).
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let r = &self.report;
         let mut fields = Vec::new();
         let numbers = [
@@ -74,10 +76,8 @@ impl PyLoadReport {
             ("rps_fractional", r.rps_fractional),
             ("eps", r.eps),
         ];
-        for (name, value) in numbers {
-            if value != 0.0 {
-                fields.push(format!("{name}={}", float_repr(value)));
-            }
+        for (name, value) in numbers.into_iter().filter(|(_, v)| v.to_bits() != 0) {
+            fields.push(format!("{name}={}", PyFloat::new(py, value).repr()?));
         }
         if r.rps != 0 {
             fields.push(format!("rps={}", r.rps));
@@ -87,28 +87,10 @@ impl PyLoadReport {
             ("utilization", &r.utilization),
             ("named_metrics", &r.named_metrics),
         ];
-        for (name, pairs) in maps {
-            if !pairs.is_empty() {
-                let items: Vec<String> = (pairs.iter())
-                    .map(|(k, v)| format!("{k:?}: {}", float_repr(*v)))
-                    .collect();
-                fields.push(format!("{name}={{{}}}", items.join(", ")));
-            }
+        for (name, pairs) in maps.into_iter().filter(|(_, p)| !p.is_empty()) {
+            fields.push(format!("{name}={}", dict(py, pairs)?.repr()?));
         }
-        format!("LoadReport({})", fields.join(", "))
-    }
-}
-
-/// A float as Python writes it (`0.5`, `1.0`, `nan`, `inf`).
-fn float_repr(value: f64) -> String {
-    if value.is_nan() {
-        "nan".into()
-    } else if value.is_infinite() {
-        if value > 0.0 { "inf" } else { "-inf" }.into()
-    } else if value.fract() == 0.0 && value.abs() < 1e16 {
-        format!("{value:.1}")
-    } else {
-        format!("{value}")
+        Ok(format!("LoadReport({})", fields.join(", ")))
     }
 }
 

@@ -57,7 +57,10 @@ def test_the_report_is_a_value() -> None:
     assert r != liblb.parse_orca(b"")
     assert repr(r) == (
         "LoadReport(cpu_utilization=0.5, application_utilization=0.75, rps_fractional=200.0, "
-        'eps=4.0, named_metrics={"rif": 7.0})'
+        "eps=4.0, named_metrics={'rif': 7.0})"
+    )
+    assert repr(liblb.parse_orca("TEXT eps:1e-300, named_metrics.x:-0.5")) == (
+        "LoadReport(eps=1e-300, named_metrics={'x': -0.5})"
     )
     assert repr(liblb.parse_orca(b"")) == "LoadReport()"
     with pytest.raises(AttributeError):
