@@ -57,6 +57,14 @@ int main(int argc, char **argv) {
     check("smooth WRR (nginx)", seq, "aabacaa");
     lb_balancer_free(wrr);
 
+    const char orca[] = "TEXT cpu_utilization:0.5";
+    lb_load_report *report = NULL;
+    lb_load_values values;
+    if (lb_load_report_parse((const uint8_t *)orca, sizeof orca - 1, &report) != LB_RESULT_OK) return 1;
+    lb_load_report_values(report, &values);
+    check("orca", values.cpu_utilization == 0.5 ? "0.5" : "other", "0.5");
+    lb_load_report_free(report);
+
     if (fails) return 1;
     printf("c: liblb %s: ring %s, wrr %s\n", lb_version(), got, seq);
     return 0;

@@ -1,6 +1,6 @@
 // Smoke test of an installed liblb, from an ES module (tests/packages/README.md).
 import assert from 'node:assert/strict'
-import liblb, { Balancer } from 'liblb'
+import liblb, { Balancer, parseOrca } from 'liblb'
 
 assert.equal(liblb.Balancer, Balancer)
 const ring = new Balancer('ring', ['NodeA', 'NodeB', 'NodeC'], { vnodes: 3 })
@@ -12,4 +12,5 @@ const seq = Array.from({ length: 7 }, () => wrr.pick()).join('')
 assert.equal(seq, 'aabacaa')
 
 assert.throws(() => ring.remove('nope'), { code: 'LB_UNKNOWN_NODE' })
+assert.equal(parseOrca('TEXT named_metrics.rif:3').namedMetrics.rif, 3)
 console.log(`esm: ring ${got.join(' ')}, wrr ${seq}`)

@@ -25,5 +25,6 @@ except liblb.UnknownNodeError as e:
 else:
     raise AssertionError("removing an unknown node did not raise")
 assert ring.pick("Key1") == "NodeB"
+assert liblb.parse_orca("TEXT named_metrics.rif:3").named_metrics == {"rif": 3.0}
 
 print(f"python {sys.version.split()[0]}: liblb {liblb.__version__} from {liblb.__file__}: ring {got}, wrr {seq}")

@@ -1,6 +1,6 @@
 // Smoke test of an installed liblb, from TypeScript: compiled with tsc --strict against the
 // package's index.d.ts, then run (tests/packages/README.md).
-import { Balancer } from 'liblb'
+import { Balancer, LoadReport, parseOrca } from 'liblb'
 
 function check(what: string, got: string, want: string): void {
   if (got !== want) throw new Error(`${what}: got ${got}, want ${want}`)
@@ -21,4 +21,6 @@ try {
   code = (err as { code?: unknown }).code
 }
 check('unknown node error', String(code), 'LB_UNKNOWN_NODE')
+const report: LoadReport = parseOrca('TEXT cpu_utilization:0.5')
+check('orca', String(report.cpuUtilization), '0.5')
 console.log(`typescript: ring ${got.join(' ')}, wrr ${seq}`)

@@ -1612,6 +1612,14 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The bytes of lower- or upper-case hex text (as `input_hex` holds them).
+pub fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
 fn generate_orca() -> Vec<Value> {
     (orca_inputs().into_iter())
         .map(|(name, input)| {

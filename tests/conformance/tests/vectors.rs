@@ -122,11 +122,7 @@ fn orca_vectors_replay_through_the_rust_api() {
     let (mut parsed, mut refused) = (0, 0);
     for case in cases {
         let name = case["name"].as_str().unwrap();
-        let hex = case["input_hex"].as_str().unwrap();
-        let input: Vec<u8> = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-            .collect();
+        let input = liblb_conformance::unhex(case["input_hex"].as_str().unwrap());
         match (liblb_core::parse_orca(&input), case.get("expect_error")) {
             (Ok(report), None) => {
                 assert_eq!(
