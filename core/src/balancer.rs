@@ -13,6 +13,7 @@
 
 use crate::health::Counted;
 use crate::load::Outcome;
+use crate::orca::LoadReport;
 use crate::request::{Budget, Request};
 use crate::sync::publish::{Mutex, Published};
 use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, Routing, State, Status, Table};
@@ -444,6 +445,14 @@ impl Lease {
         self.end(Some(outcome));
     }
 
+    /// Ends the request with `outcome` and the load report its answer carried (an ORCA
+    /// `endpoint-load-metrics` header or trailer: see [`Balancer::report_load`]).
+    pub fn finish_with_load(self, outcome: Outcome, load: &LoadReport) {
+        let now = self.snapshot.clock.now_ns();
+        self.snapshot.table.record_load(self.index, load, now);
+        self.finish(outcome);
+    }
+
     /// Ends the request as a success, its latency measured since `acquire`.
     pub fn success(self) {
         self.finish_measured(Outcome::Success);
@@ -764,6 +773,17 @@ impl Balancer {
         let index = snapshot.find(id)?;
         let now = snapshot.clock.now_ns();
         snapshot.table.record(index, outcome, &self.state, now);
+        Ok(())
+    }
+
+    /// Takes a node's ORCA load report (see [`crate::parse_orca`]), as received now: for
+    /// `client_side_wrr`, its weight (gRFC A58). Other algorithms keep it too, so a
+    /// configuration can switch. Fails on an unknown id.
+    pub fn report_load(&self, id: &str, report: &LoadReport) -> Result<()> {
+        let snapshot = self.held();
+        let index = snapshot.find(id)?;
+        let now = snapshot.clock.now_ns();
+        snapshot.table.record_load(index, report, now);
         Ok(())
     }
 

@@ -17,6 +17,7 @@
 //! atomics (thumbv7em), where two samples within one millisecond blend as if simultaneous.
 
 use crate::health::NodeHealth;
+use crate::select::client_side_wrr::Reported;
 use crate::sync::{AtomicCounter, AtomicU32, AtomicUsize, Ordering};
 use core::time::Duration;
 
@@ -35,6 +36,8 @@ pub struct Load {
     stamp: AtomicCounter,
     /// Failure streak, ejections, manual down, warm-up (see `health`).
     health: NodeHealth,
+    /// The weight its load reports give (`client_side_wrr`).
+    reported: Reported,
 }
 
 impl Default for Load {
@@ -46,6 +49,7 @@ impl Default for Load {
             ewma: AtomicU32::new(NO_SAMPLE),
             stamp: AtomicCounter::new(0),
             health: NodeHealth::default(),
+            reported: Reported::default(),
         }
     }
 }
@@ -347,6 +351,11 @@ impl Load {
     /// The node's health counters.
     pub(crate) fn health(&self) -> &NodeHealth {
         &self.health
+    }
+
+    /// The weight its load reports give (`client_side_wrr`).
+    pub(crate) fn reported(&self) -> &Reported {
+        &self.reported
     }
 
     /// A request to this node starts (in-flight + 1).

@@ -157,6 +157,22 @@ pub struct Options {
     /// Zone-aware routing weighs localities by their usable nodes' weights (1, Envoy's
     /// `HEALTHY_HOSTS_WEIGHT`) instead of counting them (0, the default: `HEALTHY_HOSTS_NUM`).
     pub zone_aware_by_weight: u32,
+    /// `client_side_wrr`: a node's reported weight counts only after it has reported for this
+    /// long without a gap of `weight_expiration_period` (gRFC A58 `blackout_period`); default
+    /// 10 s, 0 = no blackout. Option name `blackout_period_ms`.
+    pub blackout_period: Duration,
+    /// `client_side_wrr`: a reported weight older than this is dropped and the node weighs the
+    /// mean again (A58 `weight_expiration_period`); default 3 min, at least 1 ms. Option name
+    /// `weight_expiration_period_ms`.
+    pub weight_expiration_period: Duration,
+    /// `client_side_wrr`: how often picks rebuild the scheduler from the reported weights (A58
+    /// `weight_update_period`); default 1 s, values below 100 ms count as 100 ms (as gRPC
+    /// does). Option name `weight_update_period_ms`.
+    pub weight_update_period: Duration,
+    /// `client_side_wrr`: how much a node's errors per second weigh against it, as utilisation
+    /// (weight = qps / (utilisation + eps / qps × this); A58 `error_utilization_penalty`);
+    /// default 1.0, at least 0. A number (decimal text accepted).
+    pub error_utilization_penalty: f64,
 }
 
 /// `max_ejection_time`'s default (Envoy's `DEFAULT_MAX_EJECTION_TIME_MS`), raised to
@@ -211,6 +227,10 @@ impl Default for Options {
             zone_aware_min_cluster_size: 6,
             zone_aware_routing_enabled: 100,
             zone_aware_by_weight: 0,
+            blackout_period: Duration::from_secs(10),
+            weight_expiration_period: Duration::from_secs(180),
+            weight_update_period: Duration::from_secs(1),
+            error_utilization_penalty: 1.0,
         }
     }
 }
@@ -253,10 +273,15 @@ impl Options {
         "zone_aware_min_cluster_size",
         "zone_aware_routing_enabled",
         "zone_aware_by_weight",
+        "blackout_period_ms",
+        "weight_expiration_period_ms",
+        "weight_update_period_ms",
+        "error_utilization_penalty",
     ];
 
     /// The options that take any number, not only integers (decimal text such as `"1.5"`).
-    pub const NUMBER_NAMES: &'static [&'static str] = &["slow_start_aggression"];
+    pub const NUMBER_NAMES: &'static [&'static str] =
+        &["slow_start_aggression", "error_utilization_penalty"];
 
     /// Sets an option by name. Only that option's own rule is checked here (its type and
     /// range), so options can be given in any order; rules between options (`min_ring_size` <=
@@ -288,7 +313,7 @@ impl Options {
                 OptionValue::Int(i) => return Err(invalid(option, i.to_string(), "a hash name")),
             },
             "slow_start_aggression" => {
-                let v = float_value(option, value)?;
+                let v = float_value(option, value, "a number above 0")?;
                 if !(v.is_finite() && v > 0.0) {
                     // The value as given (`-1`, not `-1.0`).
                     let given = match value {
@@ -298,6 +323,17 @@ impl Options {
                     return Err(invalid(option, given, "a number above 0"));
                 }
                 changed.slow_start_aggression = v;
+            }
+            "error_utilization_penalty" => {
+                let v = float_value(option, value, PENALTY_RANGE)?;
+                if !(v.is_finite() && v >= 0.0) {
+                    let given = match value {
+                        OptionValue::Int(i) => i.to_string(),
+                        OptionValue::Str(s) => s.to_string(),
+                    };
+                    return Err(invalid(option, given, PENALTY_RANGE));
+                }
+                changed.error_utilization_penalty = v;
             }
             _ => {
                 let v = int_value(option, value)?;
@@ -332,6 +368,9 @@ impl Options {
                     "failure_penalty_ms" => changed.failure_penalty = millis,
                     "max_retry_after_ms" => changed.max_retry_after = millis,
                     "interval_ms" => changed.interval = millis,
+                    "blackout_period_ms" => changed.blackout_period = millis,
+                    "weight_expiration_period_ms" => changed.weight_expiration_period = millis,
+                    "weight_update_period_ms" => changed.weight_update_period = millis,
                     "success_rate_minimum_hosts" => changed.success_rate_minimum_hosts = small?,
                     "success_rate_request_volume" => {
                         changed.success_rate_request_volume = small?;
@@ -532,6 +571,26 @@ impl Options {
                 self.zone_aware_by_weight.to_string(),
                 default.zone_aware_by_weight.to_string(),
             ),
+            (
+                "blackout_period_ms",
+                ms(self.blackout_period),
+                ms(default.blackout_period),
+            ),
+            (
+                "weight_expiration_period_ms",
+                ms(self.weight_expiration_period),
+                ms(default.weight_expiration_period),
+            ),
+            (
+                "weight_update_period_ms",
+                ms(self.weight_update_period),
+                ms(default.weight_update_period),
+            ),
+            (
+                "error_utilization_penalty",
+                alloc::format!("{:?}", self.error_utilization_penalty),
+                alloc::format!("{:?}", default.error_utilization_penalty),
+            ),
         ];
         // A max that follows the base is not listed (setting the base brings it back); one
         // that was given is, even at 300000, so it still holds if the base grows.
@@ -644,6 +703,17 @@ impl Options {
             "max_retry_after_ms" => duration(self.max_retry_after, 0),
             // Envoy: `interval` is a Duration `gt {}`.
             "interval_ms" => duration(self.interval, 1),
+            "blackout_period_ms" => duration(self.blackout_period, 0),
+            "weight_expiration_period_ms" => duration(self.weight_expiration_period, 1),
+            "weight_update_period_ms" => duration(self.weight_update_period, 0),
+            "error_utilization_penalty" => {
+                let penalty = self.error_utilization_penalty;
+                if penalty.is_finite() && penalty >= 0.0 {
+                    return Ok(());
+                }
+                let value = alloc::format!("{penalty:?}");
+                Err(invalid(option, value, PENALTY_RANGE))
+            }
             "enforcing_success_rate" => percent(self.enforcing_success_rate),
             "enforcing_failure_percentage" => percent(self.enforcing_failure_percentage),
             "failure_percentage_threshold" => percent(self.failure_percentage_threshold),
@@ -688,6 +758,10 @@ impl Options {
 
 const CHOICE_COUNT_RANGE: &str = "an integer from 2 to 16";
 
+/// What `error_utilization_penalty` takes (gRPC rejects negative penalties: A58, "must be
+/// non-negative").
+const PENALTY_RANGE: &str = "a number of at least 0";
+
 fn int_value(option: &'static str, value: OptionValue<'_>) -> Result<u64> {
     match value {
         OptionValue::Int(i) => Ok(i),
@@ -698,13 +772,17 @@ fn int_value(option: &'static str, value: OptionValue<'_>) -> Result<u64> {
 }
 
 /// A number option: an integer, or decimal text such as `"1.5"`.
-fn float_value(option: &'static str, value: OptionValue<'_>) -> Result<f64> {
+fn float_value(
+    option: &'static str,
+    value: OptionValue<'_>,
+    expected: &'static str,
+) -> Result<f64> {
     match value {
         OptionValue::Int(i) => Ok(i as f64),
         OptionValue::Str(s) => s
             .trim()
             .parse()
-            .map_err(|_| invalid(option, s.to_string(), "a number above 0")),
+            .map_err(|_| invalid(option, s.to_string(), expected)),
     }
 }
 

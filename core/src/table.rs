@@ -5,6 +5,7 @@
 use crate::health::{Counted, Gate, Members, Policy, Status};
 use crate::load::{Load, Outcome, Penalty};
 use crate::node::{Node, validate_id};
+use crate::orca::LoadReport;
 use crate::route::{Layout, Routing};
 use crate::select::{Ctx, Selector};
 use crate::state::State;
@@ -35,6 +36,9 @@ pub struct Table {
     decay: core::time::Duration,
     /// What a failure costs the latency estimate (`failure_penalty_ms`, `max_retry_after_ms`).
     penalty: Penalty,
+    /// How load reports weigh (`error_utilization_penalty`, `weight_expiration_period_ms`).
+    error_utilization_penalty: f32,
+    weight_expiration: core::time::Duration,
     /// This table's identity, unique in the process (see `health::Summary::adopt`).
     id: usize,
     /// Whether a pick may go straight to the plan's one selector while no node is being
@@ -239,6 +243,8 @@ impl Table {
                 base: options.failure_penalty,
                 max_pause: options.max_retry_after,
             },
+            error_utilization_penalty: options.error_utilization_penalty as f32,
+            weight_expiration: options.weight_expiration_period,
             id: next_id(),
             calm,
             #[cfg(feature = "std")]
@@ -756,6 +762,14 @@ impl Table {
     pub fn record(&self, index: usize, outcome: Outcome, state: &State, now_ns: u64) -> bool {
         let counted = self.record_counting(index, outcome, state, now_ns);
         self.act(&self.loads[index], counted, state, now_ns)
+    }
+
+    /// Takes node `index`'s load report received at `now_ns`: its A58 weight for
+    /// `client_side_wrr` (kept with the node's load, so every algorithm accepts reports and a
+    /// configuration can switch to one that reads them).
+    pub fn record_load(&self, index: usize, report: &LoadReport, now_ns: u64) {
+        let penalty = self.error_utilization_penalty;
+        (self.loads[index].reported()).record(report, penalty, self.weight_expiration, now_ns);
     }
 
     /// [`Table::record`] up to the health decision (see [`Table::end_counting`]).

@@ -6,6 +6,7 @@
 //! Selectors see only the *active* nodes (weight > 0) and answer with indices into the full
 //! node list, in insertion order.
 
+pub(crate) mod client_side_wrr;
 pub(crate) mod continuum;
 pub(crate) mod jump;
 pub(crate) mod ketama;
@@ -393,6 +394,9 @@ algorithms! {
     Rendezvous = "rendezvous", rendezvous::Rendezvous, keyed: true, options: [];
     /// Lamping & Veach jump consistent hash over nodes in insertion order.
     Jump = "jump", jump::Jump, keyed: true, options: ["hash"];
+    /// gRPC's weighted_round_robin (gRFC A58): weights from servers' ORCA load reports.
+    ClientSideWrr = "client_side_wrr", client_side_wrr::ClientSideWrr, keyed: false,
+        options: ["blackout_period_ms", "weight_expiration_period_ms", "weight_update_period_ms", "error_utilization_penalty"];
 }
 
 /// One selector's pick from [`Selector::pick`], out of line: the dispatch is then a jump
