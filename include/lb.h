@@ -576,6 +576,28 @@ typedef struct lb_locality_count {
 } lb_locality_count;
 
 /**
+ * A request's outcome in full, for `lb_lease_finish_info` and `lb_balancer_report_info`.
+ */
+typedef struct lb_outcome_info {
+    /**
+     * `LB_OUTCOME_SUCCESS`, `LB_OUTCOME_FAILURE` (`LB_OUTCOME_ERROR`), `LB_OUTCOME_TIMEOUT`
+     * or `LB_OUTCOME_OVERLOADED`.
+     */
+    lb_outcome outcome;
+    /**
+     * How long the request took, in nanoseconds, or `LB_LATENCY_NONE` (see there).
+     */
+    uint64_t latency_ns;
+    /**
+     * How long the node asked clients to stay away (HTTP `Retry-After`, gRPC
+     * `grpc-retry-pushback-ms`), in nanoseconds, or `LB_LATENCY_NONE` for none. Only an
+     * `LB_OUTCOME_OVERLOADED` failure pauses the node (other failures ignore it); a success
+     * with one is `LB_RESULT_INVALID_OUTCOME`.
+     */
+    uint64_t retry_after_ns;
+} lb_outcome_info;
+
+/**
  * The numbers of a load report, as `OrcaLoadReport` names them (0 where the report leaves
  * them out). Utilisations are fractions (1.0 is fully used); `rps` is the deprecated integer
  * field, `rps_fractional` the one gRPC reads as queries per second.
@@ -630,28 +652,6 @@ typedef struct lb_load_entry {
      */
     double value;
 } lb_load_entry;
-
-/**
- * A request's outcome in full, for `lb_lease_finish_info` and `lb_balancer_report_info`.
- */
-typedef struct lb_outcome_info {
-    /**
-     * `LB_OUTCOME_SUCCESS`, `LB_OUTCOME_FAILURE` (`LB_OUTCOME_ERROR`), `LB_OUTCOME_TIMEOUT`
-     * or `LB_OUTCOME_OVERLOADED`.
-     */
-    lb_outcome outcome;
-    /**
-     * How long the request took, in nanoseconds, or `LB_LATENCY_NONE` (see there).
-     */
-    uint64_t latency_ns;
-    /**
-     * How long the node asked clients to stay away (HTTP `Retry-After`, gRPC
-     * `grpc-retry-pushback-ms`), in nanoseconds, or `LB_LATENCY_NONE` for none. Only an
-     * `LB_OUTCOME_OVERLOADED` failure pauses the node (other failures ignore it); a success
-     * with one is `LB_RESULT_INVALID_OUTCOME`.
-     */
-    uint64_t retry_after_ns;
-} lb_outcome_info;
 
 /**
  * Why a request gave up (`lb_request_state`). A plain `uint32_t`; `lb_stop_name` names it.
@@ -1627,6 +1627,34 @@ lb_result lb_options_set_str(struct lb_options *options,
 lb_result lb_load_report_parse(const uint8_t *data,
                                size_t len,
                                struct lb_load_report **report_out);
+
+/**
+ * Gives the balancer the load report of the node with this id, as received now (from an
+ * `endpoint-load-metrics` header or trailer, or an out-of-band ORCA stream). The
+ * `client_side_wrr` algorithm weighs nodes by these (gRFC A58: queries per second over
+ * utilisation); the others keep them, so a configuration can switch. The report stays yours.
+ *
+ * Errors (nothing is recorded): `LB_RESULT_NULL_PARAMETER` (NULL balancer, report, or `id`
+ * with a non-zero length), `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`,
+ * `LB_RESULT_UNKNOWN_NODE`. Thread-safe; never locks.
+ */
+lb_result lb_balancer_report_load(const struct lb_balancer *balancer,
+                                  const char *id,
+                                  size_t id_len,
+                                  const struct lb_load_report *report);
+
+/**
+ * `lb_lease_finish_info` with the load report the answer carried (see
+ * `lb_balancer_report_load`): the report is taken first, then the lease ends and is freed.
+ * The report stays yours.
+ *
+ * Errors (the lease is then untouched and still yours, nothing is recorded):
+ * `LB_RESULT_NULL_PARAMETER` (NULL lease, `info` or report), `LB_RESULT_INVALID_OUTCOME`.
+ * On `LB_RESULT_OK` the lease is gone: do not use it again.
+ */
+lb_result lb_lease_finish_load(struct lb_lease *lease,
+                               const struct lb_outcome_info *info,
+                               const struct lb_load_report *report);
 
 /**
  * Frees a report from `lb_load_report_parse`; the names its entries point at go with it.

@@ -935,7 +935,8 @@ pub extern "C" fn lb_lease_finish(
 ) -> lb_result {
     ffi_panic_boundary!(crate::outcome::finish_lease(
         lease,
-        plain(outcome, latency_ns)
+        plain(outcome, latency_ns),
+        None
     ))
 }
 

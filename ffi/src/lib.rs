@@ -62,9 +62,9 @@ pub use options::{
     lb_options, lb_options_free, lb_options_new, lb_options_set_int, lb_options_set_str,
 };
 pub use orca::{
-    LB_LOAD_NAMED_METRICS, LB_LOAD_REQUEST_COST, LB_LOAD_UTILIZATION, lb_load_entry,
-    lb_load_report, lb_load_report_entries, lb_load_report_free, lb_load_report_parse,
-    lb_load_report_values, lb_load_values,
+    LB_LOAD_NAMED_METRICS, LB_LOAD_REQUEST_COST, LB_LOAD_UTILIZATION, lb_balancer_report_load,
+    lb_lease_finish_load, lb_load_entry, lb_load_report, lb_load_report_entries,
+    lb_load_report_free, lb_load_report_parse, lb_load_report_values, lb_load_values,
 };
 pub use outcome::{
     LB_LATENCY_NONE, LB_OUTCOME_ERROR, LB_OUTCOME_FAILURE, LB_OUTCOME_OVERLOADED,

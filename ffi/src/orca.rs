@@ -8,10 +8,13 @@
 //! (`lb_load_report_entries`), so they stay valid until the report is freed.
 
 use crate::lb_result;
+use crate::outcome::lb_outcome_info;
 use crate::panic::ffi_panic_boundary;
 use crate::ptr::{
     Castable, free_handle, read_into, to_handle, try_bytes, try_out, try_out_slice, try_ref,
+    try_str,
 };
+use crate::{lb_balancer, lb_lease};
 use core::ffi::c_char;
 use liblb_core::LoadReport;
 
@@ -23,7 +26,21 @@ pub struct lb_load_report {
 impl crate::ptr::Boxed for lb_load_report {}
 
 impl Castable for lb_load_report {
-    type Rust = LoadReport;
+    type Rust = CReport;
+}
+
+/// What an `lb_load_report` holds: the report as parsed (what `lb_balancer_report_load`
+/// gives the balancer), and its entries' names NUL-terminated for C, in listing order.
+pub struct CReport {
+    report: LoadReport,
+    names: Vec<Vec<u8>>,
+}
+
+impl CReport {
+    /// The report as parsed.
+    pub(crate) fn report(&self) -> &LoadReport {
+        &self.report
+    }
 }
 
 /// The numbers of a load report, as `OrcaLoadReport` names them (0 where the report leaves
@@ -80,18 +97,13 @@ fn entries(report: &LoadReport) -> impl Iterator<Item = (u32, &str, f64)> {
         .chain(map(LB_LOAD_NAMED_METRICS, &report.named_metrics))
 }
 
-/// What a report keeps for C: the parse, with every name NUL-terminated in place (the NUL is
-/// not part of the name: `name_len` excludes it).
-fn for_c(mut report: LoadReport) -> LoadReport {
-    let terminate = |pairs: &mut Vec<(String, f64)>| {
-        for (name, _) in pairs.iter_mut() {
-            name.push('\0');
-        }
-    };
-    terminate(&mut report.request_cost);
-    terminate(&mut report.utilization);
-    terminate(&mut report.named_metrics);
-    report
+/// What a report keeps for C: the parse, and a copy of every entry's name with a NUL after it
+/// (a name may itself hold NULs: C reads it by its length).
+fn for_c(report: LoadReport) -> CReport {
+    let names = (entries(&report))
+        .map(|(_, name, _)| [name.as_bytes(), b"\0"].concat())
+        .collect();
+    CReport { report, names }
 }
 
 /// Parses `len` bytes at `data` as an ORCA load report: a serialized `OrcaLoadReport`, or an
@@ -118,6 +130,52 @@ pub extern "C" fn lb_load_report_parse(
     }
 }
 
+/// Gives the balancer the load report of the node with this id, as received now (from an
+/// `endpoint-load-metrics` header or trailer, or an out-of-band ORCA stream). The
+/// `client_side_wrr` algorithm weighs nodes by these (gRFC A58: queries per second over
+/// utilisation); the others keep them, so a configuration can switch. The report stays yours.
+///
+/// Errors (nothing is recorded): `LB_RESULT_NULL_PARAMETER` (NULL balancer, report, or `id`
+/// with a non-zero length), `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_UTF8`,
+/// `LB_RESULT_UNKNOWN_NODE`. Thread-safe; never locks.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_balancer_report_load(
+    balancer: *const lb_balancer,
+    id: *const c_char,
+    id_len: usize,
+    report: *const lb_load_report,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires NULL or live handles, and `id` valid for `id_len` bytes.
+        let (balancer, id, report) =
+            unsafe { (try_ref(balancer)?, try_str(id, id_len)?, try_ref(report)?) };
+        balancer.report_load(id, report.report())?;
+        Ok(())
+    }
+}
+
+/// `lb_lease_finish_info` with the load report the answer carried (see
+/// `lb_balancer_report_load`): the report is taken first, then the lease ends and is freed.
+/// The report stays yours.
+///
+/// Errors (the lease is then untouched and still yours, nothing is recorded):
+/// `LB_RESULT_NULL_PARAMETER` (NULL lease, `info` or report), `LB_RESULT_INVALID_OUTCOME`.
+/// On `LB_RESULT_OK` the lease is gone: do not use it again.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_lease_finish_load(
+    lease: *mut lb_lease,
+    info: *const lb_outcome_info,
+    report: *const lb_load_report,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires `info` NULL or valid for reading one `lb_outcome_info`, and
+        // a NULL or live report.
+        let (info, report) = unsafe { (info.as_ref(), try_ref(report)?) };
+        let info = *info.ok_or(lb_result::NullParameter)?;
+        crate::outcome::finish_lease(lease, info, Some(report.report()))
+    }
+}
+
 /// Frees a report from `lb_load_report_parse`; the names its entries point at go with it.
 /// NULL is fine and does nothing.
 #[unsafe(no_mangle)]
@@ -137,7 +195,7 @@ pub extern "C" fn lb_load_report_values(
         // SAFETY: lb.h requires a NULL or live report and `values_out` NULL or valid for one
         // write.
         unsafe {
-            read_into(report, values_out, |r: &LoadReport| lb_load_values {
+            read_into(report, values_out, |CReport { report: r, .. }: &CReport| lb_load_values {
                 cpu_utilization: r.cpu_utilization,
                 mem_utilization: r.mem_utilization,
                 application_utilization: r.application_utilization,
@@ -174,13 +232,12 @@ pub extern "C" fn lb_load_report_entries(
                 try_out(len_out)?,
             )
         };
-        let count = entries(report).count();
+        let count = report.names.len();
         if count > out.len() {
             len.write(count);
             return Err(lb_result::BufferTooSmall);
         }
-        for (i, (map, name, value)) in entries(report).enumerate() {
-            // The stored name ends in the NUL `for_c` added; C's length leaves it out.
+        for (i, ((map, _, value), name)) in entries(&report.report).zip(&report.names).enumerate() {
             let name_len = name.len() - 1;
             out.write(i, lb_load_entry { map, name: name.as_ptr().cast(), name_len, value });
         }

@@ -100,15 +100,23 @@ pub(crate) fn plain(outcome: lb_outcome, latency_ns: u64) -> lb_outcome_info {
     }
 }
 
-/// Ends a lease with `info` (see `lb_lease_finish_info`).
-pub(crate) fn finish_lease(lease: *mut lb_lease, info: lb_outcome_info) -> Result<(), lb_result> {
+/// Ends a lease with `info` (see `lb_lease_finish_info`), and the load report its answer
+/// carried, if any (`lb_lease_finish_load`).
+pub(crate) fn finish_lease(
+    lease: *mut lb_lease,
+    info: lb_outcome_info,
+    load: Option<&liblb_core::LoadReport>,
+) -> Result<(), lb_result> {
     // SAFETY: lb.h requires a NULL or live lease, used by one thread at a time.
     let open = unsafe { try_ref(lease.cast_const()) }?;
     // Checked before the lease is taken: on any error it stays the caller's.
     let outcome = outcome_of(info, || Some(open.elapsed()))?;
     // SAFETY: as above; non-NULL and live, and lb.h forbids using it after this call.
     let lease = unsafe { take_handle(lease) };
-    lease.finish(outcome);
+    match load {
+        Some(load) => lease.finish_with_load(outcome, load),
+        None => lease.finish(outcome),
+    }
     Ok(())
 }
 
@@ -144,7 +152,7 @@ pub extern "C" fn lb_lease_finish_info(
     ffi_panic_boundary! {
         // SAFETY: lb.h requires `info` NULL or valid for reading one `lb_outcome_info`.
         let info = *unsafe { info.as_ref() }.ok_or(lb_result::NullParameter)?;
-        finish_lease(lease, info)
+        finish_lease(lease, info, None)
     }
 }
 

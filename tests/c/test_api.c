@@ -57,7 +57,8 @@ static void test_version_and_names(void) {
                            "weighted_round_robin", "source_hash", "ring",
                            "least_request",  "least_connections", "peak_ewma",
                            "ketama",         "nginx_chash",       "ring_hash",
-                           "maglev",         "rendezvous",        "jump"};
+                           "maglev",         "rendezvous",        "jump",
+                           "client_side_wrr"};
     size_t i = 0;
     for (; lb_algorithm_name(i) != NULL; i++) {
         CHECK(i < sizeof names / sizeof names[0]);
@@ -1562,8 +1563,55 @@ static void test_load_reports(void) {
     lb_load_report_free(NULL);
 }
 
+/* client_side_wrr weighs nodes by their load reports (gRFC A58): given with
+ * lb_balancer_report_load or a lease's lb_lease_finish_load. */
+static void test_client_side_wrr(void) {
+    lb_options *o = NULL;
+    CHECK_OK(lb_options_new(&o));
+    CHECK_OK(lb_options_set_int(o, S("blackout_period_ms"), 0));
+    CHECK_OK(lb_options_set_str(o, S("error_utilization_penalty"), S("1.0")));
+    CHECK_RESULT(lb_options_set_str(o, S("error_utilization_penalty"), S("-1")),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    lb_node abc[] = {node("a", 1, 0), node("b", 1, 1), node("c", 1, 2)};
+    lb_balancer *b = make("client_side_wrr", o, abc, 3);
+    lb_options_free(o);
+
+    lb_load_report *busy = NULL, *idle = NULL;
+    CHECK_OK(lb_load_report_parse((const uint8_t *)S("TEXT application_utilization=0.9,rps_fractional=100"), &busy));
+    CHECK_OK(lb_load_report_parse((const uint8_t *)S("TEXT application_utilization=0.3,rps_fractional=100"), &idle));
+    /* a reports through a lease, b directly; c, silent, weighs the mean. */
+    lb_lease *lease = NULL;
+    char id[8];
+    size_t size = 0;
+    CHECK_OK(lb_balancer_acquire(b, NULL, 0, &lease, NULL, id, sizeof id, &size));
+    CHECK_STR(id, "a");
+    lb_outcome_info ok = {LB_OUTCOME_SUCCESS, 1000000, LB_LATENCY_NONE};
+    CHECK_RESULT(lb_lease_finish_load(lease, NULL, busy), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_lease_finish_load(lease, &ok, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_OK(lb_lease_finish_load(lease, &ok, busy));
+    CHECK_OK(lb_balancer_report_load(b, S("b"), idle));
+    CHECK_RESULT(lb_balancer_report_load(b, S("zz"), idle), LB_RESULT_UNKNOWN_NODE);
+    CHECK_RESULT(lb_balancer_report_load(b, S("b"), NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_report_load(NULL, S("b"), idle), LB_RESULT_NULL_PARAMETER);
+    lb_load_report_free(busy);
+    lb_load_report_free(idle);
+
+    /* The acquire built the scheduler before any report: the next build is a second on. */
+    struct timespec t = {1, 100000000L};
+    while (nanosleep(&t, &t) != 0) {
+    }
+    int counts[3] = {0, 0, 0};
+    for (int i = 0; i < 600; i++) {
+        CHECK_OK(pick(b, NULL, id, sizeof id, NULL));
+        counts[id[0] - 'a']++;
+    }
+    CHECK(counts[0] == 100 && counts[1] == 300 && counts[2] == 200);
+    lb_balancer_free(b);
+}
+
 int main(void) {
     test_version_and_names();
+    test_client_side_wrr();
     test_options();
     test_new_errors();
     test_membership();

@@ -390,7 +390,7 @@ int main() {
     test_requests();
     test_localities();
     auto names = lb::algorithms();
-    CHECK(names.size() == 15 && names.front() == "random" && names.back() == "jump");
+    CHECK(names.size() == 16 && names.front() == "random" && names.back() == "client_side_wrr");
 
     // Seed 001's example through options and string_view keys.
     lb::options opts;

@@ -386,12 +386,26 @@ static lb_result run_step(const lb_balancer *b, const json *step, char *ids) {
         }
     } else if (strcmp(op, "finish") == 0) {
         lb_outcome_info info = outcome_of(step);
-        lb_lease *lease = take_lease(step);
-        r = !lease          ? LB_RESULT_OK
-            : plain(&info) ? lb_lease_finish(lease, info.outcome, info.latency_ns)
-                           : lb_lease_finish_info(lease, &info);
-        /* A failed finish leaves the lease with the caller: it is open still. */
-        if (r != LB_RESULT_OK && lease) leases[json_get(step, "lease")->integer] = lease;
+        /* A finish with the server's load report parses it first, as a caller would. */
+        const json *load = json_get(step, "load");
+        lb_load_report *report = NULL;
+        r = load ? lb_load_report_parse((const uint8_t *)load->str, load->len, &report)
+                 : LB_RESULT_OK;
+        lb_lease *lease = r == LB_RESULT_OK ? take_lease(step) : NULL;
+        if (lease) {
+            r = report         ? lb_lease_finish_load(lease, &info, report)
+                : plain(&info) ? lb_lease_finish(lease, info.outcome, info.latency_ns)
+                               : lb_lease_finish_info(lease, &info);
+            /* A failed finish leaves the lease with the caller: it is open still. */
+            if (r != LB_RESULT_OK) leases[json_get(step, "lease")->integer] = lease;
+        }
+        lb_load_report_free(report);
+    } else if (strcmp(op, "report_load") == 0) {
+        const json *load = json_get(step, "load");
+        lb_load_report *report = NULL;
+        r = lb_load_report_parse((const uint8_t *)load->str, load->len, &report);
+        if (r == LB_RESULT_OK) r = lb_balancer_report_load(b, id->str, id->len, report);
+        lb_load_report_free(report);
     } else if (strcmp(op, "cancel") == 0) {
         lb_lease_cancel(take_lease(step));
         r = LB_RESULT_OK;

@@ -32,7 +32,10 @@ to an integer, or null] per node), sleep (ms: let that much time pass; the gener
 manual clock by exactly that, every reader sleeps, and every time-dependent expectation leaves \
 a margin of a second). A finish or report step of a failure (ok false) may name its `kind` \
 (error, timeout, overloaded; default error) and `retry_after_ms`, and may leave out \
-latency_ms (a finish then measures it, a report records none). Keys are hashed as \
+latency_ms (a finish then measures it, a report records none); a finish may carry `load`, \
+the server's ORCA load report as an endpoint-load-metrics header value, and report_load (id, \
+load) gives one without a request (each language parses `load` with its parse_orca first; a \
+report that does not parse fails the step). Keys are hashed as \
 their UTF-8 bytes. `expect` is the answer every language must give; `expect_error` is the \
 error code the step must fail with, leaving the balancer unchanged. Seeded random sequences \
 depend on every earlier step of the case. Each of `requests` builds a fresh balancer the same \
@@ -433,6 +436,7 @@ fn cases() -> Vec<Case> {
     out.extend(feedback_cases());
     out.extend(health_cases());
     out.extend(outcome_cases());
+    out.extend(load_report_cases());
     out.extend(locality_cases());
     // Every algorithm over an empty node list answers "no nodes".
     for algorithm in Algorithm::NAMES {
@@ -845,6 +849,81 @@ fn outcome_cases() -> Vec<Case> {
         nodes: abcd,
         places: Vec::new(),
         steps: bad,
+    });
+    out
+}
+
+fn report_load(id: &str, load: &str) -> Value {
+    json!({"op": "report_load", "id": id, "load": load})
+}
+
+/// A58 loads: application utilisation and qps, as a TEXT `endpoint-load-metrics` value.
+fn text_load(utilization: f64, qps: f64, eps: f64) -> String {
+    format!("TEXT application_utilization={utilization},rps_fractional={qps},eps={eps}")
+}
+
+/// `client_side_wrr` fed by load reports (`report_load`, a lease's `finish` with `load`):
+/// C-core's stride scheduler sequences for the A58 weights, from sequence 0.
+fn load_report_cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    let abc = uniform(&["a", "b", "c"]);
+    // (a) gRPC's `Basic`: 0.9 and 0.3 utilisation at 100 qps weigh 1:3, c (silent) the mean.
+    // The first pick builds the scheduler from the reports already in; after c reports too,
+    // the next build (100 ms later) weighs 1:3:3.
+    let mut basic = vec![
+        report_load("a", &text_load(0.9, 100.0, 0.0)),
+        report_load("b", &text_load(0.3, 100.0, 0.0)),
+    ];
+    basic.extend(unkeyed(12));
+    basic.push(attempts(None, 3));
+    basic.extend([report_load("c", &text_load(0.3, 100.0, 0.0)), sleep(1100)]);
+    basic.extend(unkeyed(14));
+    out.push(Case {
+        name: "client-side-wrr-basic".into(),
+        algorithm: "client_side_wrr",
+        options: json!({"blackout_period_ms": 0, "weight_update_period_ms": 100}),
+        nodes: abc.clone(),
+        places: Vec::new(),
+        steps: basic,
+    });
+    // (b) gRPC's `Eps`: errors weigh as utilisation (penalty 1: 1:2:3), given as text.
+    let mut eps = vec![
+        report_load("a", &text_load(0.1, 100.0, 50.0)),
+        report_load("b", &text_load(0.1, 100.0, 20.0)),
+        report_load("c", &text_load(0.1, 100.0, 10.0)),
+    ];
+    eps.extend(unkeyed(12));
+    out.push(Case {
+        name: "client-side-wrr-eps".into(),
+        algorithm: "client_side_wrr",
+        options: json!({"blackout_period_ms": 0, "error_utilization_penalty": "1.0"}),
+        nodes: abc.clone(),
+        places: Vec::new(),
+        steps: eps,
+    });
+    // (c) Leases carry reports; the default 10 s blackout holds them back (round robin),
+    // bad reports and unknown ids are refused and change nothing.
+    let mut leases = vec![acquire(None), acquire(None), acquire(None)];
+    for (lease, utilization) in [(0, 0.9), (1, 0.3)] {
+        let mut step = finish(lease, true, 3);
+        step["load"] = json!(text_load(utilization, 100.0, 0.0));
+        leases.push(step);
+    }
+    leases.push(finish(2, true, 3));
+    leases.extend([
+        report_load("a", "TEXT cpu_utilization=x"),
+        report_load("zz", &text_load(0.5, 10.0, 0.0)),
+        report_load("a", "BIN !"),
+        stats(),
+    ]);
+    leases.extend(unkeyed(6));
+    out.push(Case {
+        name: "client-side-wrr-leases-and-blackout".into(),
+        algorithm: "client_side_wrr",
+        options: json!({}),
+        nodes: abc,
+        places: Vec::new(),
+        steps: leases,
     });
     out
 }
@@ -1429,7 +1508,13 @@ pub fn run_step(
             // The outcome is read before the lease is taken: a bad one leaves it open.
             let open = leases[lease_number(step)].as_ref().expect("lease is open");
             let outcome = outcome(step, Some(open.elapsed()))?;
-            lease(leases, step).finish(outcome);
+            match step.get("load") {
+                Some(load) => {
+                    let load = liblb_core::parse_orca(load.as_str().expect("load").as_bytes())?;
+                    lease(leases, step).finish_with_load(outcome, &load);
+                }
+                None => lease(leases, step).finish(outcome),
+            }
             Value::Null
         }
         "cancel" => {
@@ -1438,6 +1523,11 @@ pub fn run_step(
         }
         "report" => {
             b.report(str_of(step, "id"), outcome(step, None)?)?;
+            Value::Null
+        }
+        "report_load" => {
+            let load = liblb_core::parse_orca(str_of(step, "load").as_bytes())?;
+            b.report_load(str_of(step, "id"), &load)?;
             Value::Null
         }
         "sleep" => {
