@@ -18,6 +18,7 @@ export type Algorithm =
   | 'maglev'
   | 'rendezvous'
   | 'jump'
+  | 'client_side_wrr'
 
 /** A key: a string (hashed as its UTF-8 bytes) or bytes (a `Uint8Array`; a `Buffer` is one). */
 export type Key = string | Uint8Array
@@ -117,6 +118,14 @@ export interface BalancerOptions {
   zone_aware_routing_enabled?: number | bigint | string | null
   /** 1: zone-aware routing weighs localities by usable weight, 0 (default): by usable count. */
   zone_aware_by_weight?: number | bigint | string | null
+  /** client_side_wrr: a node's reported weight counts after this long of reports (default 10000, 0 = at once). */
+  blackout_period_ms?: number | bigint | string | null
+  /** client_side_wrr: a reported weight older than this is dropped (default 180000). */
+  weight_expiration_period_ms?: number | bigint | string | null
+  /** client_side_wrr: how often picks rebuild the scheduler (default 1000; below 100 counts as 100). */
+  weight_update_period_ms?: number | bigint | string | null
+  /** client_side_wrr: how much errors per second weigh as utilisation (default 1.0, at least 0). */
+  error_utilization_penalty?: number | string | null
   /** The default budget of this balancer's requests (see also `setBudget`). */
   budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
 }
@@ -134,9 +143,13 @@ export type FailureKind = 'error' | 'timeout' | 'overloaded'
  * 'error') with an overloaded node's `retryAfterMs`. A kind or a retry-after with a success,
  * or an unknown kind, throws `LB_INVALID_OUTCOME`.
  */
-export type Outcome =
+export type Outcome = (
   | { ok?: true | null; latencyMs?: number | null; kind?: null; retryAfterMs?: null }
   | { ok: false; latencyMs?: number | null; kind?: FailureKind | null; retryAfterMs?: number | null }
+) & {
+  /** The ORCA load report the answer carried, as `Balancer.reportLoad` takes it. */
+  load?: LoadReport | string | Uint8Array | null
+}
 
 /** How a request ended, for `Balancer.report`: as `Outcome`, but `ok` is required, and so is a success's `latencyMs`. */
 export type ReportOutcome =
@@ -474,6 +487,14 @@ export declare class Balancer {
    * id, `LB_INVALID_OUTCOME` for an unknown kind or a kind or retry-after with `ok: true`.
    */
   report(id: string, outcome: ReportOutcome): void
+  /**
+   * Takes a node's ORCA load report as received now: a `LoadReport` (`parseOrca`), or what
+   * `parseOrca` takes (the bytes of an `OrcaLoadReport`, or an `endpoint-load-metrics`
+   * header value). `client_side_wrr` weighs nodes by these (gRFC A58); the other
+   * algorithms keep them, so a configuration can switch. Throws `LB_UNKNOWN_NODE` or
+   * `LB_INVALID_LOAD_REPORT`; nothing is recorded then.
+   */
+  reportLoad(id: string, report: LoadReport | string | Uint8Array): void
   /**
    * The balancer's clock in milliseconds (fractions included): liblb's monotonic clock,
    * one per process (budgets read it too); the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the

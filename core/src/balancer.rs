@@ -448,9 +448,16 @@ impl Lease {
     /// Ends the request with `outcome` and the load report its answer carried (an ORCA
     /// `endpoint-load-metrics` header or trailer: see [`Balancer::report_load`]).
     pub fn finish_with_load(self, outcome: Outcome, load: &LoadReport) {
+        self.report_load(load);
+        self.finish(outcome);
+    }
+
+    /// Takes the load report the answer carried, as received now, without ending the request
+    /// ([`Balancer::report_load`] for the lease's node, which stays valid even after its node
+    /// was removed).
+    pub fn report_load(&self, load: &LoadReport) {
         let now = self.snapshot.clock.now_ns();
         self.snapshot.table.record_load(self.index, load, now);
-        self.finish(outcome);
     }
 
     /// Ends the request as a success, its latency measured since `acquire`.

@@ -38,7 +38,11 @@ use liblb_core::{OptionValue, Options};
 /// - success-rate and failure-percentage ejection: see `docs/health.md`;
 /// - priority levels and localities (`docs/localities.md`): `overprovisioning_factor` >= 1
 ///   [140], `zone_aware_min_cluster_size` [6], `zone_aware_routing_enabled` 0..=100 [100],
-///   `zone_aware_by_weight` 0 or 1 [0].
+///   `zone_aware_by_weight` 0 or 1 [0];
+/// - `client_side_wrr` (server-reported load, gRFC A58): `blackout_period_ms`, 0 = none
+///   [10000]; `weight_expiration_period_ms` >= 1 [180000]; `weight_update_period_ms`, below
+///   100 counts as 100 [1000]; `error_utilization_penalty` >= 0, as text for fractions
+///   (`"0.5"`) [1.0].
 ///
 /// A setter checks only its own option, so options may be set in any order; the rules between
 /// options (min/max ring size, base/max ejection time) are checked by `lb_balancer_new`.

@@ -433,7 +433,7 @@ pub fn options(env: &Env, value: Option<Unknown<'_>>) -> Result<Options> {
 
 /// The own enumerable string keys of an object (`Object.keys`; napi-rs's `Object::keys` uses
 /// `napi_get_property_names`, which includes inherited enumerable properties).
-fn own_keys(object: &Object<'_>) -> Result<Vec<String>> {
+pub(crate) fn own_keys(object: &Object<'_>) -> Result<Vec<String>> {
     let (env, raw) = (object.value().env, object.raw());
     let mut names = ptr::null_mut();
     // SAFETY: a valid env and object from napi-rs; out-pointer to a local.

@@ -205,7 +205,7 @@ pub const LEASES: &str = r"(function (exports, recordOf, fastIds, scratch, nativ
       endLease = (lease, request, outcome) => {
         const cell = lease.#cell
         let code
-        if (plain(outcome)) {
+        if (plain(outcome) && outcome.load == null) {
           const { ok, kind, latencyMs, retryAfterMs } = outcome
           const given = (ok != null) | (kind != null) << 1 | (latencyMs != null) << 2 | (retryAfterMs != null) << 3
           code = nativeEnd(cell.handle, request, lease.#id, given, ok, kind, latencyMs, retryAfterMs)
@@ -745,9 +745,12 @@ fn end(state: &State, env: &Env, args: &[Option<Unknown>; 9]) -> Result<sys::nap
     let raw = env.raw();
     let (handle, must) = (number(raw, args[0]), number(raw, args[1]));
     // Checked before anything of the lease is touched (JavaScript may run: the native read).
-    let outcome = match fields::<4>(raw, args, 3) {
-        Some(read) => js::outcome_read(env, "outcome", false, read)?,
-        None => js::outcome(env, args[4], "outcome", false)?,
+    let (outcome, load) = match fields::<4>(raw, args, 3) {
+        Some(read) => (js::outcome_read(env, "outcome", false, read)?, None),
+        None => (
+            js::outcome(env, args[4], "outcome", false)?,
+            load_of(env, args[4])?,
+        ),
     };
     if must >= 0.0 {
         // The script checked this already. A lease that is gone is `LB_LEASE_FINISHED` below.
@@ -770,6 +773,9 @@ fn end(state: &State, env: &Env, args: &[Option<Unknown>; 9]) -> Result<sys::nap
     let mut open = state.take_lease(env, handle, args[2])?;
     let lease = open.lease.take().expect("take_lease checked it is open");
     let outcome = outcome.outcome(Some(lease.elapsed()));
+    if let Some(load) = &load {
+        lease.report_load(load);
+    }
     let code = match &open.request {
         None => {
             lease.finish(outcome);
@@ -784,6 +790,20 @@ fn end(state: &State, env: &Env, args: &[Option<Unknown>; 9]) -> Result<sys::nap
     drop(open);
     // SAFETY: a valid env for this thread.
     unsafe { u32::to_napi_value(raw, code) }.or_throw()
+}
+
+/// The `load` of an outcome object (the server's load report), if it has one.
+fn load_of(env: &Env, outcome: Option<Unknown<'_>>) -> Result<Option<liblb_core::LoadReport>> {
+    let Some(outcome) = js::present(outcome)? else {
+        return Ok(None);
+    };
+    // `js::outcome` checked it is an object.
+    // SAFETY: an object value of this env.
+    let object = unsafe { outcome.cast::<napi::bindgen_prelude::Object>() }.or_throw()?;
+    match js::present(object.get::<Unknown>("load").or_throw()?)? {
+        Some(load) => crate::orca::report_arg(env, &load, "outcome.load").map(Some),
+        None => Ok(None),
+    }
 }
 
 /// `nativeCancel(lease, id)`: ends the lease without an outcome.

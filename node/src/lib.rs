@@ -441,6 +441,22 @@ impl Balancer {
         self.inner.report(&id, outcome).or_throw()
     }
 
+    /// Takes a node's ORCA load report as received now: a `LoadReport` (`parseOrca`), or what
+    /// `parseOrca` takes (the bytes of an `OrcaLoadReport`, or an `endpoint-load-metrics`
+    /// header value). `client_side_wrr` weighs nodes by these (gRFC A58); the other
+    /// algorithms keep them, so a configuration can switch. Throws `LB_UNKNOWN_NODE` or
+    /// `LB_INVALID_LOAD_REPORT`; nothing is recorded then.
+    #[napi(
+        js_name = "reportLoad",
+        catch_unwind,
+        ts_args_type = "id: string, report: LoadReport | string | Uint8Array"
+    )]
+    pub fn report_load(&self, env: Env, id: Unknown, report: Unknown) -> Result<()> {
+        let id = js::id(&env, &id, "id")?;
+        let report = orca::report_arg(&env, &report, "report")?;
+        self.inner.report_load(&id, &report).or_throw()
+    }
+
     /// The balancer's clock in milliseconds (fractions included): liblb's monotonic clock,
     /// one per process (budgets read it too); the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the
     /// time left.

@@ -1,10 +1,11 @@
 //! `parseOrca` (issue 25): an ORCA load report, decoded by the core's `orca` module exactly as
 //! every other language decodes it, handed to JavaScript as a plain object.
 
-use crate::error::{OrThrow, Result};
-use crate::js::{KeyBuf, bytes_arg, data_property};
-use napi::bindgen_prelude::ToNapiValue;
-use napi::{Env, Unknown, check_status, sys};
+use crate::error::{OrThrow, Result, type_error};
+use crate::js::{KeyBuf, bytes_arg, data_property, describe, own_keys};
+use liblb_core::LoadReport;
+use napi::bindgen_prelude::{FromNapiValue, Object, ToNapiValue};
+use napi::{Env, JsValue, Unknown, ValueType, check_status, sys};
 use napi_derive::napi;
 use std::ptr;
 
@@ -24,6 +25,91 @@ pub fn parse_orca(env: Env, data: Unknown) -> Result<Report> {
     let mut buf = KeyBuf::new();
     let bytes = bytes_arg(&env, &data, &mut buf, "data")?;
     liblb_core::parse_orca(bytes).map(Report).or_throw()
+}
+
+/// A load report argument (`reportLoad`, a lease's `finish({ load })`): a `LoadReport` object
+/// as `parseOrca` returns it (missing fields are 0), or what `parseOrca` takes. An object is
+/// checked as the parser checks bytes: it is encoded and parsed again, so every language
+/// accepts the same reports.
+pub(crate) fn report_arg(env: &Env, value: &Unknown<'_>, what: &'static str) -> Result<LoadReport> {
+    if value.get_type().or_throw()? == ValueType::Object && !is_typed_array(env, value) {
+        let report = report_object(env, value, what)?;
+        return liblb_core::parse_orca(&report.to_proto()).or_throw();
+    }
+    let mut buf = KeyBuf::new();
+    let bytes = bytes_arg(env, value, &mut buf, what)?;
+    liblb_core::parse_orca(bytes).or_throw()
+}
+
+fn is_typed_array(env: &Env, value: &Unknown<'_>) -> bool {
+    let mut typed = false;
+    // SAFETY: a valid env and value; out-pointer to a local.
+    let status = unsafe { sys::napi_is_typedarray(env.raw(), value.raw(), &mut typed) };
+    status == sys::Status::napi_ok && typed
+}
+
+/// The fields of a `LoadReport`-shaped object.
+fn report_object(env: &Env, value: &Unknown<'_>, what: &str) -> Result<LoadReport> {
+    // SAFETY: the caller checked the value is an object.
+    let object = unsafe { value.cast::<Object>() }.or_throw()?;
+    let number = |name: &str| -> Result<f64> {
+        let Some(v) = crate::js::present(object.get::<Unknown>(name).or_throw()?)? else {
+            return Ok(0.0);
+        };
+        if v.get_type().or_throw()? != ValueType::Number {
+            let message = format!("{what}.{name} must be a number, got {}", describe(&v));
+            return Err(type_error(env, message));
+        }
+        // SAFETY: a number value of this env.
+        unsafe { f64::from_napi_value(env.raw(), v.raw()) }.or_throw()
+    };
+    let map = |name: &str| -> Result<Vec<(String, f64)>> {
+        let Some(v) = crate::js::present(object.get::<Unknown>(name).or_throw()?)? else {
+            return Ok(Vec::new());
+        };
+        if v.get_type().or_throw()? != ValueType::Object || v.is_array().or_throw()? {
+            let message = format!(
+                "{what}.{name} must be an object of numbers, got {}",
+                describe(&v)
+            );
+            return Err(type_error(env, message));
+        }
+        // SAFETY: checked to be an object.
+        let entries = unsafe { v.cast::<Object>() }.or_throw()?;
+        let mut pairs = Vec::new();
+        for key in own_keys(&entries)? {
+            let value = match entries.get::<Unknown>(&key).or_throw()? {
+                Some(v) if v.get_type().or_throw()? == ValueType::Number => v,
+                other => {
+                    let got = other.as_ref().map_or("undefined", describe);
+                    let message = format!("{what}.{name}[{key:?}] must be a number, got {got}");
+                    return Err(type_error(env, message));
+                }
+            };
+            // SAFETY: a number value of this env.
+            pairs.push((
+                key,
+                unsafe { f64::from_napi_value(env.raw(), value.raw()) }.or_throw()?,
+            ));
+        }
+        Ok(pairs)
+    };
+    let rps = number("rps")?;
+    if !(rps >= 0.0 && rps.fract() == 0.0 && rps <= 9_007_199_254_740_991.0) {
+        let message = format!("{what}.rps must be a whole number from 0 to 2^53 - 1, got {rps}");
+        return Err(type_error(env, message));
+    }
+    Ok(LoadReport {
+        cpu_utilization: number("cpuUtilization")?,
+        mem_utilization: number("memUtilization")?,
+        application_utilization: number("applicationUtilization")?,
+        rps: rps as u64,
+        rps_fractional: number("rpsFractional")?,
+        eps: number("eps")?,
+        request_cost: map("requestCost")?,
+        utilization: map("utilization")?,
+        named_metrics: map("namedMetrics")?,
+    })
 }
 
 /// Defines `object[name] = value` as an own, enumerable data property: defined, not assigned,

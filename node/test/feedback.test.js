@@ -234,6 +234,8 @@ describe('options', () => {
       failure_percentage_minimum_hosts: 4, failure_percentage_request_volume: 40,
       overprovisioning_factor: 120, zone_aware_min_cluster_size: 3,
       zone_aware_routing_enabled: 80, zone_aware_by_weight: 1,
+      blackout_period_ms: 5000, weight_expiration_period_ms: 60000, weight_update_period_ms: 500,
+      error_utilization_penalty: 0.25,
     }
     assert.deepEqual(Object.keys(values).sort(), [...optionNames()].sort(), 'a core option this test does not set')
     for (const name of algorithms()) assert.equal(new Balancer(name, ABC, values).size, 3)

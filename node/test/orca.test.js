@@ -2,9 +2,9 @@
 // ORCA load reports from Node (issue 25): parseOrca. The parser is the core's (its Rust tests
 // port Envoy's orca_parser_test.cc); these tests check what the binding adds: argument types,
 // the report object, the errors.
-const { it } = require('node:test')
+const { describe, it } = require('node:test')
 const assert = require('node:assert/strict')
-const { parseOrca } = require('..')
+const { Balancer, parseOrca } = require('..')
 
 // A double field of an OrcaLoadReport (wire type 1), and a named_metrics entry (field 8).
 const double = (field, value) => {
@@ -80,4 +80,59 @@ it('other types are a TypeError naming the argument', () => {
       (err) => err instanceof TypeError && /data must be a string, Buffer or Uint8Array/.test(err.message),
     )
   }
+})
+
+describe('reportLoad and leases with a load report (client_side_wrr, gRFC A58)', () => {
+  const busy = 'TEXT application_utilization=0.9,rps_fractional=100'
+  const idle = 'TEXT application_utilization=0.3,rps_fractional=100'
+  const counts = (b, n) => {
+    const c = { a: 0, b: 0, c: 0 }
+    for (let i = 0; i < n; i++) c[b.pick()]++
+    return c
+  }
+
+  it("weighs nodes by their reports: gRPC's Basic case (1:3, the silent node the mean)", () => {
+    const b = new Balancer('client_side_wrr', ['a', 'b', 'c'], { blackout_period_ms: 0 })
+    b.reportLoad('a', busy) // header text
+    b.reportLoad('b', parseOrca(idle)) // the parsed object
+    assert.deepEqual(counts(b, 600), { a: 100, b: 300, c: 200 })
+  })
+
+  it('takes the report a lease finishes with', () => {
+    const b = new Balancer('client_side_wrr', ['a', 'b', 'c'], {
+      blackout_period_ms: 0,
+      weight_update_period_ms: 100,
+    })
+    const lease = b.acquire()
+    assert.equal(lease.id, 'a')
+    lease.finish({ load: Buffer.from(busy) })
+    assert.equal(lease.done, true)
+    b.acquire().finish({ ok: true, latencyMs: 2, load: parseOrca(idle) })
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200)
+    assert.deepEqual(counts(b, 600), { a: 100, b: 300, c: 200 })
+  })
+
+  it('refuses bad reports and unknown nodes, changing nothing', () => {
+    const b = new Balancer('client_side_wrr', ['a', 'b', 'c'], { blackout_period_ms: 0 })
+    assert.throws(() => b.reportLoad('zz', busy), { code: 'LB_UNKNOWN_NODE' })
+    assert.throws(() => b.reportLoad('a', 'TEXT cpu:1'), { code: 'LB_INVALID_LOAD_REPORT' })
+    assert.throws(() => b.reportLoad('a', 0.5), TypeError)
+    assert.throws(() => b.reportLoad('a', { cpuUtilization: 'high' }), /report.cpuUtilization must be a number/)
+    assert.throws(() => b.reportLoad('a', { namedMetrics: { rif: 'x' } }), /report.namedMetrics\["rif"\] must be a number/)
+    assert.throws(() => b.reportLoad('a', { rps: -1 }), /report.rps must be a whole number/)
+    const lease = b.acquire()
+    assert.throws(() => lease.finish({ load: 'BIN !' }), { code: 'LB_INVALID_LOAD_REPORT' })
+    assert.equal(lease.done, false) // still open after the bad report
+    lease.finish()
+    assert.deepEqual([b.pick(), b.pick(), b.pick()], ['b', 'c', 'a'])
+  })
+
+  it('reads a report object field by field, missing fields as 0', () => {
+    const b = new Balancer('client_side_wrr', ['a', 'b'], { blackout_period_ms: 0 })
+    b.reportLoad('a', { rpsFractional: 100, applicationUtilization: 0.9 })
+    b.reportLoad('b', { rpsFractional: 100, cpuUtilization: 0.3, namedMetrics: { rif: 3 } })
+    const c = { a: 0, b: 0 }
+    for (let i = 0; i < 400; i++) c[b.pick()]++
+    assert.deepEqual(c, { a: 100, b: 300 })
+  })
 })

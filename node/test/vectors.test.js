@@ -65,7 +65,13 @@ function run(balancer, leases, step) {
       return lease.id
     }
     case 'finish':
+      // A load report as the object parseOrca gives (reportLoad below takes the header text).
+      if (step.load !== undefined) {
+        return leases[step.lease].finish({ ...outcomeOf(step), load: parseOrca(step.load) })
+      }
       return leases[step.lease].finish(outcomeOf(step))
+    case 'report_load':
+      return balancer.reportLoad(step.id, step.load)
     case 'cancel':
       return leases[step.lease].cancel()
     case 'report':

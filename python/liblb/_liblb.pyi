@@ -114,8 +114,10 @@ class Balancer:
     ``failure_percentage_request_volume``, ``enforcing_failure_percentage``);
     ``thread_rounds`` (round robin); priority levels and localities
     (``overprovisioning_factor``, ``zone_aware_min_cluster_size``,
-    ``zone_aware_routing_enabled``, ``zone_aware_by_weight``). docs/algorithms.md,
-    docs/health.md and docs/localities.md say which algorithm reads which.
+    ``zone_aware_routing_enabled``, ``zone_aware_by_weight``); server-reported load for
+    ``client_side_wrr`` (``blackout_period_ms``, ``weight_expiration_period_ms``,
+    ``weight_update_period_ms``, ``error_utilization_penalty``, also a float).
+    docs/algorithms.md, docs/health.md and docs/localities.md say which algorithm reads which.
     """
 
     def __new__(
@@ -158,6 +160,10 @@ class Balancer:
         zone_aware_min_cluster_size: int | str | None = None,
         zone_aware_routing_enabled: int | str | None = None,
         zone_aware_by_weight: int | str | None = None,
+        blackout_period_ms: int | str | None = None,
+        weight_expiration_period_ms: int | str | None = None,
+        weight_update_period_ms: int | str | None = None,
+        error_utilization_penalty: float | int | str | None = None,
         budget: _Budget | None = None,
     ) -> Balancer: ...
     def request(
@@ -246,6 +252,9 @@ class Balancer:
         A success needs its ``latency``; a failure (``ok=False``) may leave it out, name its
         ``kind`` (one of FAILURE_KINDS, default "error") and, when overloaded, a
         ``retry_after`` that keeps the node from picks until then."""
+    def report_load(self, id: str, report: LoadReport | bytes | bytearray | str) -> None:
+        """Takes a node's ORCA load report as received now (a LoadReport, or what
+        ``parse_orca`` takes); ``client_side_wrr`` weighs nodes by them (gRFC A58)."""
     def now(self) -> float:
         """The balancer's clock in seconds: liblb's monotonic clock, one per process (``until``'s clock; budgets read it too)."""
     def stats(self) -> list[_NodeStats]:
@@ -382,9 +391,11 @@ class Lease:
         latency: _Latency | None = None,
         kind: _FailureKind | None = None,
         retry_after: _Latency | None = None,
+        load: LoadReport | bytes | bytearray | str | None = None,
     ) -> None:
         """Ends the request; ``latency`` None measures it since ``acquire``. A failure
-        (``ok=False``) may name its ``kind`` and, when overloaded, a ``retry_after``."""
+        (``ok=False``) may name its ``kind`` and, when overloaded, a ``retry_after``.
+        ``load`` is the ORCA load report the answer carried (see ``Balancer.report_load``)."""
     def cancel(self) -> None:
         """Ends the request without an outcome (in-flight released, nothing counted)."""
     def __enter__(self) -> str: ...

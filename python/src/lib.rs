@@ -311,6 +311,18 @@ impl PyBalancer {
         self.inner.report(convert::node_id(id)?, outcome).or_raise()
     }
 
+    /// Takes a node's ORCA load report as received now: a `LoadReport` (`parse_orca`), or
+    /// what `parse_orca` takes (the bytes of an `OrcaLoadReport`, or an
+    /// `endpoint-load-metrics` header value). `client_side_wrr` weighs nodes by these (gRFC
+    /// A58); the other algorithms keep them, so a configuration can switch. Raises
+    /// `UnknownNodeError` or `InvalidLoadReportError`; nothing is recorded then.
+    fn report_load(&self, id: &Bound<'_, PyAny>, report: &Bound<'_, PyAny>) -> PyResult<()> {
+        let report = orca::report_arg(report)?;
+        self.inner
+            .report_load(convert::node_id(id)?, &report)
+            .or_raise()
+    }
+
     /// The balancer's clock in seconds: liblb's monotonic clock, one per process (budgets read
     /// it too); the
     /// clock of `stats()`'s `until`, so `until - now()` is the time left.
@@ -646,7 +658,8 @@ impl PyLease {
     /// failure (`ok=False`) may name its `kind` (one of `FAILURE_KINDS`, default "error") and,
     /// for an overloaded node, a `retry_after` that keeps it from picks until then. Raises
     /// `LeaseFinishedError` if the lease already ended; on any error the lease stays open.
-    #[pyo3(signature = (*, ok=true, latency=None, kind=None, retry_after=None))]
+    /// `load` is the ORCA load report the answer carried, if any (as `report_load` takes it).
+    #[pyo3(signature = (*, ok=true, latency=None, kind=None, retry_after=None, load=None))]
     fn finish(
         &self,
         py: Python<'_>,
@@ -654,9 +667,14 @@ impl PyLease {
         latency: Option<&Bound<'_, PyAny>>,
         kind: Option<&Bound<'_, PyAny>>,
         retry_after: Option<&Bound<'_, PyAny>>,
+        load: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let args = OutcomeArgs::read(ok, kind, latency, retry_after)?;
+        let load = load.map(orca::report_arg).transpose()?;
         let lease = self.open(py)?;
+        if let Some(load) = &load {
+            lease.report_load(load);
+        }
         // With the lease measuring, `outcome` cannot fail: a lease always has a latency.
         let outcome = args.outcome(Some(lease.elapsed()))?;
         self.end(lease, outcome);

@@ -102,12 +102,28 @@ fn dict<'py>(py: Python<'py>, pairs: &[(String, f64)]) -> PyResult<Bound<'py, Py
     Ok(dict)
 }
 
+/// A load report argument (`report_load`, a lease's `finish(load=...)`): a `LoadReport`, or
+/// what `parse_orca` takes, parsed.
+pub(crate) fn report_arg(data: &Bound<'_, PyAny>) -> PyResult<liblb_core::LoadReport> {
+    match data.cast::<PyLoadReport>() {
+        Ok(report) => Ok(report.get().report.clone()),
+        Err(_) => parse(data, "a LoadReport, bytes, bytearray or str"),
+    }
+}
+
 /// Parses an ORCA load report: the bytes of a serialized `OrcaLoadReport`, or the value of
 /// an `endpoint-load-metrics` header (`BIN <base64>`, `JSON <json>`, `TEXT name:value, ...`),
 /// as `bytes`, `bytearray` or `str` (a header value as text). Raises
 /// `InvalidLoadReportError` saying what is wrong with anything else.
 #[pyfunction]
 pub(crate) fn parse_orca(data: &Bound<'_, PyAny>) -> PyResult<PyLoadReport> {
+    Ok(PyLoadReport {
+        report: parse(data, "bytes, bytearray or str")?,
+    })
+}
+
+/// `data` parsed as a report; `expected` names the accepted types in the TypeError.
+fn parse(data: &Bound<'_, PyAny>, expected: &str) -> PyResult<liblb_core::LoadReport> {
     let report = if let Ok(bytes) = data.cast::<PyBytes>() {
         liblb_core::parse_orca(bytes.as_bytes())
     } else if let Ok(text) = data.cast::<PyString>() {
@@ -116,11 +132,9 @@ pub(crate) fn parse_orca(data: &Bound<'_, PyAny>) -> PyResult<PyLoadReport> {
         liblb_core::parse_orca(&array.to_vec())
     } else {
         return Err(PyTypeError::new_err(format!(
-            "an ORCA load report must be bytes, bytearray or str, got {}",
+            "an ORCA load report must be {expected}, got {}",
             type_name(data)
         )));
     };
-    Ok(PyLoadReport {
-        report: report.or_raise()?,
-    })
+    report.or_raise()
 }

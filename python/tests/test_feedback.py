@@ -202,6 +202,8 @@ def test_every_core_option_is_accepted() -> None:
         "failure_percentage_minimum_hosts": 4, "failure_percentage_request_volume": 40,
         "overprovisioning_factor": 120, "zone_aware_min_cluster_size": 3,
         "zone_aware_routing_enabled": 80, "zone_aware_by_weight": 1,
+        "blackout_period_ms": 5000, "weight_expiration_period_ms": 60000,
+        "weight_update_period_ms": 500, "error_utilization_penalty": 0.25,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
     for algorithm in liblb.ALGORITHMS:
@@ -272,6 +274,8 @@ def test_repr_evaluates_back_with_every_option() -> None:
         "failure_percentage_minimum_hosts": 4, "failure_percentage_request_volume": 40,
         "overprovisioning_factor": 120, "zone_aware_min_cluster_size": 3,
         "zone_aware_routing_enabled": 80, "zone_aware_by_weight": 1,
+        "blackout_period_ms": 5000, "weight_expiration_period_ms": 60000,
+        "weight_update_period_ms": 500, "error_utilization_penalty": 0.25,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
     b = liblb.Balancer("maglev", NODES, **values)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import struct
+import time
 
 import pytest
 
@@ -101,3 +102,59 @@ def test_other_types_are_a_type_error(data: object) -> None:
 def test_a_str_with_a_lone_surrogate_is_refused_not_crashed() -> None:
     with pytest.raises(liblb.InvalidUtf8Error):
         liblb.parse_orca("TEXT named_metrics.\ud800:1")
+
+
+def _wrr(weight_update_period_ms: int | None = None) -> liblb.Balancer:
+    return liblb.Balancer(
+        "client_side_wrr",
+        ["a", "b", "c"],
+        blackout_period_ms=0,
+        weight_update_period_ms=weight_update_period_ms,
+    )
+
+
+def test_report_load_weighs_client_side_wrr() -> None:
+    # gRPC's weighted_round_robin_test.cc `Basic`: 0.9 and 0.3 utilisation at 100 qps weigh
+    # 1:3, the silent node the mean (2). Reports before the first pick count at once.
+    b = _wrr()
+    b.report_load("a", liblb.parse_orca("TEXT application_utilization=0.9,rps_fractional=100"))
+    b.report_load("b", b"TEXT application_utilization=0.3,rps_fractional=100")
+    picks = [b.pick() for _ in range(600)]
+    assert [picks.count(n) for n in "abc"] == [100, 300, 200]
+
+
+def test_a_lease_carries_its_load_report() -> None:
+    b = _wrr(weight_update_period_ms=100)
+    lease = b.acquire()
+    assert lease.id == "a"
+    lease.finish(load="TEXT application_utilization=0.9,rps_fractional=100")
+    assert lease.done
+    b.acquire().finish(ok=True, load=liblb.parse_orca("TEXT cpu_utilization=0.3,rps_fractional=100"))
+    time.sleep(0.2)  # past the 100 ms update period (the first acquire built the scheduler)
+    picks = [b.pick() for _ in range(600)]
+    assert [picks.count(n) for n in "abc"] == [100, 300, 200]
+
+
+def test_bad_load_reports_change_nothing() -> None:
+    b = _wrr()
+    with pytest.raises(liblb.UnknownNodeError):
+        b.report_load("zz", "TEXT cpu_utilization=0.5,rps_fractional=1")
+    with pytest.raises(liblb.InvalidLoadReportError):
+        b.report_load("a", "TEXT cpu:1")
+    with pytest.raises(TypeError, match="LoadReport, bytes, bytearray or str"):
+        b.report_load("a", 0.5)  # type: ignore[arg-type]
+    lease = b.acquire()
+    with pytest.raises(liblb.InvalidLoadReportError):
+        lease.finish(load="BIN !")
+    assert not lease.done  # the lease stays open after a bad report
+    lease.finish()
+    assert [b.pick() for _ in range(3)] == ["b", "c", "a"]
+
+
+def test_client_side_wrr_options() -> None:
+    b = liblb.Balancer("client_side_wrr", ["a"], error_utilization_penalty=0.5)
+    assert "error_utilization_penalty=0.5" in repr(b)
+    with pytest.raises(liblb.InvalidOptionValueError, match="at least 0"):
+        liblb.Balancer("client_side_wrr", ["a"], error_utilization_penalty=-1)
+    with pytest.raises(liblb.InvalidOptionValueError):
+        liblb.Balancer("client_side_wrr", ["a"], weight_expiration_period_ms=0)

@@ -88,7 +88,12 @@ def run_step(balancer: liblb.Balancer, leases: list[liblb.Lease], step: dict[str
         leases.append(lease)
         return lease.id
     if op == "finish":
+        if "load" in step:
+            load = liblb.parse_orca(step["load"])
+            return leases[step["lease"]].finish(**outcome_of(step), load=load)
         return leases[step["lease"]].finish(**outcome_of(step))
+    if op == "report_load":
+        return balancer.report_load(step["id"], liblb.parse_orca(step["load"]))
     if op == "cancel":
         return leases[step["lease"]].cancel()
     if op == "report":
