@@ -120,6 +120,7 @@ pub(crate) fn run(
     let mut queues: Vec<VecDeque<Waiting>> = (0..backends).map(|_| VecDeque::new()).collect();
     let mut in_service = BinaryHeap::new();
     let mut total = 0usize;
+    let mut meters = crate::meter::Meters::new(backends, servers);
 
     let gap = |rng: &mut SplitMix64| (exp1(rng) * workload.gap_ns).round() as u64;
     let mut next_arrival = gap(&mut rng);
@@ -144,6 +145,7 @@ pub(crate) fn run(
             total += 1;
             if busy[b] < servers {
                 busy[b] += 1;
+                meters.busy(b, now, busy[b]);
                 begin(model, waiting, b, now, &mut in_service);
             } else {
                 queues[b].push_back(waiting);
@@ -155,17 +157,25 @@ pub(crate) fn run(
             let now = done.done_ns;
             clock.set(Duration::from_nanos(now));
             let latency = Duration::from_nanos(now - done.arrived_ns);
-            done.lease.finish(if done.success {
+            let b = done.backend;
+            let outcome = if done.success {
                 Outcome::Success(latency)
             } else {
                 Outcome::Failure(latency)
-            });
+            };
+            // The answer carries the backend's load report, as a real server's would.
+            match meters.completed(b, now, done.success) {
+                Some(load) => done.lease.finish_with_load(outcome, load),
+                None => done.lease.finish(outcome),
+            }
             total -= 1;
-            let b = done.backend;
             model.done(now, b, done.arrived_ns, done.success, balancer);
             match queues[b].pop_front() {
                 Some(next) => begin(model, next, b, now, &mut in_service),
-                None => busy[b] -= 1,
+                None => {
+                    busy[b] -= 1;
+                    meters.busy(b, now, busy[b]);
+                }
             }
         } else {
             break;

@@ -32,6 +32,7 @@ mod failing_node;
 mod flaky_node;
 mod hot_key;
 mod long_tail;
+mod meter;
 mod overloaded_node;
 mod request_events;
 mod retry_storm;

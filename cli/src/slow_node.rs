@@ -245,6 +245,7 @@ pub(crate) fn run(
     let mut max_queue = vec![0usize; n];
     let mut in_service = BinaryHeap::new();
     let mut latencies = Vec::with_capacity(params.requests);
+    let mut meters = crate::meter::Meters::new(n, params.servers);
 
     // Starts `w`'s service on backend `b` at `now`.
     let start = |w: Waiting, b: usize, now: u64, in_service: &mut BinaryHeap<InService>| {
@@ -279,6 +280,7 @@ pub(crate) fn run(
             routed[b] += 1;
             if busy[b] < params.servers {
                 busy[b] += 1;
+                meters.busy(b, now, busy[b]);
                 start(waiting, b, now, &mut in_service);
             } else {
                 queues[b].push_back(waiting);
@@ -290,13 +292,20 @@ pub(crate) fn run(
             let now = done.done_ns;
             clock.set(Duration::from_nanos(now));
             let latency = now - done.arrived_ns;
-            done.lease
-                .finish(Outcome::Success(Duration::from_nanos(latency)));
-            latencies.push(latency);
             let b = done.backend;
+            let outcome = Outcome::Success(Duration::from_nanos(latency));
+            // The answer carries the backend's load report, as a real server's would.
+            match meters.completed(b, now, true) {
+                Some(load) => done.lease.finish_with_load(outcome, load),
+                None => done.lease.finish(outcome),
+            }
+            latencies.push(latency);
             match queues[b].pop_front() {
                 Some(next) => start(next, b, now, &mut in_service),
-                None => busy[b] -= 1,
+                None => {
+                    busy[b] -= 1;
+                    meters.busy(b, now, busy[b]);
+                }
             }
         } else {
             break;
