@@ -417,7 +417,9 @@ impl Rates {
                 self.failed[slot].store(0, Ordering::Relaxed);
             }
             let index = (index + passed as usize % SLOTS) % SLOTS;
-            self.index.store(index, Ordering::Relaxed);
+            // Release, paired with `add`'s Acquire: whoever counts in the new slot does so
+            // after it was emptied, so the emptying never erases a count.
+            self.index.store(index, Ordering::Release);
             self.epoch.store(now_epoch, Ordering::Release);
         }
         self.rotating.store(false, Ordering::Release);
@@ -425,8 +427,8 @@ impl Rates {
 
     fn add(&self, now_ns: u64, ok: bool) {
         self.rotate(now_ns);
-        // Relaxed: counts only; each is one RMW.
-        let slot = self.index.load(Ordering::Relaxed);
+        // Acquire: see `rotate`. The counts themselves are Relaxed, one RMW each.
+        let slot = self.index.load(Ordering::Acquire);
         self.done[slot].fetch_add(1, Ordering::Relaxed);
         if !ok {
             self.failed[slot].fetch_add(1, Ordering::Relaxed);
