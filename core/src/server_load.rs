@@ -120,6 +120,25 @@ pub struct Probe {
 /// A server's own load: requests in flight, request and error rates, latency by in-flight
 /// level and the utilisations the application sets. `Send + Sync`, lock-free; see the module
 /// docs.
+///
+/// ```
+/// use liblb_core::{HeaderForm, ServerLoad};
+/// use std::time::Duration;
+/// const MS: u64 = 1_000_000; // the caller's clock, in nanoseconds
+///
+/// let load = ServerLoad::new(0);
+/// let request = load.start(0);
+/// assert_eq!(load.probe(MS).rif, 1);
+/// load.finish(request, 4 * MS, true);
+/// load.set_cpu_utilization(0.5)?;
+/// // A request arriving now finds nothing in flight; the last one that did took 4 ms.
+/// assert_eq!(load.probe(5 * MS).latency, Duration::from_millis(4));
+/// assert_eq!(
+///     load.header(5 * MS, HeaderForm::Text)?,
+///     "TEXT cpu_utilization:0.5,rps_fractional:1,named_metrics.rif:0"
+/// );
+/// # Ok::<(), liblb_core::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct ServerLoad {
     /// When the window started counting (the `now_ns` of `new`).
