@@ -51,6 +51,7 @@ pub mod priority;
 mod rng;
 mod route;
 mod select;
+mod server_load;
 mod state;
 mod sync;
 mod table;
@@ -76,6 +77,7 @@ pub use orca::{
 };
 pub use rng::{SplitMix64, bounded};
 pub use route::Routing;
+pub use server_load::{Probe, RIF_METRIC, ServerLoad, Started};
 pub use state::State;
 pub use table::Table;
 
