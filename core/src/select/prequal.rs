@@ -424,10 +424,16 @@ impl Prequal {
     }
 
     /// The slot the hot-cold lexicographic rule chooses among the probes in `seen` that may
-    /// be picked (`ctx.accept`: usable, warming ones thinned by their share).
+    /// be picked (`ctx.accept`: usable, warming ones thinned by their share). Exact ties (equal
+    /// latency codes and RIFs, common when replicas are alike) go to one of the tied probes
+    /// uniformly at random (reservoir sampling; draws are taken only on a tie): by slot order
+    /// instead, whichever node's answer sat in the lowest slot would take them all.
     fn hcl(&self, seen: &Seen, ctx: &Ctx<'_>, threshold: Option<u32>) -> Option<usize> {
-        let mut cold: Option<(u32, u32, usize)> = None; // (latency, rif, slot)
-        let mut hot: Option<(u32, u32, usize)> = None; // (rif, latency, slot)
+        // Per class: the best key, its slot, and how many probes tied with it so far.
+        let mut cold: Option<((u32, u32), usize, u32)> = None; // key (latency, rif)
+        let mut hot: Option<((u32, u32), usize, u32)> = None; // key (rif, latency)
+        let mut draws: Option<Draws> = None;
+        let mut random = || (draws.get_or_insert_with(|| Draws::after(ctx.rng.next()))).next();
         for (i, word) in seen.iter().enumerate().take(self.pool.slots.len()) {
             let Some(p) = Probe::unpack(*word) else {
                 continue;
@@ -435,15 +441,24 @@ impl Prequal {
             if ctx.checking() && !ctx.accept(self.active[p.pos as usize], || ctx.rng.next()) {
                 continue;
             }
-            // The least of each class (`Option::min` would keep `None`).
-            let least = |best: Option<_>, key| Some(best.map_or(key, |b| core::cmp::min(b, key)));
-            if threshold.is_some_and(|t| p.rif > t) {
-                hot = least(hot, (p.rif, p.latency, i));
+            let (best, key) = if threshold.is_some_and(|t| p.rif > t) {
+                (&mut hot, (p.rif, p.latency))
             } else {
-                cold = least(cold, (p.latency, p.rif, i));
-            }
+                (&mut cold, (p.latency, p.rif))
+            };
+            *best = match *best {
+                None => Some((key, i, 1)),
+                Some((b, _, _)) if key < b => Some((key, i, 1)),
+                // The k-th tied probe replaces the kept one with probability 1/k.
+                Some((b, slot, ties)) if key == b => {
+                    let ties = ties + 1;
+                    let take = bounded(random(), ties as usize) == 0;
+                    Some((b, if take { i } else { slot }, ties))
+                }
+                kept => kept,
+            };
         }
-        cold.or(hot).map(|(_, _, slot)| slot)
+        cold.or(hot).map(|(_, slot, _)| slot)
     }
 
     /// Charges the probe in slot `i` (seen as `word`) with the request just sent: RIF + 1,
