@@ -158,8 +158,8 @@ pub struct Options {
     /// `HEALTHY_HOSTS_WEIGHT`) instead of counting them (0, the default: `HEALTHY_HOSTS_NUM`).
     pub zone_aware_by_weight: u32,
     /// `prequal`'s probe pool: how many recent probe answers a pick chooses among (Prequal's
-    /// pool of probe responses, Wydrowski et al., NSDI '24, §3); default 16 as in the paper,
-    /// 1 to [`MAX_PROBE_POOL_SIZE`] (a pick copies the pool onto its stack).
+    /// pool of probe responses, Wydrowski et al., NSDI '24); default 16 as in the paper, 1 to
+    /// 64 (a pick copies the pool onto its stack).
     pub probe_pool_size: u32,
     /// `prequal`'s Q_RIF, as a fraction from 0 to 1: a probe whose requests-in-flight exceed
     /// this quantile of the recently probed RIF values is *hot*; default 0.84 (the paper's).
@@ -171,7 +171,7 @@ pub struct Options {
     /// 64. 0: the caller probes on its own schedule.
     pub probe_rate: f64,
     /// `prequal`'s b_reuse: how many picks one probe answer may serve before it leaves the
-    /// pool; default 2, 1 to [`MAX_PROBE_REUSE`] (a 6-bit use count in the pool's words).
+    /// pool; default 2, 1 to 63 (a 6-bit use count in the pool's words).
     pub probe_reuse: u32,
     /// `prequal`: a probe answer older than this leaves the pool; default 1 s, at least 1 ms.
     /// Option name `max_probe_age_ms`.

@@ -3,32 +3,38 @@
 //! NSDI '24, arXiv 2312.10172).
 //!
 //! The client keeps a pool of recent probe answers, each a replica's requests-in-flight (RIF)
-//! and its own estimate of its latency (§3). A probe is *hot* when its RIF exceeds the Q_RIF
+//! and its own estimate of its latency. A probe is *hot* when its RIF exceeds the Q_RIF
 //! quantile of the RIF values recently probed, *cold* otherwise; a pick takes the cold probe
 //! with the lowest latency, or, when every probe is hot, the one with the lowest RIF (the
-//! hot-cold lexicographic rule, §3). The chosen probe's RIF is raised by one — the client knows
-//! it just sent that replica one more request — and it counts one use; after `probe_reuse`
-//! uses (b_reuse) it leaves the pool. Probes older than `max_probe_age_ms` leave it too; a new
-//! answer for a replica already in the pool replaces that replica's probe, else takes a free
-//! slot, else the oldest; and at `probe_remove_rate` per pick (r_remove) the worst probe is
-//! removed: the hottest if any is hot, else the slowest (probes of nodes health says are
-//! unusable go first). With no probe to choose from, a pick falls back to a uniformly random
-//! node, as the paper's client does before answers arrive — drawn from the balancer's seeded
-//! generator, so seeded runs replay.
+//! paper's hot-cold lexicographic rule; exact ties, common among alike replicas, go to one of
+//! the tied probes at random). The chosen probe's RIF is raised by one — the client knows it
+//! just sent that replica one more request — and it counts one use; after `probe_reuse` uses
+//! (the paper's reuse budget b_reuse) it leaves the pool. Probes older than `max_probe_age_ms`
+//! leave it too; a new answer for a replica already in the pool replaces that replica's probe,
+//! else takes a free slot, else the oldest's; and at `probe_remove_rate` per pick (r_remove)
+//! the worst probe is removed: the hottest if any is hot, else the slowest (probes of nodes
+//! health says are unusable go first). With no probe to choose from, a pick falls back to a
+//! uniformly random node — what a client knows before any answer, and what keeps a node's
+//! first answers coming — drawn from the balancer's seeded generator, so seeded runs replay.
 //!
-//! liblb does no I/O: the caller probes. Each pick makes `probe_rate` probes due (r_probe,
-//! fractions accumulate); [`Table::probes_due`](crate::Table::probes_due) hands them out and
-//! [`Table::probe_targets`](crate::Table::probe_targets) names uniformly random distinct nodes
-//! to send them to (§3: probe targets are sampled uniformly without replacement); the answers
-//! come back through [`Table::offer_probe`](crate::Table::offer_probe). What a probe answers is
-//! the server's business: the paper's servers report their RIF and the median latency of recent
-//! requests at about that RIF.
+//! liblb does no I/O: the caller probes. Each pick makes `probe_rate` probes due (the paper's
+//! r_probe, probes per query; fractions accumulate); [`Table::probes_due`](crate::Table::probes_due)
+//! hands them out and [`Table::probe_targets`](crate::Table::probe_targets) names uniformly
+//! random distinct nodes to send them to; the answers come back through
+//! [`Table::offer_probe`](crate::Table::offer_probe). What a probe answers is the server's
+//! business: Prequal's servers report their RIF and a latency estimate from their recent
+//! requests (the median at about the current RIF). Probes sent on a timer while no query
+//! comes are the caller's too.
 //!
-//! Sources and defaults: pool size 16 and Q_RIF 0.84 are the paper's. r_probe 3, r_remove 1,
-//! b_reuse 2 and a 1 s maximum age are ours, chosen so that a full pool stays full (probes
-//! arriving, `r_probe · (1 - pool/n)` a pick once duplicates are discounted, outnumber those
-//! leaving, `r_remove + 1/b_reuse`, for fleets of 32 nodes and more) and an answer is
-//! younger than the queues it describes; the paper tunes all four per deployment.
+//! Sources and defaults: the signals (RIF and latency, not CPU load), asynchronous probes
+//! reused across queries, the hot-cold rule, pool size 16 and Q_RIF 0.84 are the paper's
+//! (its design section; its abstract states the first two). r_probe 3, r_remove 1,
+//! b_reuse 2 and a 1 s maximum age are this module's choices, made so that a full pool stays
+//! full — probes arriving, `r_probe · (1 - pool/n)` a pick once answers that replace their
+//! node's probe are discounted, outnumber those leaving, `r_remove + 1/b_reuse`, in fleets of
+//! 32 nodes and more — and an answer is younger than the queues it describes. The paper
+//! derives b_reuse from the other rates and tunes them per deployment; check them against it
+//! (and against the fleet) before relying on them.
 //!
 //! The hot/cold threshold is taken over the last [`RIF_HISTORY`] probed RIF values rather than
 //! over the pool itself: over the pool, at least a Q_RIF share of the probes would always be
