@@ -794,6 +794,38 @@ impl Balancer {
         Ok(())
     }
 
+    /// Up to `count` distinct nodes to probe now, uniformly at random from the nodes with
+    /// weight > 0 (drawn from the balancer's generator: seeded balancers replay). For
+    /// `prequal`, whose caller runs the probes: send each a probe, and hand its answer to
+    /// [`Balancer::offer_probe`]; [`Balancer::probes_due`] says how many picks asked for.
+    /// Fails with [`Error::NoNodes`] when no node has weight > 0.
+    pub fn probe_targets(&self, count: usize) -> Result<Picks> {
+        let snapshot = self.held();
+        let mut indices = Vec::new();
+        (snapshot.table).probe_targets(&self.state, count, &mut indices)?;
+        Ok(Picks { snapshot, indices })
+    }
+
+    /// A probe answer from node `id`, stamped with the balancer's clock: its requests in
+    /// flight (`rif`) and its latency estimate, as Prequal's servers report them. `prequal`
+    /// adds it to its pool; other algorithms accept and ignore it, so a configuration can
+    /// switch algorithm without changing its callers. Fails on an unknown id, as
+    /// [`Balancer::report`] does.
+    pub fn offer_probe(&self, id: &str, rif: u32, latency: Duration) -> Result<()> {
+        let snapshot = self.held();
+        let index = snapshot.find(id)?;
+        let now = snapshot.clock.now_ns();
+        snapshot.table.offer_probe(index, rif, latency, now);
+        Ok(())
+    }
+
+    /// How many probes the picks since the last call made due (`prequal`'s `probe_rate` per
+    /// pick; 0 for other algorithms): ask [`Balancer::probe_targets`] for that many. Picks
+    /// count towards the membership they were made in: a change starts the count afresh.
+    pub fn probes_due(&self) -> usize {
+        self.held().table.probes_due()
+    }
+
     /// Takes a node out of service until [`Balancer::mark_up`] (for callers running active
     /// health checks): no rebuild, its weight and counters are kept, keyed algorithms move
     /// only its keys. Fails on an unknown id.

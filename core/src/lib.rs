@@ -15,7 +15,10 @@
 //!
 //! Algorithms (see [`Algorithm`]): `random`, `weighted_random`, `round_robin`,
 //! `weighted_round_robin` (nginx's smooth WRR), `source_hash` and `ring` (the SHA-256 consistent
-//! hash ring of seed 001). Each lives in its own module under `select` with its sources cited.
+//! hash ring of seed 001); the load-aware `least_request`, `least_connections`, `peak_ewma` and
+//! `prequal` (probes the caller runs: [`Balancer::probe_targets`], [`Balancer::offer_probe`]);
+//! and the placements of other systems (`ketama`, `nginx_chash`, `ring_hash`, `maglev`,
+//! `rendezvous`, `jump`). Each lives in its own module under `select` with its sources cited.
 //!
 //! ```
 //! use liblb_core::{Algorithm, Balancer, Node, Options};

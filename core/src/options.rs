@@ -173,6 +173,28 @@ pub struct Options {
     /// (weight = qps / (utilisation + eps / qps × this); A58 `error_utilization_penalty`);
     /// default 1.0, at least 0. A number (decimal text accepted).
     pub error_utilization_penalty: f64,
+    /// `prequal`'s probe pool: how many recent probe answers a pick chooses among (Prequal's
+    /// pool of probe responses, Wydrowski et al., NSDI '24); default 16 as in the paper, 1 to
+    /// 64 (a pick copies the pool onto its stack).
+    pub probe_pool_size: u32,
+    /// `prequal`'s Q_RIF, as a fraction from 0 to 1: a probe whose requests-in-flight exceed
+    /// this quantile of the recently probed RIF values is *hot*; default 0.84 (the paper's).
+    /// Option `q_rif`: an integer is a percentage (`84`), text with a decimal point or an
+    /// exponent the paper's fraction (`"0.84"`).
+    pub q_rif: f64,
+    /// `prequal`'s r_probe: probes due per pick (fractions accumulate: 0.5 is one probe every
+    /// other pick), which [`Balancer::probes_due`](crate::Balancer) hands out; default 3, 0 to
+    /// 64. 0: the caller probes on its own schedule.
+    pub probe_rate: f64,
+    /// `prequal`'s b_reuse: how many picks one probe answer may serve before it leaves the
+    /// pool; default 2, 1 to 63 (a 6-bit use count in the pool's words).
+    pub probe_reuse: u32,
+    /// `prequal`: a probe answer older than this leaves the pool; default 1 s, at least 1 ms.
+    /// Option name `max_probe_age_ms`.
+    pub max_probe_age: Duration,
+    /// `prequal`'s r_remove: the worst probe in the pool (the hottest, or if none is hot the
+    /// slowest) is removed at this rate per pick; default 1, 0 to 16.
+    pub probe_remove_rate: f64,
 }
 
 /// `max_ejection_time`'s default (Envoy's `DEFAULT_MAX_EJECTION_TIME_MS`), raised to
@@ -187,6 +209,18 @@ pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// Most candidates `least_request` draws per pick.
 pub const MAX_CHOICE_COUNT: u32 = 16;
+
+/// Largest `probe_pool_size`: a pick copies the pool (one 64-bit word a probe) onto its stack.
+pub const MAX_PROBE_POOL_SIZE: u32 = 64;
+
+/// Largest `probe_reuse`: a probe's use count is 6 bits of its pool word.
+pub const MAX_PROBE_REUSE: u32 = 63;
+
+/// Largest `probe_rate` (probes per pick).
+const MAX_PROBE_RATE: f64 = 64.0;
+
+/// Largest `probe_remove_rate` (worst probes removed per pick).
+const MAX_PROBE_REMOVE_RATE: f64 = 16.0;
 
 impl Default for Options {
     fn default() -> Options {
@@ -231,6 +265,12 @@ impl Default for Options {
             weight_expiration_period: Duration::from_secs(180),
             weight_update_period: Duration::from_secs(1),
             error_utilization_penalty: 1.0,
+            probe_pool_size: 16,
+            q_rif: 0.84,
+            probe_rate: 3.0,
+            probe_reuse: 2,
+            max_probe_age: Duration::from_secs(1),
+            probe_remove_rate: 1.0,
         }
     }
 }
@@ -277,11 +317,24 @@ impl Options {
         "weight_expiration_period_ms",
         "weight_update_period_ms",
         "error_utilization_penalty",
+        "probe_pool_size",
+        "q_rif",
+        "probe_rate",
+        "probe_reuse",
+        "max_probe_age_ms",
+        "probe_remove_rate",
     ];
 
     /// The options that take any number, not only integers (decimal text such as `"1.5"`).
-    pub const NUMBER_NAMES: &'static [&'static str] =
-        &["slow_start_aggression", "error_utilization_penalty"];
+    /// `q_rif` reads an integer as a percentage and decimal text as a fraction (see
+    /// [`Options::q_rif`]).
+    pub const NUMBER_NAMES: &'static [&'static str] = &[
+        "slow_start_aggression",
+        "error_utilization_penalty",
+        "q_rif",
+        "probe_rate",
+        "probe_remove_rate",
+    ];
 
     /// Sets an option by name. Only that option's own rule is checked here (its type and
     /// range), so options can be given in any order; rules between options (`min_ring_size` <=
@@ -334,6 +387,14 @@ impl Options {
                     return Err(invalid(option, given, PENALTY_RANGE));
                 }
                 changed.error_utilization_penalty = v;
+            }
+            "q_rif" => changed.q_rif = q_rif_value(value)?,
+            "probe_rate" | "probe_remove_rate" => {
+                let v = float_value(option, value, "a number, 0 or more")?;
+                match option {
+                    "probe_rate" => changed.probe_rate = v,
+                    _ => changed.probe_remove_rate = v,
+                }
             }
             _ => {
                 let v = int_value(option, value)?;
@@ -393,6 +454,9 @@ impl Options {
                     "zone_aware_min_cluster_size" => changed.zone_aware_min_cluster_size = v,
                     "zone_aware_routing_enabled" => changed.zone_aware_routing_enabled = small?,
                     "zone_aware_by_weight" => changed.zone_aware_by_weight = small?,
+                    "probe_pool_size" => changed.probe_pool_size = small?,
+                    "probe_reuse" => changed.probe_reuse = small?,
+                    "max_probe_age_ms" => changed.max_probe_age = millis,
                     _ => changed.thread_rounds = small?,
                 }
             }
@@ -591,6 +655,38 @@ impl Options {
                 alloc::format!("{:?}", self.error_utilization_penalty),
                 alloc::format!("{:?}", default.error_utilization_penalty),
             ),
+            (
+                "probe_pool_size",
+                self.probe_pool_size.to_string(),
+                default.probe_pool_size.to_string(),
+            ),
+            // The fraction, as `{:?}` writes it ("0.84", "1.0", "1e-5"): always text that
+            // `set` reads as a fraction, never as a percentage.
+            (
+                "q_rif",
+                alloc::format!("{:?}", self.q_rif),
+                alloc::format!("{:?}", default.q_rif),
+            ),
+            (
+                "probe_rate",
+                alloc::format!("{:?}", self.probe_rate),
+                alloc::format!("{:?}", default.probe_rate),
+            ),
+            (
+                "probe_reuse",
+                self.probe_reuse.to_string(),
+                default.probe_reuse.to_string(),
+            ),
+            (
+                "max_probe_age_ms",
+                ms(self.max_probe_age),
+                ms(default.max_probe_age),
+            ),
+            (
+                "probe_remove_rate",
+                alloc::format!("{:?}", self.probe_remove_rate),
+                alloc::format!("{:?}", default.probe_remove_rate),
+            ),
         ];
         // A max that follows the base is not listed (setting the base brings it back); one
         // that was given is, even at 300000, so it still holds if the base grows.
@@ -741,6 +837,37 @@ impl Options {
                 let value = alloc::format!("{aggression:?}");
                 Err(invalid(option, value, "a number above 0"))
             }
+            "probe_pool_size" if !(1..=MAX_PROBE_POOL_SIZE).contains(&self.probe_pool_size) => {
+                let value = self.probe_pool_size.to_string();
+                Err(invalid(option, value, "an integer from 1 to 64"))
+            }
+            "probe_reuse" if !(1..=MAX_PROBE_REUSE).contains(&self.probe_reuse) => {
+                let value = self.probe_reuse.to_string();
+                Err(invalid(option, value, "an integer from 1 to 63"))
+            }
+            "max_probe_age_ms" => duration(self.max_probe_age, 1),
+            "q_rif" if !(0.0..=1.0).contains(&self.q_rif) => {
+                let value = alloc::format!("{:?}", self.q_rif);
+                Err(invalid(option, value, Q_RIF_RANGE))
+            }
+            "probe_rate" if !(0.0..=MAX_PROBE_RATE).contains(&self.probe_rate) => {
+                let value = alloc::format!("{:?}", self.probe_rate);
+                Err(invalid(
+                    option,
+                    value,
+                    "a number from 0 to 64 (probes per pick)",
+                ))
+            }
+            "probe_remove_rate"
+                if !(0.0..=MAX_PROBE_REMOVE_RATE).contains(&self.probe_remove_rate) =>
+            {
+                let value = alloc::format!("{:?}", self.probe_remove_rate);
+                Err(invalid(
+                    option,
+                    value,
+                    "a number from 0 to 16 (removals per pick)",
+                ))
+            }
             "thread_rounds" if self.thread_rounds > 1 << 20 => {
                 let value = self.thread_rounds.to_string();
                 Err(invalid(option, value, "0 (off) to 1048576"))
@@ -761,6 +888,41 @@ const CHOICE_COUNT_RANGE: &str = "an integer from 2 to 16";
 /// What `error_utilization_penalty` takes (gRPC rejects negative penalties: A58, "must be
 /// non-negative").
 const PENALTY_RANGE: &str = "a number of at least 0";
+
+const Q_RIF_RANGE: &str = "a fraction from 0 to 1 (\"0.84\") or a percentage from 0 to 100 (84)";
+
+/// `q_rif`: an integer (or integer text) is a percentage, text with a decimal point or an
+/// exponent a fraction — so the paper's `0.84` and a percentage option's `84` both read as
+/// 0.84, and what [`Options::changed_numbers`] writes (`{:?}` of the fraction, which always has
+/// one of them) reads back the same. Range is checked by `check`, except that a percentage
+/// above 100 fails here, before it is divided.
+fn q_rif_value(value: OptionValue<'_>) -> Result<f64> {
+    let percent = |p: u64| -> Result<f64> {
+        if p > 100 {
+            return Err(invalid("q_rif", p.to_string(), Q_RIF_RANGE));
+        }
+        Ok(p as f64 / 100.0)
+    };
+    match value {
+        OptionValue::Int(i) => percent(i),
+        OptionValue::Str(s) => {
+            let text = s.trim();
+            let fraction = text.contains(['.', 'e', 'E']);
+            let bad = || invalid("q_rif", s.to_string(), Q_RIF_RANGE);
+            if fraction {
+                // NaN and infinities are not fractions ("NaN" and "inf" have no '.', but
+                // "inf.0" style text must not slip through either).
+                let v: f64 = text.parse().map_err(|_| bad())?;
+                if !(0.0..=1.0).contains(&v) {
+                    return Err(bad());
+                }
+                Ok(v)
+            } else {
+                percent(text.parse().map_err(|_| bad())?)
+            }
+        }
+    }
+}
 
 fn int_value(option: &'static str, value: OptionValue<'_>) -> Result<u64> {
     match value {

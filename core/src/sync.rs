@@ -13,6 +13,12 @@ pub(crate) use core::sync::atomic::{AtomicU32, AtomicUsize};
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicUsize};
 
+/// 64-bit words packed and swapped whole (`prequal`'s probe pool), where the target has them.
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+pub(crate) use core::sync::atomic::AtomicU64;
+#[cfg(all(loom, target_has_atomic = "64"))]
+pub(crate) use loom::sync::atomic::AtomicU64;
+
 /// A signed atomic for smooth-WRR current weights: 64-bit where possible, else pointer-sized.
 #[cfg(all(not(loom), target_has_atomic = "64"))]
 pub(crate) use core::sync::atomic::AtomicI64 as AtomicSigned;

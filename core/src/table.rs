@@ -800,6 +800,51 @@ impl Table {
         (state.health).act(load, counted, now_ns, &members, &self.policy, &mut random)
     }
 
+    /// Up to `count` distinct nodes to probe now (indices into the node list), drawn uniformly
+    /// from the active nodes with `state`'s generator (a lazy Fisher-Yates prefix, so seeded
+    /// runs replay); Prequal samples its probe targets so (`prequal`). Health is not consulted:
+    /// probing a node that is out is harmless, and picks never choose it. Appends to `out`;
+    /// [`Error::NoNodes`] (and `out` unchanged) when no node has weight > 0.
+    pub fn probe_targets(&self, state: &State, count: usize, out: &mut Vec<u32>) -> Result<()> {
+        if self.active.is_empty() {
+            return Err(Error::NoNodes);
+        }
+        let n = self.active.len();
+        let limit = count.min(n);
+        if limit == 0 {
+            return Ok(());
+        }
+        let first = state.rng.next();
+        let rng = crate::rng::Draws::after(first);
+        let start = out.len();
+        let first = crate::rng::bounded(first, n);
+        crate::select::sample::shuffle_prefix(n, limit, first, || rng.next(), out);
+        for slot in &mut out[start..] {
+            *slot = self.active[*slot as usize];
+        }
+        Ok(())
+    }
+
+    /// A probe answer from node `index` at `now_ns`: its requests in flight and its latency
+    /// estimate, for `prequal`'s pool (every structure of the table holding the node takes
+    /// it). Other algorithms ignore answers, so a configuration can switch algorithm; an
+    /// index that is not an active node is ignored too.
+    pub fn offer_probe(&self, index: usize, rif: u32, latency: core::time::Duration, now_ns: u64) {
+        let Ok(index) = u32::try_from(index) else {
+            return;
+        };
+        self.selectors(|selector| selector.offer(index, rif, latency, now_ns));
+    }
+
+    /// Takes the probes that picks made due since the last call (`prequal`: `probe_rate` per
+    /// pick, fractions carried over, at most 64 kept due); always 0 for the other algorithms.
+    /// Ask [`Table::probe_targets`] where to send them.
+    pub fn probes_due(&self) -> usize {
+        let mut due = 0;
+        self.selectors(|selector| due += selector.take_probes_due());
+        due
+    }
+
     /// Marks node `index` down (`true`: no picks until marked up) or up (a warm-up starts
     /// at `now_ns` when slow start is on). No rebuild; weights are kept.
     pub fn set_down(&self, index: usize, down: bool, state: &State, now_ns: u64) {

@@ -15,6 +15,7 @@ pub(crate) mod least_request;
 pub(crate) mod maglev;
 pub(crate) mod nginx_chash;
 pub(crate) mod peak_ewma;
+pub(crate) mod prequal;
 pub(crate) mod random;
 pub(crate) mod rendezvous;
 pub(crate) mod ring;
@@ -32,6 +33,7 @@ use crate::sync::AtomicCounter;
 use crate::{Node, Options};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::time::Duration;
 
 /// What a pick may read besides its table: the balancer's state (through `Deref`), the
 /// per-node loads (indexed like the node list) and the caller's clock reading.
@@ -185,6 +187,16 @@ pub(crate) trait Select: Sized {
     /// `attempts` for a 64-bit key hash; false (and `out` untouched) where `by_hash` is `None`.
     fn attempts_by_hash(&self, _hash: u64, _limit: usize, _out: &mut Vec<u32>) -> bool {
         false
+    }
+
+    /// A probe answer from node `index` (its requests in flight and its latency estimate) at
+    /// `now_ns`, for selectors that probe (`prequal`); ignored by the others, and for nodes
+    /// the selector does not hold.
+    fn offer(&self, _index: u32, _rif: u32, _latency: Duration, _now_ns: u64) {}
+
+    /// Takes the whole probes that picks made due (`prequal`'s `probe_rate`); 0 for the others.
+    fn take_probes_due(&self) -> usize {
+        0
     }
 }
 
@@ -359,6 +371,18 @@ macro_rules! algorithms {
                     $(Selector::$variant(s) => s.attempts_by_hash(hash, limit, out),)*
                 }
             }
+
+            pub(crate) fn offer(&self, index: u32, rif: u32, latency: Duration, now_ns: u64) {
+                match self {
+                    $(Selector::$variant(s) => s.offer(index, rif, latency, now_ns),)*
+                }
+            }
+
+            pub(crate) fn take_probes_due(&self) -> usize {
+                match self {
+                    $(Selector::$variant(s) => s.take_probes_due(),)*
+                }
+            }
         }
     };
 }
@@ -397,6 +421,8 @@ algorithms! {
     /// gRPC's weighted_round_robin (gRFC A58): weights from servers' ORCA load reports.
     ClientSideWrr = "client_side_wrr", client_side_wrr::ClientSideWrr, keyed: false,
         options: ["blackout_period_ms", "weight_expiration_period_ms", "weight_update_period_ms", "error_utilization_penalty"];
+    /// Prequal (Wydrowski et al., NSDI '24): probed RIF and latency, hot-cold lexicographic.
+    Prequal = "prequal", prequal::Prequal, keyed: false, options: ["seed", "probe_pool_size", "q_rif", "probe_rate", "probe_reuse", "max_probe_age_ms", "probe_remove_rate"];
 }
 
 /// One selector's pick from [`Selector::pick`], out of line: the dispatch is then a jump
