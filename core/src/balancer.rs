@@ -454,10 +454,12 @@ impl Lease {
 
     /// Takes the load report the answer carried, as received now, without ending the request
     /// ([`Balancer::report_load`] for the lease's node, which stays valid even after its node
-    /// was removed).
+    /// was removed). A report with the named metric `rif` is also a probe answer for
+    /// `prequal`, its latency the metric `latency_ms` or else this request's so far.
     pub fn report_load(&self, load: &LoadReport) {
         let now = self.snapshot.clock.now_ns();
-        self.snapshot.table.record_load(self.index, load, now);
+        let elapsed = Duration::from_nanos(now.saturating_sub(self.started_ns));
+        (self.snapshot.table).record_load(self.index, load, Some(elapsed), now);
     }
 
     /// Ends the request as a success, its latency measured since `acquire`.
@@ -784,13 +786,14 @@ impl Balancer {
     }
 
     /// Takes a node's ORCA load report (see [`crate::parse_orca`]), as received now: for
-    /// `client_side_wrr`, its weight (gRFC A58). Other algorithms keep it too, so a
-    /// configuration can switch. Fails on an unknown id.
+    /// `client_side_wrr`, its weight (gRFC A58); for `prequal`, a probe answer when it carries
+    /// the named metrics `rif` and `latency_ms` (as [`crate::ServerLoad`] reports do). Other
+    /// algorithms keep it too, so a configuration can switch. Fails on an unknown id.
     pub fn report_load(&self, id: &str, report: &LoadReport) -> Result<()> {
         let snapshot = self.held();
         let index = snapshot.find(id)?;
         let now = snapshot.clock.now_ns();
-        snapshot.table.record_load(index, report, now);
+        snapshot.table.record_load(index, report, None, now);
         Ok(())
     }
 

@@ -80,7 +80,7 @@ pub use orca::{
 };
 pub use rng::{SplitMix64, bounded};
 pub use route::Routing;
-pub use server_load::{Probe, RIF_METRIC, ServerLoad, Started};
+pub use server_load::{LATENCY_METRIC, Probe, RIF_METRIC, ServerLoad, Started};
 pub use state::State;
 pub use table::Table;
 

@@ -66,13 +66,18 @@ use crate::sync::{AtomicCounter, AtomicU32, AtomicUsize, Ordering};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
-use alloc::vec;
+use alloc::vec::Vec;
 use core::sync::atomic::AtomicBool;
 use core::time::Duration;
 
 /// The named metric of [`ServerLoad::report`] that carries the requests in flight, so a client
 /// can read a report as a piggybacked probe.
 pub const RIF_METRIC: &str = "rif";
+
+/// The named metric of [`ServerLoad::report`] that carries the latency estimate at the
+/// current RIF, in milliseconds, once there is one: with [`RIF_METRIC`] it makes the report a
+/// whole Prequal probe answer, which `prequal` balancers take from load reports as if probed.
+pub const LATENCY_METRIC: &str = "latency_ms";
 
 /// Slots of the rate window.
 const SLOTS: usize = 10;
@@ -300,9 +305,21 @@ impl ServerLoad {
             application_utilization: self.application_utilization(),
             rps_fractional: rps,
             eps,
-            named_metrics: vec![(String::from(RIF_METRIC), f64::from(self.in_flight()))],
+            named_metrics: self.probe_metrics(now_ns),
             ..LoadReport::default()
         }
+    }
+
+    /// [`LATENCY_METRIC`] (once a latency is known) and [`RIF_METRIC`]: the probe answer.
+    fn probe_metrics(&self, now_ns: u64) -> Vec<(String, f64)> {
+        let probe = self.probe(now_ns);
+        let mut metrics = Vec::with_capacity(2);
+        if !probe.latency.is_zero() {
+            let ms = probe.latency.as_secs_f64() * 1e3;
+            metrics.push((String::from(LATENCY_METRIC), ms));
+        }
+        metrics.push((String::from(RIF_METRIC), f64::from(probe.rif)));
+        metrics
     }
 
     /// [`ServerLoad::report`] as an `endpoint-load-metrics` header value in `form`. Both forms

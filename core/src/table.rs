@@ -767,9 +767,30 @@ impl Table {
     /// Takes node `index`'s load report received at `now_ns`: its A58 weight for
     /// `client_side_wrr` (kept with the node's load, so every algorithm accepts reports and a
     /// configuration can switch to one that reads them).
-    pub fn record_load(&self, index: usize, report: &LoadReport, now_ns: u64) {
+    ///
+    /// A report that carries the named metric `rif` (requests in flight, [`crate::RIF_METRIC`])
+    /// is also a Prequal probe answer, piggybacked: `prequal` takes it as one, with the latency
+    /// of the metric `latency_ms` ([`crate::LATENCY_METRIC`]) or else `latency` (a lease's
+    /// measured latency), and without either no probe.
+    pub fn record_load(
+        &self,
+        index: usize,
+        report: &LoadReport,
+        latency: Option<core::time::Duration>,
+        now_ns: u64,
+    ) {
         let penalty = self.error_utilization_penalty;
         (self.loads[index].reported()).record(report, penalty, self.weight_expiration, now_ns);
+        if let Some(rif) = report.named_metric(crate::RIF_METRIC) {
+            let reported = (report.named_metric(crate::LATENCY_METRIC))
+                .filter(|ms| ms.is_finite() && *ms >= 0.0)
+                .map(|ms| core::time::Duration::from_secs_f64((ms / 1e3).min(1e9)));
+            if let Some(latency) = reported.or(latency) {
+                // A count, however it came: negative and NaN read as 0, huge ones saturate.
+                let rif = rif.clamp(0.0, f64::from(u32::MAX)) as u32;
+                self.offer_probe(index, rif, latency, now_ns);
+            }
+        }
     }
 
     /// [`Table::record`] up to the health decision (see [`Table::end_counting`]).

@@ -7,6 +7,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+const SECOND: u64 = 1_000_000_000;
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -361,4 +363,47 @@ fn a_slow_replica_gets_far_less_than_round_robin_gives_it() {
     let mean = fast.iter().sum::<u64>() as f64 / fast.len() as f64;
     let even = |c: &u64| (*c as f64 - mean).abs() < mean / 10.0;
     assert!(fast.iter().all(even), "{prequal:?}");
+}
+
+/// A load report with `rif` (and `latency_ms`) is a piggybacked probe answer: what a
+/// `ServerLoad` backend sends with every answer feeds `prequal` without a probe.
+#[test]
+fn load_reports_with_rif_are_probe_answers() {
+    use liblb_core::{LoadReport, ServerLoad, parse_orca};
+    let (b, clock) = balancer(Algorithm::Prequal, 3, seeded(&[]));
+    let report = |rif: f64, latency_ms: f64| LoadReport {
+        named_metrics: vec![("latency_ms".into(), latency_ms), ("rif".into(), rif)],
+        ..LoadReport::default()
+    };
+    b.report_load("n0", &report(9.0, 80.0)).unwrap();
+    b.report_load("n1", &report(0.0, 2.0)).unwrap();
+    b.report_load("n2", &report(1.0, 40.0)).unwrap();
+    // Cold and fastest first; each pick charges the probe one request and one use.
+    assert_eq!(b.pick(None).unwrap().id(), "n1");
+    // A lease's report counts with the request's latency when it has no `latency_ms`; a
+    // report without either is no probe. Here only the lease's node has a probe.
+    let (b, clock) = balancer(Algorithm::Prequal, 3, seeded(&[]));
+    let server = ServerLoad::new(1000 * SECOND);
+    let lease = b.acquire(None).unwrap();
+    let leased = lease.id().to_string();
+    let other = ["n0", "n1", "n2"]
+        .into_iter()
+        .find(|id| *id != leased)
+        .unwrap();
+    let rif_only = LoadReport {
+        named_metrics: vec![("rif".into(), 0.0)],
+        ..LoadReport::default()
+    };
+    b.report_load(other, &rif_only).unwrap();
+    clock.advance(ms(3));
+    // An idle ServerLoad's header: `rif` only (no latency filed yet).
+    let header = server
+        .header(1000 * SECOND, liblb_core::HeaderForm::Text)
+        .unwrap();
+    assert_eq!(header, "TEXT named_metrics.rif:0");
+    lease.finish_with_load(
+        Outcome::Success(ms(3)),
+        &parse_orca(header.as_bytes()).unwrap(),
+    );
+    assert_eq!(b.pick(None).unwrap().id(), leased);
 }

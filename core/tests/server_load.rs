@@ -2,7 +2,7 @@
 //! with a manual clock, latency by in-flight level and its fallbacks, the ORCA report and its
 //! header round trip through `parse_orca`, utilisation validation, and a concurrency smoke test.
 
-use liblb_core::{Error, HeaderForm, Probe, RIF_METRIC, ServerLoad, parse_orca};
+use liblb_core::{Error, HeaderForm, LATENCY_METRIC, Probe, RIF_METRIC, ServerLoad, parse_orca};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -192,7 +192,9 @@ fn the_report_carries_utilisations_rates_and_rif() {
     assert_eq!(report.rps_fractional, 2.0);
     assert_eq!(report.eps, 0.5);
     assert_eq!(report.named_metric(RIF_METRIC), Some(1.0));
-    assert_eq!(report.named_metrics.len(), 1);
+    // The latency estimate at RIF 1 (none was filed there: the nearest level's, RIF 0's).
+    assert_eq!(report.named_metric(LATENCY_METRIC), Some(500.0));
+    assert_eq!(report.named_metrics.len(), 2);
     assert_eq!(report.rps, 0);
     assert!(report.request_cost.is_empty() && report.utilization.is_empty());
 }

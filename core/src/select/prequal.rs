@@ -28,13 +28,16 @@
 //!
 //! Sources and defaults: the signals (RIF and latency, not CPU load), asynchronous probes
 //! reused across queries, the hot-cold rule, pool size 16 and Q_RIF 0.84 are the paper's
-//! (its design section; its abstract states the first two). r_probe 3, r_remove 1,
-//! b_reuse 2 and a 1 s maximum age are this module's choices, made so that a full pool stays
-//! full — probes arriving, `r_probe · (1 - pool/n)` a pick once answers that replace their
-//! node's probe are discounted, outnumber those leaving, `r_remove + 1/b_reuse`, in fleets of
-//! 32 nodes and more — and an answer is younger than the queues it describes. The paper
-//! derives b_reuse from the other rates and tunes them per deployment; check them against it
-//! (and against the fleet) before relying on them.
+//! (its design section; its abstract states the first two). r_probe 3, r_remove 1 and a 1 s
+//! maximum age are the paper's testbed settings as the public reimplementations read them
+//! (prequal-rs `crates/prequal-core/src/config.rs`: "Defaults follow the paper"); b_reuse is
+//! the paper's Eq. (1) at that testbed (16 probes, 100 replicas, δ = 1), which those
+//! reimplementations read as `1 + δ / ((1 - m/n)·r_probe - r_remove)` (prequal-rs, randomly
+//! rounded) or `(1 + δ) / (...)`, rounded up: 2 either way. liblb keeps b_reuse an option
+//! rather than the formula, which fails for fleets smaller than the pool. With these rates a
+//! full pool stays full — probes arriving, `r_probe · (1 - pool/n)` a pick once answers that
+//! replace their node's probe are discounted, outnumber those leaving, `r_remove + 1/b_reuse`,
+//! in fleets of 32 nodes and more. Check them against the fleet before relying on them.
 //!
 //! The hot/cold threshold is taken over the last [`RIF_HISTORY`] probed RIF values rather than
 //! over the pool itself: over the pool, at least a Q_RIF share of the probes would always be
