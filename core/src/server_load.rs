@@ -140,7 +140,7 @@ pub struct Probe {
 /// assert_eq!(load.probe(5 * MS).latency, Duration::from_millis(4));
 /// assert_eq!(
 ///     load.header(5 * MS, HeaderForm::Text)?,
-///     "TEXT cpu_utilization:0.5,rps_fractional:1,named_metrics.rif:0"
+///     "TEXT cpu_utilization:0.5,rps_fractional:1,named_metrics.latency_ms:4,named_metrics.rif:0"
 /// );
 /// # Ok::<(), liblb_core::Error>(())
 /// ```

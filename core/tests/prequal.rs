@@ -370,7 +370,7 @@ fn a_slow_replica_gets_far_less_than_round_robin_gives_it() {
 #[test]
 fn load_reports_with_rif_are_probe_answers() {
     use liblb_core::{LoadReport, ServerLoad, parse_orca};
-    let (b, clock) = balancer(Algorithm::Prequal, 3, seeded(&[]));
+    let (b, _clock) = balancer(Algorithm::Prequal, 3, seeded(&[]));
     let report = |rif: f64, latency_ms: f64| LoadReport {
         named_metrics: vec![("latency_ms".into(), latency_ms), ("rif".into(), rif)],
         ..LoadReport::default()
