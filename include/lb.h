@@ -1720,6 +1720,49 @@ lb_result lb_balancer_report_info(const struct lb_balancer *balancer,
                                   const struct lb_outcome_info *info);
 
 /**
+ * Up to `count` distinct nodes to probe now, uniformly at random among the nodes with a
+ * positive weight (from the balancer's generator: a seeded balancer replays), into `picks_out` (room for
+ * `count` entries); `*count_out` gets how many were written (fewer when the balancer has
+ * fewer nodes). Ids as in `lb_balancer_pick_many`. Send each a probe and give its answer to
+ * `lb_balancer_offer_probe`; `lb_balancer_probes_due` says how many the picks asked for.
+ *
+ * Errors: `LB_RESULT_BATCH_TOO_LARGE` (`count` above `LB_MAX_BATCH`), `LB_RESULT_NULL_PARAMETER`
+ * (including NULL `count_out`), `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_NO_NODES`,
+ * `LB_RESULT_BUFFER_TOO_SMALL` (`*ids_size_out` = size needed; `picks_out` and `*count_out`
+ * untouched, the draw made). Thread-safe.
+ */
+lb_result lb_balancer_probe_targets(const struct lb_balancer *balancer,
+                                    size_t count,
+                                    struct lb_pick *picks_out,
+                                    char *ids_buf,
+                                    size_t ids_buf_len,
+                                    size_t *ids_size_out,
+                                    size_t *count_out);
+
+/**
+ * A probe answer from the node with this id, stamped with the balancer's clock: its requests
+ * in flight (`rif`) and its latency estimate in nanoseconds, as Prequal's servers answer
+ * (`lb_server_load_probe` on a liblb backend). A load report with the named metrics `rif` and
+ * `latency_ms` given to `lb_balancer_report_load` or `lb_lease_finish_load` counts as one too.
+ *
+ * Errors (nothing is recorded): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LENGTH`,
+ * `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_NODE`. Thread-safe; never locks.
+ */
+lb_result lb_balancer_offer_probe(const struct lb_balancer *balancer,
+                                  const char *id,
+                                  size_t id_len,
+                                  uint32_t rif,
+                                  uint64_t latency_ns);
+
+/**
+ * How many probes the picks since the last call made due (`prequal`'s `probe_rate` per pick;
+ * always 0 for other algorithms), written to `*due_out`: ask `lb_balancer_probe_targets` for
+ * that many. Errors: `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_balancer_probes_due(const struct lb_balancer *balancer,
+                                 size_t *due_out);
+
+/**
  * liblb's monotonic clock in nanoseconds: the clock every balancer reads
  * (`lb_balancer_now_ns`), from one origin per process. Use it for the `now_ns` of budgets
  * and hedging policies that balancers or requests also use, so all of them tell one time.

@@ -19,6 +19,7 @@ export type Algorithm =
   | 'rendezvous'
   | 'jump'
   | 'client_side_wrr'
+  | 'prequal'
 
 /** A key: a string (hashed as its UTF-8 bytes) or bytes (a `Uint8Array`; a `Buffer` is one). */
 export type Key = string | Uint8Array
@@ -126,6 +127,18 @@ export interface BalancerOptions {
   weight_update_period_ms?: number | bigint | string | null
   /** client_side_wrr: how much errors per second weigh as utilisation (default 1.0, at least 0). */
   error_utilization_penalty?: number | string | null
+  /** prequal: probe answers a pick chooses among (default 16, 1 to 64). */
+  probe_pool_size?: number | bigint | string | null
+  /** prequal: the RIF quantile above which a probe is hot: a percentage (84, the default) or a fraction (0.84). */
+  q_rif?: number | string | null
+  /** prequal: probes due per pick (default 3; fractions accumulate). */
+  probe_rate?: number | string | null
+  /** prequal: picks one probe answer may serve (default 2, 1 to 63). */
+  probe_reuse?: number | bigint | string | null
+  /** prequal: probe answers older than this leave the pool (default 1000). */
+  max_probe_age_ms?: number | bigint | string | null
+  /** prequal: the worst probe is removed at this rate per pick (default 1). */
+  probe_remove_rate?: number | string | null
   /** The default budget of this balancer's requests (see also `setBudget`). */
   budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
 }

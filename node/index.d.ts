@@ -19,6 +19,7 @@ export type Algorithm =
   | 'rendezvous'
   | 'jump'
   | 'client_side_wrr'
+  | 'prequal'
 
 /** A key: a string (hashed as its UTF-8 bytes) or bytes (a `Uint8Array`; a `Buffer` is one). */
 export type Key = string | Uint8Array
@@ -126,6 +127,18 @@ export interface BalancerOptions {
   weight_update_period_ms?: number | bigint | string | null
   /** client_side_wrr: how much errors per second weigh as utilisation (default 1.0, at least 0). */
   error_utilization_penalty?: number | string | null
+  /** prequal: probe answers a pick chooses among (default 16, 1 to 64). */
+  probe_pool_size?: number | bigint | string | null
+  /** prequal: the RIF quantile above which a probe is hot: a percentage (84, the default) or a fraction (0.84). */
+  q_rif?: number | string | null
+  /** prequal: probes due per pick (default 3; fractions accumulate). */
+  probe_rate?: number | string | null
+  /** prequal: picks one probe answer may serve (default 2, 1 to 63). */
+  probe_reuse?: number | bigint | string | null
+  /** prequal: probe answers older than this leave the pool (default 1000). */
+  max_probe_age_ms?: number | bigint | string | null
+  /** prequal: the worst probe is removed at this rate per pick (default 1). */
+  probe_remove_rate?: number | string | null
   /** The default budget of this balancer's requests (see also `setBudget`). */
   budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
 }
@@ -495,6 +508,25 @@ export declare class Balancer {
    * `LB_INVALID_LOAD_REPORT`; nothing is recorded then.
    */
   reportLoad(id: string, report: LoadReport | string | Uint8Array): void
+  /**
+   * Up to `count` distinct node ids to probe now, uniformly at random among the nodes with
+   * weight > 0 (from the balancer's generator: seeded balancers replay). For `prequal`:
+   * send each a probe and give its answer to `offerProbe`; `probesDue()` says how many the
+   * picks asked for. Throws `LB_NO_NODES` without a node of weight > 0.
+   */
+  probeTargets(count: number): string[]
+  /**
+   * A probe answer from node `id`, stamped now: its requests in flight `rif` (saturating
+   * at 2^32 - 1) and its latency estimate in milliseconds, as Prequal servers answer
+   * (`ServerLoad.probe()`). `prequal` adds it to its pool; other algorithms ignore it.
+   * Throws `LB_UNKNOWN_NODE`; nothing is recorded then.
+   */
+  offerProbe(id: string, rif: number, latencyMs: number): void
+  /**
+   * How many probes the picks since the last call made due (`prequal`'s `probe_rate` per
+   * pick; 0 for other algorithms): ask `probeTargets` for that many.
+   */
+  probesDue(): number
   /**
    * The balancer's clock in milliseconds (fractions included): liblb's monotonic clock,
    * one per process (budgets read it too); the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the

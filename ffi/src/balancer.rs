@@ -568,7 +568,7 @@ type IdsOut<'a> = Option<(OutSlice<'a, u8>, crate::ptr::Out<'a, usize>)>;
 ///
 /// # Safety
 /// `ids_buf` is NULL or writable for `ids_buf_len` bytes; `ids_size_out` NULL or writable.
-unsafe fn ids_out<'a>(
+pub(crate) unsafe fn ids_out<'a>(
     ids_buf: *mut c_char,
     ids_buf_len: usize,
     ids_size_out: *mut usize,
@@ -606,7 +606,7 @@ pub(crate) fn copy_id(buf: &mut OutSlice<'_, u8>, offset: &mut usize, id: &str) 
 /// Writes the answers of `picks` (and their ids, when asked for) to the caller's arrays, after
 /// checking that everything fits: either every output is written, or (on
 /// `LB_RESULT_BUFFER_TOO_SMALL`) only the size needed.
-fn write_picks(
+pub(crate) fn write_picks(
     picks: &liblb_core::Picks,
     mut picks_out: OutSlice<'_, lb_pick>,
     ids: IdsOut<'_>,

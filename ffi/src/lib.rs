@@ -27,6 +27,7 @@ mod options;
 mod orca;
 mod outcome;
 mod panic;
+mod probe;
 mod ptr;
 mod request;
 mod result;
@@ -71,6 +72,7 @@ pub use outcome::{
     LB_OUTCOME_SUCCESS, LB_OUTCOME_TIMEOUT, lb_balancer_report_info, lb_lease_finish_info,
     lb_outcome, lb_outcome_info,
 };
+pub use probe::{lb_balancer_offer_probe, lb_balancer_probe_targets, lb_balancer_probes_due};
 pub use request::{
     LB_DECISION_DONE, LB_DECISION_RETRY, LB_DECISION_STOP, LB_DECISION_WAIT, LB_RETRY_ON_ERROR,
     LB_RETRY_ON_OVERLOADED, LB_RETRY_ON_TIMEOUT, LB_STOP_BUDGET, LB_STOP_DEADLINE,

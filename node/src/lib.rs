@@ -457,6 +457,51 @@ impl Balancer {
         self.inner.report_load(&id, &report).or_throw()
     }
 
+    /// Up to `count` distinct node ids to probe now, uniformly at random among the nodes with
+    /// weight > 0 (from the balancer's generator: seeded balancers replay). For `prequal`:
+    /// send each a probe and give its answer to `offerProbe`; `probesDue()` says how many the
+    /// picks asked for. Throws `LB_NO_NODES` without a node of weight > 0.
+    #[napi(
+        js_name = "probeTargets",
+        catch_unwind,
+        ts_args_type = "count: number",
+        ts_return_type = "string[]"
+    )]
+    pub fn probe_targets(&self, env: Env, count: Unknown) -> Result<Ids> {
+        let count = js::integer(&env, &count, "count", liblb_core::MAX_BATCH as f64)? as usize;
+        self.inner.probe_targets(count).map(Ids).or_throw()
+    }
+
+    /// A probe answer from node `id`, stamped now: its requests in flight `rif` (saturating
+    /// at 2^32 - 1) and its latency estimate in milliseconds, as Prequal servers answer
+    /// (`ServerLoad.probe()`). `prequal` adds it to its pool; other algorithms ignore it.
+    /// Throws `LB_UNKNOWN_NODE`; nothing is recorded then.
+    #[napi(
+        js_name = "offerProbe",
+        catch_unwind,
+        ts_args_type = "id: string, rif: number, latencyMs: number"
+    )]
+    pub fn offer_probe(
+        &self,
+        env: Env,
+        id: Unknown,
+        rif: Unknown,
+        latency_ms: Unknown,
+    ) -> Result<()> {
+        let id = js::id(&env, &id, "id")?;
+        let rif = js::integer(&env, &rif, "rif", 9_007_199_254_740_991.0)?.min(f64::from(u32::MAX))
+            as u32;
+        let latency = js::millis(&env, &latency_ms, "latencyMs")?;
+        self.inner.offer_probe(&id, rif, latency).or_throw()
+    }
+
+    /// How many probes the picks since the last call made due (`prequal`'s `probe_rate` per
+    /// pick; 0 for other algorithms): ask `probeTargets` for that many.
+    #[napi(js_name = "probesDue", catch_unwind)]
+    pub fn probes_due(&self) -> u32 {
+        u32::try_from(self.inner.probes_due()).unwrap_or(u32::MAX)
+    }
+
     /// The balancer's clock in milliseconds (fractions included): liblb's monotonic clock,
     /// one per process (budgets read it too); the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the
     /// time left.

@@ -235,7 +235,8 @@ describe('options', () => {
       overprovisioning_factor: 120, zone_aware_min_cluster_size: 3,
       zone_aware_routing_enabled: 80, zone_aware_by_weight: 1,
       blackout_period_ms: 5000, weight_expiration_period_ms: 60000, weight_update_period_ms: 500,
-      error_utilization_penalty: 0.25,
+      error_utilization_penalty: 0.25, probe_pool_size: 8, q_rif: 0.9, probe_rate: 2,
+      probe_reuse: 3, max_probe_age_ms: 2000, probe_remove_rate: 0.5,
     }
     assert.deepEqual(Object.keys(values).sort(), [...optionNames()].sort(), 'a core option this test does not set')
     for (const name of algorithms()) assert.equal(new Balancer(name, ABC, values).size, 3)

@@ -136,3 +136,25 @@ describe('reportLoad and leases with a load report (client_side_wrr, gRFC A58)',
     assert.deepEqual(c, { a: 100, b: 300 })
   })
 })
+
+describe('prequal probes', () => {
+  it('hands out probes due and targets, takes answers, refuses bad ones', () => {
+    const b = new Balancer('prequal', ['a', 'b', 'c'], { seed: 7 })
+    assert.equal(b.probesDue(), 0)
+    b.pick() // an empty pool: a random node
+    assert.equal(b.probesDue(), 3)
+    assert.equal(b.probesDue(), 0)
+    assert.deepEqual(b.probeTargets(5).sort(), ['a', 'b', 'c'])
+    b.offerProbe('a', 5, 20)
+    b.offerProbe('b', 0, 1)
+    assert.equal(b.pick(), 'b') // idle and fast
+    assert.throws(() => b.offerProbe('zz', 0, 1), { code: 'LB_UNKNOWN_NODE' })
+    assert.throws(() => b.offerProbe('a', '5', 1), TypeError)
+    assert.throws(() => b.offerProbe('a', -1, 1), RangeError)
+    assert.throws(() => b.offerProbe('a', 0, 'x'), TypeError)
+    assert.throws(() => b.probeTargets(-1), RangeError)
+    b.offerProbe('c', 2 ** 40, 1) // saturates
+    b.reportLoad('c', 'TEXT named_metrics.latency_ms:0.5,named_metrics.rif:0')
+    assert.throws(() => new Balancer('prequal', ['a'], { q_rif: 101 }), { code: 'LB_INVALID_OPTION_VALUE' })
+  })
+})

@@ -70,6 +70,12 @@ function run(balancer, leases, step) {
         return leases[step.lease].finish({ ...outcomeOf(step), load: parseOrca(step.load) })
       }
       return leases[step.lease].finish(outcomeOf(step))
+    case 'offer_probe':
+      return balancer.offerProbe(step.id, step.rif, step.latency_ms)
+    case 'probe_targets':
+      return balancer.probeTargets(step.count)
+    case 'probes_due':
+      return balancer.probesDue()
     case 'report_load':
       return balancer.reportLoad(step.id, step.load)
     case 'cancel':

@@ -116,7 +116,9 @@ class Balancer:
     (``overprovisioning_factor``, ``zone_aware_min_cluster_size``,
     ``zone_aware_routing_enabled``, ``zone_aware_by_weight``); server-reported load for
     ``client_side_wrr`` (``blackout_period_ms``, ``weight_expiration_period_ms``,
-    ``weight_update_period_ms``, ``error_utilization_penalty``, also a float).
+    ``weight_update_period_ms``, ``error_utilization_penalty``, also a float) and probes for
+    ``prequal`` (``probe_pool_size``, ``q_rif`` as a percentage or a fraction ``"0.84"``,
+    ``probe_rate``, ``probe_reuse``, ``max_probe_age_ms``, ``probe_remove_rate``).
     docs/algorithms.md, docs/health.md and docs/localities.md say which algorithm reads which.
     """
 
@@ -164,6 +166,12 @@ class Balancer:
         weight_expiration_period_ms: int | str | None = None,
         weight_update_period_ms: int | str | None = None,
         error_utilization_penalty: float | int | str | None = None,
+        probe_pool_size: int | str | None = None,
+        q_rif: float | int | str | None = None,
+        probe_rate: float | int | str | None = None,
+        probe_reuse: int | str | None = None,
+        max_probe_age_ms: int | str | None = None,
+        probe_remove_rate: float | int | str | None = None,
         budget: _Budget | None = None,
     ) -> Balancer: ...
     def request(
@@ -252,6 +260,12 @@ class Balancer:
         A success needs its ``latency``; a failure (``ok=False``) may leave it out, name its
         ``kind`` (one of FAILURE_KINDS, default "error") and, when overloaded, a
         ``retry_after`` that keeps the node from picks until then."""
+    def probe_targets(self, count: int) -> list[str]:
+        """Up to ``count`` distinct node ids to probe now (uniform, from the seeded generator)."""
+    def offer_probe(self, id: str, rif: int, latency: _Latency) -> None:
+        """A probe answer (requests in flight, latency estimate) for ``prequal``."""
+    def probes_due(self) -> int:
+        """How many probes the picks since the last call made due (``prequal``)."""
     def report_load(self, id: str, report: LoadReport | bytes | bytearray | str) -> None:
         """Takes a node's ORCA load report as received now (a LoadReport, or what
         ``parse_orca`` takes); ``client_side_wrr`` weighs nodes by them (gRFC A58)."""

@@ -415,7 +415,7 @@ pub(crate) fn options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Options> {
             // round-trip text, parsed by the core.
             let float: f64 = value.extract()?;
             options
-                .set(&name, OptionValue::Str(&float.to_string()))
+                .set(&name, OptionValue::Str(&format!("{float:?}")))
                 .or_raise()?;
         } else if !Options::NAMES.contains(&&*name) {
             return Err(CoreError(Error::UnknownOption(name.into_owned())).into());

@@ -323,6 +323,42 @@ impl PyBalancer {
             .or_raise()
     }
 
+    /// Up to `count` distinct node ids to probe now, uniformly at random among the nodes with
+    /// weight > 0 (from the balancer's generator: seeded balancers replay). For `prequal`:
+    /// send each a probe and give its answer to `offer_probe`; `probes_due()` says how many
+    /// the picks asked for.
+    fn probe_targets<'py>(
+        &self,
+        py: Python<'py>,
+        count: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let count = convert::count("count", count, false)?;
+        id_list(py, &self.inner.probe_targets(count).or_raise()?)
+    }
+
+    /// A probe answer from node `id`, stamped now: its requests in flight `rif` (an int,
+    /// saturating at 2**32 - 1) and its latency estimate (seconds or a `datetime.timedelta`),
+    /// as Prequal servers answer (`ServerLoad.probe()`). `prequal` adds it to its pool; other
+    /// algorithms ignore it. Raises `UnknownNodeError`; nothing is recorded then.
+    fn offer_probe(
+        &self,
+        id: &Bound<'_, PyAny>,
+        rif: &Bound<'_, PyAny>,
+        latency: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let rif = convert::count("rif", rif, true)?.min(u32::MAX as usize) as u32;
+        let latency = convert::seconds("latency", latency)?;
+        (self.inner)
+            .offer_probe(convert::node_id(id)?, rif, latency)
+            .or_raise()
+    }
+
+    /// How many probes the picks since the last call made due (`prequal`'s `probe_rate` per
+    /// pick; 0 for other algorithms): ask `probe_targets` for that many.
+    fn probes_due(&self) -> usize {
+        self.inner.probes_due()
+    }
+
     /// The balancer's clock in seconds: liblb's monotonic clock, one per process (budgets read
     /// it too); the
     /// clock of `stats()`'s `until`, so `until - now()` is the time left.

@@ -204,6 +204,8 @@ def test_every_core_option_is_accepted() -> None:
         "zone_aware_routing_enabled": 80, "zone_aware_by_weight": 1,
         "blackout_period_ms": 5000, "weight_expiration_period_ms": 60000,
         "weight_update_period_ms": 500, "error_utilization_penalty": 0.25,
+        "probe_pool_size": 8, "q_rif": 0.9, "probe_rate": 2.5, "probe_reuse": 3,
+        "max_probe_age_ms": 2000, "probe_remove_rate": 0.5,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
     for algorithm in liblb.ALGORITHMS:
@@ -276,6 +278,8 @@ def test_repr_evaluates_back_with_every_option() -> None:
         "zone_aware_routing_enabled": 80, "zone_aware_by_weight": 1,
         "blackout_period_ms": 5000, "weight_expiration_period_ms": 60000,
         "weight_update_period_ms": 500, "error_utilization_penalty": 0.25,
+        "probe_pool_size": 8, "q_rif": 0.9, "probe_rate": 2.5, "probe_reuse": 3,
+        "max_probe_age_ms": 2000, "probe_remove_rate": 0.5,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
     b = liblb.Balancer("maglev", NODES, **values)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ tests check what the binding adds: the argument types, the report object, the er
 from __future__ import annotations
 
 import base64
+import datetime
 import struct
 import time
 
@@ -158,3 +159,28 @@ def test_client_side_wrr_options() -> None:
         liblb.Balancer("client_side_wrr", ["a"], error_utilization_penalty=-1)
     with pytest.raises(liblb.InvalidOptionValueError):
         liblb.Balancer("client_side_wrr", ["a"], weight_expiration_period_ms=0)
+
+
+def test_prequal_probes() -> None:
+    b = liblb.Balancer("prequal", ["a", "b", "c"], seed=7)
+    assert b.probes_due() == 0
+    b.pick()  # an empty pool: a random node
+    assert b.probes_due() == 3  # probe_rate 3 per pick, handed out once
+    assert b.probes_due() == 0
+    targets = b.probe_targets(5)
+    assert sorted(targets) == ["a", "b", "c"]
+    b.offer_probe("a", 5, 0.020)
+    b.offer_probe("b", 0, datetime.timedelta(milliseconds=1))
+    assert b.pick() == "b"  # idle and fast
+    with pytest.raises(liblb.UnknownNodeError):
+        b.offer_probe("zz", 0, 0.001)
+    with pytest.raises(TypeError, match="rif must be int"):
+        b.offer_probe("a", "5", 0.001)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="rif must be >= 0"):
+        b.offer_probe("a", -1, 0.001)
+    b.offer_probe("c", 2**40, 0.001)  # saturates
+    # A load report with rif and latency_ms is a probe answer too.
+    b.report_load("c", "TEXT named_metrics.latency_ms:0.5,named_metrics.rif:0")
+    assert liblb.Balancer("prequal", ["a"], q_rif="0.5") is not None
+    with pytest.raises(liblb.InvalidOptionValueError, match="q_rif"):
+        liblb.Balancer("prequal", ["a"], q_rif=101)

@@ -92,6 +92,12 @@ def run_step(balancer: liblb.Balancer, leases: list[liblb.Lease], step: dict[str
             load = liblb.parse_orca(step["load"])
             return leases[step["lease"]].finish(**outcome_of(step), load=load)
         return leases[step["lease"]].finish(**outcome_of(step))
+    if op == "offer_probe":
+        return balancer.offer_probe(step["id"], step["rif"], step["latency_ms"] / 1000)
+    if op == "probe_targets":
+        return balancer.probe_targets(step["count"])
+    if op == "probes_due":
+        return balancer.probes_due()
     if op == "report_load":
         return balancer.report_load(step["id"], liblb.parse_orca(step["load"]))
     if op == "cancel":

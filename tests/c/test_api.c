@@ -58,7 +58,7 @@ static void test_version_and_names(void) {
                            "least_request",  "least_connections", "peak_ewma",
                            "ketama",         "nginx_chash",       "ring_hash",
                            "maglev",         "rendezvous",        "jump",
-                           "client_side_wrr"};
+                           "client_side_wrr", "prequal"};
     size_t i = 0;
     for (; lb_algorithm_name(i) != NULL; i++) {
         CHECK(i < sizeof names / sizeof names[0]);
@@ -1609,9 +1609,44 @@ static void test_client_side_wrr(void) {
     lb_balancer_free(b);
 }
 
+/* prequal: probes due per pick, targets to probe, answers offered; errors change nothing. */
+static void test_prequal_probes(void) {
+    lb_options *o = NULL;
+    CHECK_OK(lb_options_new(&o));
+    CHECK_OK(lb_options_set_int(o, S("seed"), 7));
+    CHECK_OK(lb_options_set_str(o, S("q_rif"), S("0.84")));
+    lb_node abc[] = {node("a", 1, 0), node("b", 1, 1), node("c", 1, 2)};
+    lb_balancer *b = make("prequal", o, abc, 3);
+    lb_options_free(o);
+    char id[8];
+    size_t due = 99, size = 0, count = 99;
+    CHECK_OK(lb_balancer_probes_due(b, &due));
+    CHECK(due == 0);
+    CHECK_OK(pick(b, NULL, id, sizeof id, NULL)); /* an empty pool: a random node */
+    CHECK_OK(lb_balancer_probes_due(b, &due));
+    CHECK(due == 3); /* probe_rate 3 per pick */
+    lb_pick targets[4];
+    char ids[32];
+    CHECK_OK(lb_balancer_probe_targets(b, 4, targets, ids, sizeof ids, &size, &count));
+    CHECK(count == 3); /* every node once, in a random order */
+    CHECK(targets[0].tag + targets[1].tag + targets[2].tag == 3);
+    CHECK_RESULT(lb_balancer_probe_targets(b, 4, targets, NULL, 0, NULL, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    /* b answers idle and fast: it is picked. */
+    CHECK_OK(lb_balancer_offer_probe(b, S("a"), 5, 20000000));
+    CHECK_OK(lb_balancer_offer_probe(b, S("b"), 0, 1000000));
+    CHECK_RESULT(lb_balancer_offer_probe(b, S("zz"), 0, 1), LB_RESULT_UNKNOWN_NODE);
+    CHECK_RESULT(lb_balancer_offer_probe(NULL, S("a"), 0, 1), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_probes_due(b, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_OK(pick(b, NULL, id, sizeof id, NULL));
+    CHECK_STR(id, "b");
+    lb_balancer_free(b);
+}
+
 int main(void) {
     test_version_and_names();
     test_client_side_wrr();
+    test_prequal_probes();
     test_options();
     test_new_errors();
     test_membership();

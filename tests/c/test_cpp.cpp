@@ -390,7 +390,7 @@ int main() {
     test_requests();
     test_localities();
     auto names = lb::algorithms();
-    CHECK(names.size() == 16 && names.front() == "random" && names.back() == "client_side_wrr");
+    CHECK(names.size() == 17 && names.front() == "random" && names.back() == "prequal");
 
     // Seed 001's example through options and string_view keys.
     lb::options opts;

@@ -400,6 +400,22 @@ static lb_result run_step(const lb_balancer *b, const json *step, char *ids) {
             if (r != LB_RESULT_OK) leases[json_get(step, "lease")->integer] = lease;
         }
         lb_load_report_free(report);
+    } else if (strcmp(op, "offer_probe") == 0) {
+        uint64_t latency_ns = (uint64_t)json_get(step, "latency_ms")->integer * 1000000u;
+        r = lb_balancer_offer_probe(b, id->str, id->len, (uint32_t)json_get(step, "rif")->integer,
+                                    latency_ns);
+    } else if (strcmp(op, "probe_targets") == 0) {
+        size_t want = (size_t)json_get(step, "count")->integer;
+        lb_pick *picks = calloc(want ? want : 1, sizeof *picks);
+        r = lb_balancer_probe_targets(b, want, picks, ids, IDS_CAP, &size, &count);
+        if (r == LB_RESULT_OK) check_picks("probe_targets", picks, count, expect);
+        free(picks);
+    } else if (strcmp(op, "probes_due") == 0) {
+        size_t due = 0;
+        r = lb_balancer_probes_due(b, &due);
+        if (r == LB_RESULT_OK && (!expect || due != expect->integer))
+            FAIL("probes_due: got %zu, expected %llu", due,
+                 expect ? (unsigned long long)expect->integer : 0ull);
     } else if (strcmp(op, "report_load") == 0) {
         const json *load = json_get(step, "load");
         lb_load_report *report = NULL;

@@ -35,7 +35,9 @@ a margin of a second). A finish or report step of a failure (ok false) may name 
 latency_ms (a finish then measures it, a report records none); a finish may carry `load`, \
 the server's ORCA load report as an endpoint-load-metrics header value, and report_load (id, \
 load) gives one without a request (each language parses `load` with its parse_orca first; a \
-report that does not parse fails the step). Keys are hashed as \
+report that does not parse fails the step); offer_probe (id, rif, latency_ms) gives a probe \
+answer, probe_targets (count) expects the ids to probe, probes_due expects how many probes \
+the picks since the last probes_due made due. Keys are hashed as \
 their UTF-8 bytes. `expect` is the answer every language must give; `expect_error` is the \
 error code the step must fail with, leaving the balancer unchanged. Seeded random sequences \
 depend on every earlier step of the case. Each of `requests` builds a fresh balancer the same \
@@ -917,6 +919,40 @@ fn load_report_cases() -> Vec<Case> {
         stats(),
     ]);
     leases.extend(unkeyed(6));
+    // (d) prequal: picks before any answer are uniformly random (seeded); each pick makes
+    // probe_rate (3) probes due; answers are offered directly or piggybacked on a load report
+    // (`rif` and `latency_ms`); the hot-cold rule then picks. Answers do not age within the
+    // case (max_probe_age_ms 10 min).
+    let probe = |id: &str, rif: u64, latency_ms: u64| json!({"op": "offer_probe", "id": id, "rif": rif, "latency_ms": latency_ms});
+    let mut prequal = unkeyed(2);
+    prequal.extend([
+        json!({"op": "probes_due"}),
+        json!({"op": "probes_due"}),
+        json!({"op": "probe_targets", "count": 3}),
+        json!({"op": "probe_targets", "count": 9}),
+        probe("a", 0, 5),
+        probe("b", 4, 1),
+        probe("c", 1, 20),
+        probe("d", 9, 2),
+        report_load("e", "TEXT named_metrics.latency_ms:3,named_metrics.rif:2"),
+    ]);
+    prequal.extend(unkeyed(8));
+    prequal.extend([
+        attempts(None, 3),
+        json!({"op": "probes_due"}),
+        probe("zz", 1, 1),
+        probe("a", 3, 4),
+        stats(),
+    ]);
+    prequal.extend(unkeyed(4));
+    out.push(Case {
+        name: "prequal-probes".into(),
+        algorithm: "prequal",
+        options: json!({"seed": 3, "max_probe_age_ms": 600000}),
+        nodes: uniform(&["a", "b", "c", "d", "e"]),
+        places: Vec::new(),
+        steps: prequal,
+    });
     out.push(Case {
         name: "client-side-wrr-leases-and-blackout".into(),
         algorithm: "client_side_wrr",
@@ -1525,6 +1561,17 @@ pub fn run_step(
             b.report(str_of(step, "id"), outcome(step, None)?)?;
             Value::Null
         }
+        "offer_probe" => {
+            let rif = step["rif"].as_u64().expect("rif") as u32;
+            let latency = millis(step, "latency_ms").expect("latency_ms");
+            b.offer_probe(str_of(step, "id"), rif, latency)?;
+            Value::Null
+        }
+        "probe_targets" => {
+            let count = step["count"].as_u64().expect("count") as usize;
+            json!(b.probe_targets(count)?.ids().collect::<Vec<_>>())
+        }
+        "probes_due" => json!(b.probes_due()),
         "report_load" => {
             let load = liblb_core::parse_orca(str_of(step, "load").as_bytes())?;
             b.report_load(str_of(step, "id"), &load)?;
