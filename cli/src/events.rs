@@ -76,6 +76,8 @@ struct InService {
     backend: usize,
     success: bool,
     lease: Lease,
+    /// The backend's `ServerLoad` token for it.
+    started: liblb_core::Started,
 }
 
 crate::events::earliest_first!(InService, done_ns);
@@ -85,6 +87,7 @@ struct Waiting {
     arrived_ns: u64,
     work: f64,
     lease: Lease,
+    started: liblb_core::Started,
 }
 
 /// A uniform draw in [0, 1) with 53 bits (every simulation's).
@@ -102,6 +105,7 @@ fn begin(model: &impl Model, w: Waiting, b: usize, now: u64, heap: &mut BinaryHe
         backend: b,
         success,
         lease: w.lease,
+        started: w.started,
     });
 }
 
@@ -135,12 +139,14 @@ pub(crate) fn run(
             let key = (workload.key_of)(unit(&mut rng)).min(workload.keys.len() - 1);
             let work = exp1(&mut rng);
             let lease = balancer.acquire(Some(&workload.keys[key]))?;
+            meters.probe(balancer, now)?;
             let b = lease.tag() as usize;
             let waiting = Waiting {
                 seq: issued,
                 arrived_ns: now,
                 work,
                 lease,
+                started: meters.arrived(b, now),
             };
             total += 1;
             if busy[b] < servers {
@@ -163,11 +169,9 @@ pub(crate) fn run(
             } else {
                 Outcome::Failure(latency)
             };
-            // The answer carries the backend's load report, as a real server's would.
-            match meters.completed(b, now, done.success) {
-                Some(load) => done.lease.finish_with_load(outcome, load),
-                None => done.lease.finish(outcome),
-            }
+            // The answer carries the backend's load report, as a liblb backend's would.
+            let load = meters.completed(b, done.started, now, done.success);
+            done.lease.finish_with_load(outcome, &load);
             total -= 1;
             model.done(now, b, done.arrived_ns, done.success, balancer);
             match queues[b].pop_front() {

@@ -1,47 +1,65 @@
-//! What a simulated backend says about its own load: the ORCA report a real server would send
-//! in its `endpoint-load-metrics` trailer (gRFC A58 reads `application_utilization`,
-//! `rps_fractional` and `eps`). Each completion's lease is finished with the backend's report
-//! of the last whole second, so `client_side_wrr` weighs backends as it would in production;
-//! the other algorithms ignore the reports, and their runs are unchanged by them.
+//! What a simulated backend says about its own load, as a liblb backend would: each keeps a
+//! [`ServerLoad`] (requests in flight, latency by in-flight level) and a busy-time meter, and
+//!
+//! - every answer carries the backend's ORCA report (the `endpoint-load-metrics` trailer):
+//!   its utilisation, queries and errors per second over the last whole second (what gRFC A58's
+//!   `client_side_wrr` reads), and `ServerLoad`'s `rif` and `latency_ms` (a piggybacked probe
+//!   answer for `prequal`);
+//! - it answers probes with [`ServerLoad::probe`] at once (no probe delay here).
+//!
+//! A request's `rif` is counted from its arrival at the backend (queued or served), as a
+//! server that admits requests into its own queue counts them. The other algorithms ignore
+//! reports and ask for no probes, so their runs are unchanged by any of this.
 
-use liblb_core::LoadReport;
+use liblb_core::{Balancer, LoadReport, ServerLoad, Started};
 
-/// The window a report covers (a server's metrics recorder typically reports per second).
+/// The window a report's rates and utilisation cover.
 const WINDOW_NS: u64 = 1_000_000_000;
 
-/// One backend's meter: busy server-time and completions over the current window, and the
-/// report of the last whole one.
+/// One backend's busy server-time and completions over the current window, and the numbers
+/// of the last whole one.
 struct Meter {
+    server: ServerLoad,
     start: u64,
     changed: u64,
     busy: usize,
     busy_ns: f64,
     completions: u64,
     errors: u64,
-    report: Option<LoadReport>,
+    /// The last whole window's (utilisation, qps, eps), if one has passed.
+    last: Option<(f64, f64, f64)>,
 }
 
-/// The meters of `backends` backends of `servers` servers each.
+/// The meters of `backends` backends of `servers` servers each, and the probes they answered.
 pub(crate) struct Meters {
     servers: usize,
     meters: Vec<Meter>,
+    /// Probes answered (the probe traffic `prequal` caused).
+    pub(crate) probes: u64,
 }
 
 impl Meters {
     pub(crate) fn new(backends: usize, servers: usize) -> Meters {
         let meter = || Meter {
+            server: ServerLoad::new(0),
             start: 0,
             changed: 0,
             busy: 0,
             busy_ns: 0.0,
             completions: 0,
             errors: 0,
-            report: None,
+            last: None,
         };
         Meters {
             servers,
             meters: (0..backends).map(|_| meter()).collect(),
+            probes: 0,
         }
+    }
+
+    /// A request reached backend `b` at `now` (queued or served): its `ServerLoad` token.
+    pub(crate) fn arrived(&self, b: usize, now: u64) -> Started {
+        self.meters[b].server.start(now)
     }
 
     /// Backend `b` has `busy` servers at work from `now` on.
@@ -53,25 +71,51 @@ impl Meters {
     }
 
     /// A request on backend `b` completed at `now` (a success if `ok`): the report its answer
-    /// carries, that of the last whole window (`None` during the first).
-    pub(crate) fn completed(&mut self, b: usize, now: u64, ok: bool) -> Option<&LoadReport> {
+    /// carries.
+    pub(crate) fn completed(
+        &mut self,
+        b: usize,
+        started: Started,
+        now: u64,
+        ok: bool,
+    ) -> LoadReport {
         let busy = self.meters[b].busy;
         self.busy(b, now, busy);
         let servers = self.servers as f64;
         let m = &mut self.meters[b];
+        m.server.finish(started, now, ok);
         m.completions += 1;
         m.errors += u64::from(!ok);
         let elapsed = now - m.start;
         if elapsed >= WINDOW_NS {
             let seconds = elapsed as f64 / 1e9;
-            m.report = Some(LoadReport {
-                application_utilization: m.busy_ns / (servers * elapsed as f64),
-                rps_fractional: m.completions as f64 / seconds,
-                eps: m.errors as f64 / seconds,
-                ..LoadReport::default()
-            });
+            let utilization = m.busy_ns / (servers * elapsed as f64);
+            let (qps, eps) = (m.completions as f64 / seconds, m.errors as f64 / seconds);
+            m.last = Some((utilization, qps, eps));
             (m.start, m.busy_ns, m.completions, m.errors) = (now, 0.0, 0, 0);
         }
-        m.report.as_ref()
+        // ServerLoad's report carries `rif` and `latency_ms`; the window's numbers are ours.
+        let mut report = m.server.report(now);
+        if let Some((utilization, qps, eps)) = m.last {
+            report.application_utilization = utilization;
+            report.rps_fractional = qps;
+            report.eps = eps;
+        }
+        report
+    }
+
+    /// Sends the probes the balancer's picks made due and hands it the answers at `now`.
+    pub(crate) fn probe(&mut self, balancer: &Balancer, now: u64) -> Result<(), liblb_core::Error> {
+        let due = balancer.probes_due();
+        if due == 0 {
+            return Ok(());
+        }
+        let targets = balancer.probe_targets(due)?;
+        for (id, b) in targets.ids().zip(targets.tags()) {
+            let answer = self.meters[b as usize].server.probe(now);
+            balancer.offer_probe(id, answer.rif, answer.latency)?;
+            self.probes += 1;
+        }
+        Ok(())
     }
 }

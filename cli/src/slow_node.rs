@@ -195,6 +195,8 @@ struct InService {
     arrived_ns: u64,
     backend: usize,
     lease: liblb_core::Lease,
+    /// The backend's `ServerLoad` token for it.
+    started: liblb_core::Started,
 }
 
 crate::events::earliest_first!(InService, done_ns);
@@ -206,6 +208,7 @@ struct Waiting {
     /// Its amount of work, an Exp(1) draw (multiplied by the backend's mean service time).
     work: f64,
     lease: liblb_core::Lease,
+    started: liblb_core::Started,
 }
 
 /// An Exp(1) draw from 64 random bits: −ln(1 − U), U uniform on [0, 1) with 53 bits.
@@ -256,6 +259,7 @@ pub(crate) fn run(
             arrived_ns: w.arrived_ns,
             backend: b,
             lease: w.lease,
+            started: w.started,
         });
     };
 
@@ -270,12 +274,14 @@ pub(crate) fn run(
             let now = next_arrival;
             clock.set(Duration::from_nanos(now));
             let lease = balancer.acquire(None)?;
+            meters.probe(&balancer, now)?;
             let b = lease.tag() as usize;
             let waiting = Waiting {
                 seq: issued,
                 arrived_ns: now,
                 work: exp1(&mut rng),
                 lease,
+                started: meters.arrived(b, now),
             };
             routed[b] += 1;
             if busy[b] < params.servers {
@@ -294,11 +300,9 @@ pub(crate) fn run(
             let latency = now - done.arrived_ns;
             let b = done.backend;
             let outcome = Outcome::Success(Duration::from_nanos(latency));
-            // The answer carries the backend's load report, as a real server's would.
-            match meters.completed(b, now, true) {
-                Some(load) => done.lease.finish_with_load(outcome, load),
-                None => done.lease.finish(outcome),
-            }
+            // The answer carries the backend's load report, as a liblb backend's would.
+            let load = meters.completed(b, done.started, now, true);
+            done.lease.finish_with_load(outcome, &load);
             latencies.push(latency);
             match queues[b].pop_front() {
                 Some(next) => start(next, b, now, &mut in_service),
