@@ -298,7 +298,19 @@ struct Pool {
     /// Probes due, and worst-probe removals owed, in `UNIT`s.
     due: AtomicU32,
     removals: AtomicU32,
+    /// The last threshold computed (`NO_THRESHOLD` for none) and the answer count it was
+    /// computed at (see [`Pool::threshold`]).
+    threshold: AtomicU32,
+    threshold_at: AtomicU32,
 }
+
+/// `Pool::threshold` before any answer.
+const NO_THRESHOLD: u32 = u32::MAX;
+
+/// A full history's threshold is recomputed after this many new answers, not on every pick: a
+/// quantile of 64 values moves little with 8 of them replaced, and the selection over 64 values
+/// is most of a pick otherwise.
+const THRESHOLD_REFRESH: u64 = 8;
 
 impl Pool {
     fn new(size: usize, max_age: Duration) -> Pool {
@@ -313,6 +325,8 @@ impl Pool {
             max_ticks: max_age_ns / tick_ns,
             due: AtomicU32::new(0),
             removals: AtomicU32::new(0),
+            threshold: AtomicU32::new(NO_THRESHOLD),
+            threshold_at: AtomicU32::new(0),
         }
     }
 
@@ -371,13 +385,32 @@ impl Pool {
     }
 
     /// The RIF above which a probe is hot: the `q`-quantile of the remembered RIF values (the
-    /// `ceil(q·k)`-th smallest of `k`), or `None` before any answer.
+    /// `ceil(q·k)`-th smallest of `k`), or `None` before any answer. Exact while the history
+    /// fills; once full, recomputed every [`THRESHOLD_REFRESH`] answers.
     #[allow(
         clippy::unnecessary_cast,
         reason = "AtomicCounter is usize without 64-bit atomics"
     )]
     fn threshold(&self, q: f64) -> Option<u32> {
         let answers = self.answers.load(Ordering::Relaxed) as u64;
+        // Relaxed: the two words may pair a threshold with a neighbouring count when racing a
+        // refresh; either is a quantile of a recent history.
+        let cached = self.threshold.load(Ordering::Relaxed);
+        let at = u64::from(self.threshold_at.load(Ordering::Relaxed));
+        let since = (answers as u32 as u64).wrapping_sub(at) & u64::from(u32::MAX);
+        if cached != NO_THRESHOLD
+            && (since == 0 || (answers >= RIF_HISTORY as u64 && since < THRESHOLD_REFRESH))
+        {
+            return Some(cached);
+        }
+        let threshold = self.quantile(q, answers)?;
+        self.threshold.store(threshold, Ordering::Relaxed);
+        self.threshold_at.store(answers as u32, Ordering::Relaxed);
+        Some(threshold)
+    }
+
+    /// The `q`-quantile of the last `min(answers, RIF_HISTORY)` remembered RIF values.
+    fn quantile(&self, q: f64, answers: u64) -> Option<u32> {
         let k = answers.min(RIF_HISTORY as u64) as usize;
         if k == 0 {
             return None;
@@ -803,13 +836,21 @@ mod tests {
         }
         // ceil(q · 50)-th smallest of 1..=50.
         assert_eq!(p.pool.threshold(0.84), Some(42));
-        assert_eq!(p.pool.threshold(0.0), Some(1));
-        assert_eq!(p.pool.threshold(1.0), Some(50));
+        assert_eq!(p.pool.quantile(0.0, 50), Some(1));
+        assert_eq!(p.pool.quantile(1.0, 50), Some(50));
         for rif in 51..=100 {
             p.pool.remember(rif);
         }
         // Only the last 64 (37..=100) count: the 32nd smallest is 68.
+        assert_eq!(p.pool.quantile(0.5, 100), Some(68));
         assert_eq!(p.pool.threshold(0.5), Some(68));
+        // Once the history is full the threshold is kept for THRESHOLD_REFRESH answers.
+        for rif in 0..THRESHOLD_REFRESH as u32 - 1 {
+            p.pool.remember(rif);
+        }
+        assert_eq!(p.pool.threshold(0.5), Some(68));
+        p.pool.remember(0);
+        assert_eq!(p.pool.threshold(0.5), p.pool.quantile(0.5, 108));
     }
 
     #[test]
