@@ -623,8 +623,8 @@ class LeaseFinishedError(Error):
 
 class InvalidLoadReportError(Error):
     """An ORCA load report could not be parsed: not a valid serialized OrcaLoadReport, nor an
-    endpoint-load-metrics header value starting 'BIN ', 'JSON ' or 'TEXT '
-    (LB_INVALID_LOAD_REPORT); the message says what is wrong and where."""
+    endpoint-load-metrics header value starting 'BIN ', 'JSON ' or 'TEXT '; or a ServerLoad
+    utilisation is out of range (LB_INVALID_LOAD_REPORT); the message says what is wrong and where."""
 
 class InvalidOutcomeError(Error):
     """An outcome given to finish or report cannot be understood: an unknown failure kind

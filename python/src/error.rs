@@ -97,7 +97,7 @@ create_exception!(
     liblb,
     InvalidLoadReportError,
     Error,
-    "An ORCA load report could not be parsed: not a valid serialized OrcaLoadReport, nor an endpoint-load-metrics header value starting 'BIN ', 'JSON ' or 'TEXT ' (LB_INVALID_LOAD_REPORT); the message says what is wrong and where."
+    "An ORCA load report could not be parsed: not a valid serialized OrcaLoadReport, nor an endpoint-load-metrics header value starting 'BIN ', 'JSON ' or 'TEXT '; or a ServerLoad utilisation is out of range (LB_INVALID_LOAD_REPORT); the message says what is wrong and where."
 );
 create_exception!(
     liblb,
