@@ -99,6 +99,16 @@
 #define LB_RETRY_ON_OVERLOADED 4
 
 /**
+ * `lb_server_load_header`'s form: `TEXT name:value,...` (Envoy's native form).
+ */
+#define LB_HEADER_TEXT 0
+
+/**
+ * `lb_server_load_header`'s form: `BIN <base64 of the serialized OrcaLoadReport>`.
+ */
+#define LB_HEADER_BIN 1
+
+/**
  * The result of every fallible liblb function. `LB_RESULT_OK` (0) is success; everything else
  * names one specific failure. After a failure the balancer is unchanged and every output
  * parameter is untouched, with one exception: `LB_RESULT_BUFFER_TOO_SMALL` writes the size
@@ -220,9 +230,10 @@ enum lb_result
      */
     LB_RESULT_INVALID_OUTCOME = 107,
     /**
-     * The lease has already ended (finished or cancelled). No C function returns it (an ended
-     * `lb_lease *` is freed, so C passes NULL and gets `LB_RESULT_NULL_PARAMETER`); the C++
-     * wrapper throws it for an empty `lb::lease`, with the name Python and Node use.
+     * The lease has already ended (finished or cancelled). An ended `lb_lease *` is freed, so
+     * C passes NULL and gets `LB_RESULT_NULL_PARAMETER`; the C++ wrapper throws this code for
+     * an empty `lb::lease`, with the name Python and Node use. `lb_server_load_finish` and
+     * `lb_server_load_cancel` return it for an `lb_server_request` already ended.
      */
     LB_RESULT_LEASE_FINISHED = 108,
     /**
@@ -236,7 +247,8 @@ enum lb_result
     LB_RESULT_INVALID_LOCALITY = 110,
     /**
      * An ORCA load report (the serialized proto, or an `endpoint-load-metrics` header value
-     * starting `BIN `, `JSON ` or `TEXT `) could not be parsed.
+     * starting `BIN `, `JSON ` or `TEXT `) could not be parsed, or a utilisation given to
+     * `lb_server_load_set_cpu_utilization` (or `_mem_`, `_application_`) is out of range.
      */
     LB_RESULT_INVALID_LOAD_REPORT = 111,
 };
@@ -375,6 +387,15 @@ typedef struct lb_retry_budget lb_retry_budget;
  * `lb_retry_throttle_free`. Thread-safe.
  */
 typedef struct lb_retry_throttle lb_retry_throttle;
+
+/**
+ * A server's own load (`liblb_core::ServerLoad`): requests in flight, request and error rates
+ * over the last 10 seconds, latency by in-flight level, and the utilisations the application
+ * sets. Create with `lb_server_load_new`, free with `lb_server_load_free`. Every function
+ * taking a `const lb_server_load *` is thread-safe and lock-free: share one between all the
+ * threads that serve requests.
+ */
+typedef struct lb_server_load lb_server_load;
 
 /**
  * A node given to `lb_balancer_new` / `lb_balancer_update`, or listed by `lb_balancer_nodes`.
@@ -696,6 +717,29 @@ typedef struct lb_request_info {
      */
     uint64_t remaining_ns;
 } lb_request_info;
+
+/**
+ * A request a server has started (`lb_server_load_start`): hand it to `lb_server_load_finish`
+ * or `lb_server_load_cancel` exactly once when it ends. Plain data, so C can keep it anywhere
+ * (on the stack, in a connection struct); do not finish a copy of one that was finished:
+ * liblb cannot tell the copy apart and would count the request twice.
+ */
+typedef struct lb_server_request {
+    /**
+     * When the request started, in nanoseconds of liblb's clock (`lb_now_ns()`).
+     */
+    uint64_t started_ns;
+    /**
+     * The requests already in flight when it started (itself not counted): its latency is
+     * filed under this level.
+     */
+    uint32_t rif;
+    /**
+     * 1 from `lb_server_load_start` until the request is finished or cancelled through this
+     * struct, then 0. Any other value is refused like 0.
+     */
+    uint32_t open;
+} lb_server_request;
 
 /**
  * In service at its full weight.
@@ -1989,6 +2033,129 @@ const char *lb_result_str(uint32_t result);
  * unknown number gives "LB_UNKNOWN_RESULT". The text must not be freed. Thread-safe.
  */
 const char *lb_result_name(uint32_t result);
+
+/**
+ * Creates a server load in `*load_out`, its rate window starting now (liblb's clock). The
+ * caller owns the result and must free it with `lb_server_load_free`.
+ *
+ * Errors (nothing allocated, `*load_out` unchanged): `LB_RESULT_NULL_PARAMETER`. Thread-safe.
+ */
+lb_result lb_server_load_new(struct lb_server_load **load_out);
+
+/**
+ * Frees a server load. Calling with NULL is fine. No other thread may be using it, and its
+ * started requests must not be finished afterwards.
+ */
+void lb_server_load_free(struct lb_server_load *load);
+
+/**
+ * A request arrives: in-flight + 1, and `*request_out` remembers the time and the requests
+ * it found in flight (`open` = 1). End it once with `lb_server_load_finish` or
+ * `lb_server_load_cancel` on the same `load`.
+ *
+ * Errors (nothing counted, `*request_out` unchanged): `LB_RESULT_NULL_PARAMETER`.
+ * Thread-safe; one atomic add.
+ */
+lb_result lb_server_load_start(const struct lb_server_load *load,
+                               struct lb_server_request *request_out);
+
+/**
+ * The request ends now, successfully or not (`ok`): in-flight − 1, one more completion in the
+ * rates (and one more error unless `ok`), and for a success its latency filed under the
+ * in-flight level it found. `*latency_ns_out` (NULL: not wanted) gets its latency in
+ * nanoseconds. `*request` is closed (`open` = 0).
+ *
+ * Errors (nothing counted, `*request` unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `load` or
+ * `request`), `LB_RESULT_LEASE_FINISHED` (`request->open` is not 1: it was already finished
+ * or cancelled). Thread-safe for the load; one request belongs to one thread at a time.
+ */
+lb_result lb_server_load_finish(const struct lb_server_load *load,
+                                struct lb_server_request *request,
+                                bool ok,
+                                uint64_t *latency_ns_out);
+
+/**
+ * The request was abandoned (the client went away, the server is shutting down):
+ * in-flight − 1 and nothing else counted. `*request` is closed (`open` = 0).
+ *
+ * Errors (nothing changed): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_LEASE_FINISHED` (already
+ * ended). Thread-safe for the load; one request belongs to one thread at a time.
+ */
+lb_result lb_server_load_cancel(const struct lb_server_load *load,
+                                struct lb_server_request *request);
+
+/**
+ * The requests in flight now, in `*in_flight_out`. Errors: `LB_RESULT_NULL_PARAMETER`.
+ * Thread-safe.
+ */
+lb_result lb_server_load_in_flight(const struct lb_server_load *load,
+                                   uint32_t *in_flight_out);
+
+/**
+ * The answer to a Prequal probe now: `*rif_out` the requests in flight, `*latency_ns_out` the
+ * latency expected for a request arriving at that level (the median of the last 8 successes
+ * that found about as many in flight, else of the nearest level with some; 0 before any
+ * success).
+ *
+ * Errors (nothing written): `LB_RESULT_NULL_PARAMETER` (NULL `load` or either output).
+ * Thread-safe; reads a few atomics.
+ */
+lb_result lb_server_load_probe(const struct lb_server_load *load,
+                               uint32_t *rif_out,
+                               uint64_t *latency_ns_out);
+
+/**
+ * Sets the CPU utilisation (a fraction of the available CPU: finite, at least 0, may exceed
+ * 1). Errors (the value unchanged): `LB_RESULT_NULL_PARAMETER`,
+ * `LB_RESULT_INVALID_LOAD_REPORT` (NaN, negative, infinite). Thread-safe.
+ */
+lb_result lb_server_load_set_cpu_utilization(const struct lb_server_load *load,
+                                             double value);
+
+/**
+ * Sets the memory utilisation (a fraction of the available memory, 0 to 1). Errors (the value
+ * unchanged): `LB_RESULT_NULL_PARAMETER`, `LB_RESULT_INVALID_LOAD_REPORT`. Thread-safe.
+ */
+lb_result lb_server_load_set_mem_utilization(const struct lb_server_load *load,
+                                             double value);
+
+/**
+ * Sets the application utilisation (finite, at least 0, may exceed 1; gRFC A58 prefers it to
+ * CPU). Errors (the value unchanged): `LB_RESULT_NULL_PARAMETER`,
+ * `LB_RESULT_INVALID_LOAD_REPORT`. Thread-safe.
+ */
+lb_result lb_server_load_set_application_utilization(const struct lb_server_load *load,
+                                                     double value);
+
+/**
+ * The ORCA load report now, as a new `lb_load_report` (read it with `lb_load_report_values`
+ * and `lb_load_report_entries`; free it with `lb_load_report_free`): the three utilisations,
+ * `rps_fractional` and `eps` over the last 10 seconds, and the named metrics `rif` (always)
+ * and `latency_ms` (once a request has succeeded) — a Prequal probe answer riding along.
+ *
+ * Errors (nothing allocated, `*report_out` unchanged): `LB_RESULT_NULL_PARAMETER`.
+ * Thread-safe.
+ */
+lb_result lb_server_load_report(const struct lb_server_load *load,
+                                struct lb_load_report **report_out);
+
+/**
+ * Writes the report of `lb_server_load_report` as an `endpoint-load-metrics` header value in
+ * `form` (`LB_HEADER_TEXT` or `LB_HEADER_BIN`) to `buf` (`buf_len` bytes), followed by a NUL,
+ * and sets `*size_out` to the bytes written (value length + 1).
+ *
+ * Errors: `LB_RESULT_NULL_PARAMETER` (NULL `load` or `size_out`, or NULL `buf` with a
+ * non-zero length), `LB_RESULT_INVALID_LENGTH`, `LB_RESULT_INVALID_OPTION_VALUE` (another
+ * form), `LB_RESULT_BUFFER_TOO_SMALL` (then `*size_out` is the size this value needed and
+ * nothing else is written; a length of 0 asks for it). The value is made anew at each call
+ * from the clock, so a retry may need a few bytes more: give it room. Most values are under
+ * 200 bytes; 1024 fits every realistic one. Thread-safe.
+ */
+lb_result lb_server_load_header(const struct lb_server_load *load,
+                                uint32_t form,
+                                char *buf,
+                                size_t buf_len,
+                                size_t *size_out);
 
 #ifdef __cplusplus
 }  // extern "C"

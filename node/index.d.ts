@@ -621,6 +621,85 @@ export declare class RetryThrottle {
   get tokens(): number
 }
 
+/**
+ * A server's own load: requests in flight, request and error rates over the last 10 seconds,
+ * latency by in-flight level, and the utilisations the application sets. It answers Prequal
+ * probes (`probe()`) and writes ORCA `endpoint-load-metrics` headers (`header()`).
+ */
+export declare class ServerLoad {
+  /** A server load whose rate window starts now. */
+  constructor()
+  /**
+   * A request arrives: in flight + 1. The request remembers when, and how many were in
+   * flight already.
+   */
+  start(): ServerRequest
+  /**
+   * The request ends, successfully or not (`ok`, default true): in flight - 1, counted in
+   * the rates, and a success's latency filed under the in-flight level it found. Returns its
+   * latency in milliseconds. Throws `LB_LEASE_FINISHED` if it already ended.
+   */
+  finish(request: ServerRequest, ok?: boolean): number
+  /**
+   * The request was abandoned: in flight - 1, nothing else counted. Throws
+   * `LB_LEASE_FINISHED` if it already ended.
+   */
+  cancel(request: ServerRequest): void
+  /**
+   * The answer to a Prequal probe now: the requests in flight and the latency in
+   * milliseconds expected at that level.
+   */
+  probe(): Probe
+  /** Requests in flight now. */
+  get inFlight(): number
+  /** The CPU utilisation last set (0 before any). */
+  get cpuUtilization(): number
+  /** The memory utilisation last set (0 before any). */
+  get memUtilization(): number
+  /** The application utilisation last set (0 before any). */
+  get applicationUtilization(): number
+  /**
+   * Sets the CPU utilisation (finite, at least 0, may exceed 1); an invalid value throws
+   * `LB_INVALID_LOAD_REPORT` and changes nothing.
+   */
+  setCpuUtilization(value: number): void
+  /**
+   * Sets the memory utilisation (0 to 1); an invalid value throws `LB_INVALID_LOAD_REPORT`
+   * and changes nothing.
+   */
+  setMemUtilization(value: number): void
+  /**
+   * Sets the application utilisation (finite, at least 0, may exceed 1); an invalid value
+   * throws `LB_INVALID_LOAD_REPORT` and changes nothing.
+   */
+  setApplicationUtilization(value: number): void
+  /**
+   * The ORCA load report now, the object `parseOrca` returns: the utilisations,
+   * `rpsFractional` and `eps` over the last 10 seconds, and the named metrics `rif` and
+   * (once a request succeeded) `latency_ms`.
+   */
+  report(): LoadReport
+  /**
+   * `report()` as an `endpoint-load-metrics` header value: `form` 'text' (default, `TEXT
+   * name:value,...`) or 'bin' (`BIN <base64>`); another form throws
+   * `LB_INVALID_OPTION_VALUE`.
+   */
+  header(form?: 'text' | 'bin' | null): string
+}
+
+/**
+ * A request a `ServerLoad` started (`start()`): end it once with `finish` or `cancel`. One
+ * garbage-collected unfinished is cancelled.
+ */
+export declare class ServerRequest {
+  /** The requests in flight when it started (itself not counted). */
+  get rif(): number
+  /** When it started, in milliseconds of liblb's clock (`Balancer.nowMs()`). */
+  get startedMs(): number
+  /** Whether it has ended (finished or cancelled). */
+  get done(): boolean
+}
+
 /** The algorithm names `new Balancer` accepts. */
 export declare function algorithms(): Algorithm[]
 
@@ -709,6 +788,17 @@ export declare function optionNames(): Array<keyof BalancerOptions>
  * what is wrong with anything else, a `TypeError` for a value of another type.
  */
 export declare function parseOrca(data: string | Uint8Array): LoadReport
+
+/** A Prequal probe answer (`ServerLoad.probe()`). */
+export interface Probe {
+  /** Requests in flight now. */
+  rif: number
+  /**
+   * The latency expected for a request arriving at this level, in milliseconds (0 before
+   * any request succeeded).
+   */
+  latencyMs: number
+}
 
 /** Why a request gives up (`Request.stopped`, `LB_REQUEST_FAILED`'s `stop`): the core's list. */
 export declare function stopReasons(): StopReason[]

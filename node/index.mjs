@@ -13,6 +13,8 @@ export const {
   Request,
   RetryBudget,
   RetryThrottle,
+  ServerLoad,
+  ServerRequest,
   MAX_BATCH,
   MAX_BATCH_KEY_BYTES,
   algorithms,

@@ -147,6 +147,30 @@ pub enum HeaderForm {
     Text,
 }
 
+impl HeaderForm {
+    /// The forms' names, as the bindings take them (`header(form="bin")`), in the order of
+    /// [`HeaderForm::ALL`].
+    pub const NAMES: [&'static str; 2] = ["text", "bin"];
+    /// Every form.
+    pub const ALL: [HeaderForm; 2] = [HeaderForm::Text, HeaderForm::Bin];
+}
+
+/// A form by its name in [`HeaderForm::NAMES`]; another name is an
+/// [`Error::InvalidOptionValue`] for the option `form`.
+impl core::str::FromStr for HeaderForm {
+    type Err = Error;
+
+    fn from_str(name: &str) -> Result<HeaderForm> {
+        (Self::NAMES.iter().position(|n| *n == name))
+            .map(|i| Self::ALL[i])
+            .ok_or_else(|| Error::InvalidOptionValue {
+                option: "form",
+                value: name.into(),
+                expected: "\"text\" or \"bin\"",
+            })
+    }
+}
+
 impl LoadReport {
     /// The report as a serialized `OrcaLoadReport`, what [`parse_orca`] reads back exactly,
     /// laid out as protobuf writes it: fields in number order, a value only when its bits are

@@ -110,6 +110,15 @@ impl Started {
     pub fn rif(&self) -> u32 {
         self.rif
     }
+
+    /// The token [`ServerLoad::start`] made with these parts, for a binding whose callers
+    /// hold it as plain data (C's `lb_server_request`, which C can copy, so finish-once is the
+    /// caller's part there). Any parts are safe: a forged or repeated token only miscounts
+    /// (the in-flight count wraps, the latency is filed under its `rif`); it cannot panic.
+    #[doc(hidden)]
+    pub fn from_parts(started_ns: u64, rif: u32) -> Started {
+        Started { started_ns, rif }
+    }
 }
 
 /// What a server answers to a Prequal probe ([`ServerLoad::probe`]).

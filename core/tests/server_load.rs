@@ -330,3 +330,22 @@ fn concurrent_requests_leave_no_request_in_flight() {
     assert_eq!(load.eps(2 * S), (THREADS * EACH / 4) as f64 / 2.0);
     assert_eq!(load.probe(2 * S).rif, 0);
 }
+
+#[test]
+fn header_forms_by_name_and_tokens_from_parts() {
+    // The names the bindings take (`header(form="bin")`); another is the core's option error.
+    for (name, form) in HeaderForm::NAMES.iter().zip(HeaderForm::ALL) {
+        assert_eq!(name.parse::<HeaderForm>().unwrap(), form);
+    }
+    let err = "BIN".parse::<HeaderForm>().unwrap_err();
+    assert_eq!(err.code(), "LB_INVALID_OPTION_VALUE");
+    assert!(err.to_string().contains("BIN"), "{err}");
+    // A token rebuilt from its parts (C keeps them as plain data) finishes like the original.
+    let load = ServerLoad::new(0);
+    let original = load.start(5 * MS);
+    let (started_ns, rif) = (original.started_ns(), original.rif());
+    let _ = original; // C copies the parts out and lets the Rust token go
+    let rebuilt = liblb_core::Started::from_parts(started_ns, rif);
+    assert_eq!(load.finish(rebuilt, 9 * MS, true), ms(4));
+    assert_eq!(load.in_flight(), 0);
+}

@@ -1,7 +1,7 @@
 //! liblb's C ABI: `liblb.so` / `liblb.a`, described by the generated `include/lb.h`.
 //!
 //! A thin layer over `liblb-core` in the style of rustls-ffi: `lb_<object>_<verb>` functions,
-//! opaque handles (`lb_balancer`, `lb_options`, `lb_lease`, `lb_load_report`) with `_new`/`_free` pairs (a lease
+//! opaque handles (`lb_balancer`, `lb_options`, `lb_lease`, `lb_load_report`, `lb_server_load`) with `_new`/`_free` pairs (a lease
 //! ends with `lb_lease_finish` / `lb_lease_cancel`), an [`lb_result`] code from every fallible
 //! function, outputs through trailing out-pointers written only on success. Every exported
 //! body runs inside a panic boundary (`panic.rs`) and every pointer is checked for NULL before
@@ -31,6 +31,7 @@ mod probe;
 mod ptr;
 mod request;
 mod result;
+mod server_load;
 #[cfg(test)]
 mod tests;
 
@@ -87,6 +88,13 @@ pub use request::{
     lb_request_set_retry_throttle, lb_request_state, lb_stop, lb_stop_name,
 };
 pub use result::{lb_result, lb_result_name, lb_result_str};
+pub use server_load::{
+    LB_HEADER_BIN, LB_HEADER_TEXT, lb_server_load, lb_server_load_cancel, lb_server_load_finish,
+    lb_server_load_free, lb_server_load_header, lb_server_load_in_flight, lb_server_load_new,
+    lb_server_load_probe, lb_server_load_report, lb_server_load_set_application_utilization,
+    lb_server_load_set_cpu_utilization, lb_server_load_set_mem_utilization, lb_server_load_start,
+    lb_server_request,
+};
 
 use core::ffi::{CStr, c_char};
 use panic::ffi_panic_boundary;

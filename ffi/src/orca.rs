@@ -99,7 +99,7 @@ fn entries(report: &LoadReport) -> impl Iterator<Item = (u32, &str, f64)> {
 
 /// What a report keeps for C: the parse, and a copy of every entry's name with a NUL after it
 /// (a name may itself hold NULs: C reads it by its length).
-fn for_c(report: LoadReport) -> CReport {
+pub(crate) fn for_c(report: LoadReport) -> CReport {
     let names = (entries(&report))
         .map(|(_, name, _)| [name.as_bytes(), b"\0"].concat())
         .collect();

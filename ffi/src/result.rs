@@ -86,9 +86,10 @@ pub enum lb_result {
     /// `LB_LATENCY_NONE`) or with a retry-after. Nothing was recorded (and a lease given to
     /// `lb_lease_finish` is still the caller's).
     InvalidOutcome = 107,
-    /// The lease has already ended (finished or cancelled). No C function returns it (an ended
-    /// `lb_lease *` is freed, so C passes NULL and gets `LB_RESULT_NULL_PARAMETER`); the C++
-    /// wrapper throws it for an empty `lb::lease`, with the name Python and Node use.
+    /// The lease has already ended (finished or cancelled). An ended `lb_lease *` is freed, so
+    /// C passes NULL and gets `LB_RESULT_NULL_PARAMETER`; the C++ wrapper throws this code for
+    /// an empty `lb::lease`, with the name Python and Node use. `lb_server_load_finish` and
+    /// `lb_server_load_cancel` return it for an `lb_server_request` already ended.
     LeaseFinished = 108,
     /// Every node with weight > 0 is ejected or marked down and `panic_threshold` is 0 (panic
     /// disabled): nothing may be chosen until a node is back (Envoy's "no healthy upstream").
@@ -96,7 +97,8 @@ pub enum lb_result {
     /// A locality had more than three `/`-separated parts (region/zone/sub_zone) or a NUL.
     InvalidLocality = 110,
     /// An ORCA load report (the serialized proto, or an `endpoint-load-metrics` header value
-    /// starting `BIN `, `JSON ` or `TEXT `) could not be parsed.
+    /// starting `BIN `, `JSON ` or `TEXT `) could not be parsed, or a utilisation given to
+    /// `lb_server_load_set_cpu_utilization` (or `_mem_`, `_application_`) is out of range.
     InvalidLoadReport = 111,
 }
 
@@ -172,7 +174,7 @@ lb_result_table! {
     InvalidOutcome => core(Error::InvalidOutcome(String::new())),
     LeaseFinished => ffi(
         "LB_LEASE_FINISHED",
-        "the lease has already ended (finished or cancelled)"
+        "the lease or server request has already ended (finished or cancelled)"
     ),
     NoUsableNodes => core(Error::NoUsableNodes),
     InvalidLocality => core(Error::InvalidLocality(String::new())),

@@ -24,6 +24,7 @@ mod js;
 mod leases;
 mod orca;
 mod request;
+mod server_load;
 mod tasks;
 
 use error::{OrThrow, Result};

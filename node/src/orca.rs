@@ -10,7 +10,7 @@ use napi_derive::napi;
 use std::ptr;
 
 /// A parsed report, made into its JavaScript object when returned.
-pub struct Report(liblb_core::LoadReport);
+pub struct Report(pub(crate) liblb_core::LoadReport);
 
 /// Parses an ORCA load report: the bytes of a serialized `OrcaLoadReport` (a `Buffer` or
 /// `Uint8Array`), or an `endpoint-load-metrics` header value (`BIN <base64>`, `JSON <json>`,

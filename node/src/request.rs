@@ -53,7 +53,7 @@ impl Hedging {
 }
 
 /// `f` of the `T` behind `value` if it is an instance of class `T`, else `None`.
-fn with_instance<T: JavaScriptClassExt, R>(
+pub(crate) fn with_instance<T: JavaScriptClassExt, R>(
     env: &Env,
     value: &Unknown<'_>,
     f: impl FnOnce(&T) -> R,

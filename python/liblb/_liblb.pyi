@@ -76,6 +76,8 @@ __all__ = [
     "MAX_BATCH_KEY_BYTES",
     "__version__",
     "parse_orca",
+    "ServerLoad",
+    "ServerRequest",
     "_noop",
     "_noop_many",
     "_core_pick_ns",
@@ -379,6 +381,65 @@ def parse_orca(data: bytes | bytearray | str) -> LoadReport:
     name:value, ...``). Raises ``InvalidLoadReportError`` saying what is wrong."""
 
 @final
+class ServerLoad:
+    """A server's own load: requests in flight, request and error rates over the last 10
+    seconds, latency by in-flight level, and the utilisations the application sets. It
+    answers Prequal probes (``probe``) and writes ORCA ``endpoint-load-metrics`` headers
+    (``header``). Thread-safe; share one between every thread that serves requests."""
+
+    def __new__(cls) -> ServerLoad: ...
+    def start(self) -> ServerRequest:
+        """A request arrives: in flight + 1. ``with load.start():`` finishes it at the end."""
+    def finish(self, request: ServerRequest, *, ok: bool = True) -> float:
+        """The request ends: returns its latency in seconds. Raises ``LeaseFinishedError``
+        if it already ended."""
+    def cancel(self, request: ServerRequest) -> None:
+        """The request was abandoned: in flight - 1, nothing counted."""
+    def probe(self) -> tuple[int, float]:
+        """A Prequal probe answer: ``(rif, latency)``, latency in seconds (0.0 before any success)."""
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def cpu_utilization(self) -> float: ...
+    @property
+    def mem_utilization(self) -> float: ...
+    @property
+    def application_utilization(self) -> float: ...
+    def set_cpu_utilization(self, value: float) -> None:
+        """Finite, >= 0, may exceed 1; else ``InvalidLoadReportError`` and no change."""
+    def set_mem_utilization(self, value: float) -> None:
+        """0 to 1; else ``InvalidLoadReportError`` and no change."""
+    def set_application_utilization(self, value: float) -> None:
+        """Finite, >= 0, may exceed 1; else ``InvalidLoadReportError`` and no change."""
+    def report(self) -> LoadReport:
+        """The ORCA load report now, with the named metrics ``rif`` and ``latency_ms``."""
+    def header(self, form: Literal["text", "bin"] = "text") -> str:
+        """``report()`` as an ``endpoint-load-metrics`` header value (``TEXT ...`` or ``BIN ...``)."""
+
+@final
+class ServerRequest:
+    """A request a ``ServerLoad`` started; end it once (``finish``/``cancel``, or a ``with``
+    block). One collected unfinished is cancelled."""
+
+    @property
+    def rif(self) -> int:
+        """The requests in flight when it started (itself not counted)."""
+    @property
+    def started(self) -> float:
+        """When it started, in seconds of liblb's clock (``Balancer.now()``)."""
+    @property
+    def done(self) -> bool:
+        """Whether it has ended (finished or cancelled)."""
+    def __enter__(self) -> ServerRequest: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        _exc: BaseException | None = None,
+        _tb: TracebackType | None = None,
+    ) -> Literal[False]:
+        """Finishes the request unless the block already did: a failure if an exception escaped."""
+
+@final
 class Lease:
     """A request in progress on one node, from ``Balancer.acquire`` until it ends.
 
@@ -572,12 +633,12 @@ class AttemptOpenError(Error):
     """next(request) while the previous attempt's lease is open (LB_ATTEMPT_OPEN)."""
 
 class LeaseFinishedError(Error):
-    """A lease was finished twice (LB_LEASE_FINISHED): a lease ends exactly once."""
+    """A lease or a ServerRequest was ended twice (LB_LEASE_FINISHED): each ends exactly once."""
 
 class InvalidLoadReportError(Error):
     """An ORCA load report could not be parsed: not a valid serialized OrcaLoadReport, nor an
-    endpoint-load-metrics header value starting 'BIN ', 'JSON ' or 'TEXT '
-    (LB_INVALID_LOAD_REPORT); the message says what is wrong and where."""
+    endpoint-load-metrics header value starting 'BIN ', 'JSON ' or 'TEXT '; or a ServerLoad
+    utilisation is out of range (LB_INVALID_LOAD_REPORT); the message says what is wrong and where."""
 
 class InvalidOutcomeError(Error):
     """An outcome given to finish or report cannot be understood: an unknown failure kind

@@ -79,7 +79,7 @@ create_exception!(
     liblb,
     LeaseFinishedError,
     Error,
-    "A lease was finished twice (LB_LEASE_FINISHED): a lease ends exactly once."
+    "A lease or a ServerRequest was ended twice (LB_LEASE_FINISHED): each ends exactly once."
 );
 create_exception!(
     liblb,
@@ -97,7 +97,7 @@ create_exception!(
     liblb,
     InvalidLoadReportError,
     Error,
-    "An ORCA load report could not be parsed: not a valid serialized OrcaLoadReport, nor an endpoint-load-metrics header value starting 'BIN ', 'JSON ' or 'TEXT ' (LB_INVALID_LOAD_REPORT); the message says what is wrong and where."
+    "An ORCA load report could not be parsed: not a valid serialized OrcaLoadReport, nor an endpoint-load-metrics header value starting 'BIN ', 'JSON ' or 'TEXT '; or a ServerLoad utilisation is out of range (LB_INVALID_LOAD_REPORT); the message says what is wrong and where."
 );
 create_exception!(
     liblb,
@@ -194,16 +194,23 @@ pub(crate) const LEASE_FINISHED: &str = "LB_LEASE_FINISHED";
 
 /// The error for finishing a lease that already ended.
 pub(crate) fn lease_finished(id: &str) -> PyErr {
-    Python::attach(|py| {
-        let message = format!("the lease on node {id:?} has already ended (finished or cancelled)");
-        match py.get_type::<LeaseFinishedError>().call1((message,)) {
+    finished(&format!(
+        "the lease on node {id:?} has already ended (finished or cancelled)"
+    ))
+}
+
+/// A [`LeaseFinishedError`] saying `message`: the binding's error for ending anything that
+/// already ended (a lease, a `ServerRequest`).
+pub(crate) fn finished(message: &str) -> PyErr {
+    Python::attach(
+        |py| match py.get_type::<LeaseFinishedError>().call1((message,)) {
             Ok(instance) => {
                 let _ = instance.setattr(pyo3::intern!(py, "code"), LEASE_FINISHED);
                 PyErr::from_value(instance)
             }
             Err(e) => e,
-        }
-    })
+        },
+    )
 }
 
 /// A core error on its way to Python.

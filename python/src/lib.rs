@@ -21,6 +21,7 @@ mod error;
 mod node;
 mod orca;
 mod request;
+mod server_load;
 
 use convert::{KeyBatch, OutcomeArgs, with_key};
 use error::OrRaise;
@@ -825,6 +826,8 @@ fn _liblb(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<node::PyNode>()?;
     m.add_class::<orca::PyLoadReport>()?;
     m.add_function(wrap_pyfunction!(orca::parse_orca, m)?)?;
+    m.add_class::<server_load::PyServerLoad>()?;
+    m.add_class::<server_load::PyServerRequest>()?;
     m.add_class::<PyLease>()?;
     m.add_class::<request::PyRequest>()?;
     m.add_class::<request::PyHedging>()?;

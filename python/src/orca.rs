@@ -94,6 +94,12 @@ impl PyLoadReport {
     }
 }
 
+impl From<liblb_core::LoadReport> for PyLoadReport {
+    fn from(report: liblb_core::LoadReport) -> PyLoadReport {
+        PyLoadReport { report }
+    }
+}
+
 fn dict<'py>(py: Python<'py>, pairs: &[(String, f64)]) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
     for (name, value) in pairs {

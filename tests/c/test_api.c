@@ -2,6 +2,7 @@
  * success" rule, checked from C. Run plain, under ASan+UBSan, under valgrind, and linked
  * statically against liblb.a (scripts/test-c.sh). */
 #define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS and MAP_NORESERVE */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1643,6 +1644,132 @@ static void test_prequal_probes(void) {
     lb_balancer_free(b);
 }
 
+/* The server side (issue 25): a backend counts its requests on an lb_server_load, answers
+ * Prequal probes and writes endpoint-load-metrics headers that lb_load_report_parse reads back
+ * to the same numbers; a request ends once; NULLs and bad values change nothing. */
+static void test_server_load(void) {
+    lb_server_load *load = NULL;
+    CHECK_RESULT(lb_server_load_new(NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_OK(lb_server_load_new(&load));
+    CHECK(load != NULL);
+
+    /* Start three, finish one, cancel one: in flight and the probe's rif follow. */
+    lb_server_request a, b, c;
+    uint64_t before = lb_now_ns();
+    CHECK_OK(lb_server_load_start(load, &a));
+    CHECK_OK(lb_server_load_start(load, &b));
+    CHECK_OK(lb_server_load_start(load, &c));
+    CHECK(a.rif == 0 && b.rif == 1 && c.rif == 2 && a.open == 1 && c.open == 1);
+    CHECK(a.started_ns >= before && a.started_ns <= lb_now_ns());
+    uint32_t n = 99;
+    CHECK_OK(lb_server_load_in_flight(load, &n));
+    CHECK(n == 3);
+    uint32_t rif = 99;
+    uint64_t latency = SENTINEL_TAG;
+    CHECK_OK(lb_server_load_probe(load, &rif, &latency));
+    CHECK(rif == 3 && latency == 0); /* no success yet: no estimate */
+
+    struct timespec t = {0, 2000000L}; /* 2 ms */
+    while (nanosleep(&t, &t) != 0) {
+    }
+    uint64_t took = 0;
+    CHECK_OK(lb_server_load_finish(load, &a, true, &took));
+    CHECK(took >= 2000000 && a.open == 0);
+    CHECK_OK(lb_server_load_finish(load, &b, false, NULL));
+    CHECK_OK(lb_server_load_cancel(load, &c));
+    CHECK_OK(lb_server_load_in_flight(load, &n));
+    CHECK(n == 0);
+    /* a was alone when it started: the estimate at rif 0 is its latency. */
+    CHECK_OK(lb_server_load_probe(load, &rif, &latency));
+    CHECK(rif == 0 && latency / 1000 == took / 1000); /* kept in microseconds */
+
+    /* Ending the same request again is refused and counts nothing. */
+    took = SENTINEL_TAG;
+    CHECK_RESULT(lb_server_load_finish(load, &a, true, &took), LB_RESULT_LEASE_FINISHED);
+    CHECK_RESULT(lb_server_load_cancel(load, &c), LB_RESULT_LEASE_FINISHED);
+    CHECK(took == SENTINEL_TAG);
+    lb_server_request zero = {0, 0, 0};
+    CHECK_RESULT(lb_server_load_finish(load, &zero, true, NULL), LB_RESULT_LEASE_FINISHED);
+    CHECK_OK(lb_server_load_in_flight(load, &n));
+    CHECK(n == 0);
+    CHECK_STR(lb_result_name(LB_RESULT_LEASE_FINISHED), "LB_LEASE_FINISHED");
+
+    /* Utilisations: a bad value is refused and the old one stays. */
+    CHECK_OK(lb_server_load_set_cpu_utilization(load, 0.5));
+    CHECK_OK(lb_server_load_set_mem_utilization(load, 0.25));
+    CHECK_OK(lb_server_load_set_application_utilization(load, 1.5)); /* may exceed 1 */
+    CHECK_RESULT(lb_server_load_set_cpu_utilization(load, -1.0), LB_RESULT_INVALID_LOAD_REPORT);
+    CHECK_RESULT(lb_server_load_set_mem_utilization(load, 1.5), LB_RESULT_INVALID_LOAD_REPORT);
+    CHECK_RESULT(lb_server_load_set_application_utilization(load, NAN), LB_RESULT_INVALID_LOAD_REPORT);
+    lb_load_report *report = NULL;
+    CHECK_OK(lb_server_load_report(load, &report));
+    lb_load_values values;
+    CHECK_OK(lb_load_report_values(report, &values));
+    CHECK(values.cpu_utilization == 0.5 && values.mem_utilization == 0.25);
+    CHECK(values.application_utilization == 1.5);
+    CHECK(values.rps_fractional > 0.0 && values.rps_fractional == 2 * values.eps); /* 2 done, 1 failed */
+    lb_load_entry entries[2];
+    size_t len = 0;
+    CHECK_OK(lb_load_report_entries(report, entries, 2, &len));
+    CHECK(len == 2);
+    CHECK_STR(entries[0].name, "latency_ms");
+    CHECK_STR(entries[1].name, "rif");
+    CHECK(entries[1].value == 0.0);
+    lb_load_report_free(report);
+
+    /* Headers: the size first, then the value, which parses to the same numbers. */
+    const uint32_t forms[] = {LB_HEADER_TEXT, LB_HEADER_BIN};
+    for (size_t i = 0; i < 2; i++) {
+        size_t size = SENTINEL_SIZE;
+        CHECK_RESULT(lb_server_load_header(load, forms[i], NULL, 0, &size), LB_RESULT_BUFFER_TOO_SMALL);
+        CHECK(size > 5 && size < 300);
+        char small[4] = {'x', 'x', 'x', 'x'};
+        CHECK_RESULT(lb_server_load_header(load, forms[i], small, sizeof small, &size),
+                     LB_RESULT_BUFFER_TOO_SMALL);
+        CHECK(small[0] == 'x');
+        char header[512];
+        CHECK_OK(lb_server_load_header(load, forms[i], header, sizeof header, &size));
+        CHECK(size == strlen(header) + 1);
+        CHECK(strncmp(header, forms[i] == LB_HEADER_TEXT ? "TEXT " : "BIN ", 4) == 0);
+        lb_load_report *parsed = NULL;
+        CHECK_OK(lb_load_report_parse((const uint8_t *)header, size - 1, &parsed));
+        lb_load_values got;
+        CHECK_OK(lb_load_report_values(parsed, &got));
+        CHECK(got.cpu_utilization == 0.5 && got.mem_utilization == 0.25);
+        CHECK(got.application_utilization == 1.5 && got.eps > 0.0);
+        lb_load_entry named[2];
+        CHECK_OK(lb_load_report_entries(parsed, named, 2, &len));
+        CHECK(len == 2 && named[1].value == 0.0);
+        lb_load_report_free(parsed);
+    }
+
+    /* Bad arguments: NULLs and an unknown form; no output written. */
+    size_t size = SENTINEL_SIZE;
+    char header[512];
+    CHECK_RESULT(lb_server_load_header(load, 2, header, sizeof header, &size), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK(size == SENTINEL_SIZE);
+    CHECK_RESULT(lb_server_load_header(load, LB_HEADER_TEXT, header, sizeof header, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_header(load, LB_HEADER_TEXT, NULL, 8, &size), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_header(NULL, LB_HEADER_TEXT, header, sizeof header, &size),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_start(NULL, &a), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_start(load, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK(a.open == 0);
+    CHECK_RESULT(lb_server_load_finish(NULL, &a, true, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_finish(load, NULL, true, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_cancel(load, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_probe(load, NULL, &latency), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_probe(NULL, &rif, &latency), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_in_flight(NULL, &n), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_in_flight(load, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_set_cpu_utilization(NULL, 0.5), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_report(NULL, &report), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_report(load, NULL), LB_RESULT_NULL_PARAMETER);
+    lb_server_load_free(load);
+    lb_server_load_free(NULL);
+}
+
 int main(void) {
     test_version_and_names();
     test_client_side_wrr();
@@ -1668,5 +1795,6 @@ int main(void) {
     test_located_nodes();
     test_locality_routing();
     test_load_reports();
+    test_server_load();
     return check_report("test_api");
 }
