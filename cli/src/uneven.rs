@@ -50,7 +50,7 @@
 //!
 //! **What it shows** (default run, seed 1; the README has the table). Issue 25 asked that
 //! `client_side_wrr` and `prequal` each show a lower p99 than `least_request` and a tighter
-//! utilisation spread than `round_robin`. Half of that holds: `prequal`'s p99 is 126 ms against
+//! utilisation spread than `round_robin`. Half of that holds: `prequal`'s p99 is 125 ms against
 //! `least_request`'s 208 ms, and `client_side_wrr`'s spread is 13 points against
 //! `round_robin`'s 53. The other half does not, and no reasonable setting of the scenario
 //! changed that (tried: 120 to 600 s, utilisation 0.7 to 0.9, 1 to 16 servers per backend), so
