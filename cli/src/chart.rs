@@ -69,11 +69,88 @@ pub(crate) fn draw_tail(path: &Path, title: &str, series: &[(&str, &[u64])]) -> 
     let root = root
         .titled(title, ("sans-serif", 20))
         .map_err(|e| fail(&e))?;
-    tail(&root, series).map_err(|e| fail(&e))?;
+    // Four colours, the long-tail picture's (the hedging runs), as it was first drawn.
+    let palette = |i: usize| colour([0, 4, 5, 6][i % 4]);
+    tail(&root, series, &palette).map_err(|e| fail(&e))?;
     root.present().map_err(|e| fail(&e))
 }
 
-fn tail(area: &Area<'_>, runs: &[(&str, &[u64])]) -> DrawResult {
+/// `lb simulate --scenario uneven --svg FILE`. Left: each algorithm's latency tail (share of
+/// requests slower than each latency, log-log); right: each backend's utilisation over the
+/// run per algorithm (`utilisation`: name, percent per backend), bars grouped by backend.
+pub(crate) fn draw_uneven(
+    path: &Path,
+    title: &str,
+    latencies: &[(&str, &[u64])],
+    utilisation: &[(&str, Vec<f64>)],
+) -> Result<(), String> {
+    let root = SVGBackend::new(path, (1280, 560)).into_drawing_area();
+    let fail = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let root = root
+        .titled(title, ("sans-serif", 18))
+        .map_err(|e| fail(&e))?;
+    let (left, right) = root.split_horizontally(640);
+    tail(&left, latencies, &colour).map_err(|e| fail(&e))?;
+    bars(&right, utilisation).map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
+}
+
+/// Grouped bars: per backend, one bar per series (in `colour(i)`), 0 to 100%.
+fn bars(area: &Area<'_>, series: &[(&str, Vec<f64>)]) -> DrawResult {
+    let n = series.iter().map(|s| s.1.len()).max().unwrap_or(1);
+    let mut chart = ChartBuilder::on(area)
+        .caption("utilisation per backend over the run", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(-0.5..(n as f64 - 0.5), 0.0..140.0)?; // room for the legend
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|v| {
+            let i = v.round();
+            if (v - i).abs() < 1e-6 && i >= 0.0 {
+                format!("b{i:.0}")
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("backend (b0 slowest, the last fastest)")
+        .y_desc("% busy")
+        .y_label_formatter(&|v| {
+            if *v <= 100.0 {
+                format!("{v:.0}")
+            } else {
+                String::new()
+            }
+        })
+        .draw()?;
+    let width = 0.8 / series.len().max(1) as f64;
+    for (i, (name, percent)) in series.iter().enumerate() {
+        let fill = colour(i).filled();
+        chart
+            .draw_series(percent.iter().enumerate().map(|(b, u)| {
+                let x0 = b as f64 - 0.4 + width * i as f64;
+                Rectangle::new([(x0, 0.0), (x0 + width, *u)], fill)
+            }))?
+            .label(*name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], fill));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+}
+
+fn tail(
+    area: &Area<'_>,
+    runs: &[(&str, &[u64])],
+    palette: &dyn Fn(usize) -> RGBColor,
+) -> DrawResult {
     let n_min = runs.iter().map(|r| r.1.len()).min().unwrap_or(1).max(1) as f64;
     let floor = 0.5 / n_min; // below one request in the smallest run
     let lo = runs
@@ -109,7 +186,7 @@ fn tail(area: &Area<'_>, runs: &[(&str, &[u64])]) -> DrawResult {
                 (x, ((n - within as f64) / n).max(floor))
             })
             .collect();
-        let style = colour([0, 4, 5, 6][i % 4]).stroke_width(2);
+        let style = palette(i).stroke_width(2);
         chart
             .draw_series(LineSeries::new(points, style))?
             .label(name)

@@ -1,4 +1,4 @@
-//! The discrete-event engine under `--scenario failing-node` and `--scenario hot-key`: Poisson
+//! The discrete-event engine under `--scenario failing-node`, `hot-key` and `uneven`: Poisson
 //! arrivals, each routed by the real [`Balancer`] through [`Balancer::acquire`] (with its key),
 //! queued FIFO at the chosen backend in front of `servers` servers, and finished with its
 //! outcome and latency when its service ends. Virtual time only: the balancer reads a
@@ -9,6 +9,7 @@
 //! SplitMix64 seeded with the workload seed and do not depend on the routing, so every
 //! algorithm faces the same arrivals (common random numbers), as in `slow_node`.
 
+use crate::meter::Meters;
 use crate::slow_node::exp1;
 use liblb_core::{Balancer, Lease, ManualClock, Outcome, SplitMix64};
 use std::collections::{BinaryHeap, VecDeque};
@@ -41,6 +42,14 @@ pub(crate) trait Model {
     fn routed(&mut self, now: u64, backend: usize, key: usize, at_backend: usize, total: usize);
     /// A request routed to `backend` at `arrived` ended at `now` (its lease already finished).
     fn done(&mut self, now: u64, backend: usize, arrived: u64, success: bool, balancer: &Balancer);
+    /// How long a probe answer takes to reach the balancer, nanoseconds (see `meter`).
+    fn probe_delay_ns(&self) -> u64 {
+        0
+    }
+    /// Every request has ended: the backends' meters as they stand.
+    fn ended(&mut self, meters: &Meters) {
+        let _ = meters;
+    }
 }
 
 /// Orders a simulation's queued item by its time field `$at`, then its `seq` (the order it was
@@ -124,7 +133,7 @@ pub(crate) fn run(
     let mut queues: Vec<VecDeque<Waiting>> = (0..backends).map(|_| VecDeque::new()).collect();
     let mut in_service = BinaryHeap::new();
     let mut total = 0usize;
-    let mut meters = crate::meter::Meters::new(backends, servers);
+    let mut meters = Meters::new(backends, servers).with_probe_delay(model.probe_delay_ns());
 
     let gap = |rng: &mut SplitMix64| (exp1(rng) * workload.gap_ns).round() as u64;
     let mut next_arrival = gap(&mut rng);
@@ -138,6 +147,8 @@ pub(crate) fn run(
             clock.set(Duration::from_nanos(now));
             let key = (workload.key_of)(unit(&mut rng)).min(workload.keys.len() - 1);
             let work = exp1(&mut rng);
+            // Answers that have come back by now reach the balancer before it picks.
+            meters.deliver(balancer, now)?;
             let lease = balancer.acquire(Some(&workload.keys[key]))?;
             meters.probe(balancer, now)?;
             let b = lease.tag() as usize;
@@ -185,5 +196,6 @@ pub(crate) fn run(
             break;
         }
     }
+    model.ended(&meters);
     Ok(issued)
 }

@@ -22,6 +22,10 @@
 //!   fallback fleet): where each caller zone's requests are served, cross-zone share and p99,
 //!   without and with zone-aware routing, against Envoy's rules, as zone a fails and priority
 //!   0 spills.
+//! - `lb simulate --scenario uneven` (ten backends of speeds 1x to 4x, weight 1 each, the
+//!   fastest slowed by background work for a while): latency, per-backend utilisation and its
+//!   spread, and probe traffic for round_robin, least_request, peak_ewma, client_side_wrr and
+//!   prequal, which learn capacity from ORCA reports and probes.
 //! - `lb watch --etcd http://127.0.0.1:2379 --prefix /services/web --key user-1` follows the
 //!   membership under an etcd prefix and prints each change and where each key lands
 //!   (`--json`: one JSON object per change; see `watch` and docs/membership.md).
@@ -38,6 +42,7 @@ mod request_events;
 mod retry_storm;
 mod simulate;
 mod slow_node;
+mod uneven;
 mod watch;
 mod zones;
 
@@ -112,8 +117,10 @@ enum Command {
     Pick(PickArgs),
     /// Simulate algorithms: distribution, key movement and speed; latency under load
     /// (--scenario slow-node), ejection (failing-node, flaky-node), bounded loads (hot-key),
-    /// retries and budgets (retry-storm), Retry-After (overloaded-node).
-    Simulate(simulate::SimulateArgs),
+    /// retries and budgets (retry-storm), Retry-After (overloaded-node), capacity learned
+    /// from ORCA reports and probes (uneven).
+    // Boxed: its flags make it twice the other variants' size (clippy's large_enum_variant).
+    Simulate(Box<simulate::SimulateArgs>),
     /// Follow the membership under an etcd prefix and print each change as it is applied,
     /// with where each --key lands (--json: one JSON object per change).
     Watch(watch::WatchArgs),
@@ -225,7 +232,7 @@ fn main() -> ExitCode {
     let mut out = io::BufWriter::new(io::stdout().lock());
     let result = match cli.command {
         Command::Pick(args) => pick(args, &mut out),
-        Command::Simulate(args) => simulate::run(args, &mut out),
+        Command::Simulate(args) => simulate::run(*args, &mut out),
         Command::Watch(args) => watch::run(args, &mut out),
     };
     match result.and_then(|()| Ok(out.flush()?)) {

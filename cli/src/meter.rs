@@ -5,13 +5,19 @@
 //!   its utilisation, queries and errors per second over the last whole second (what gRFC A58's
 //!   `client_side_wrr` reads), and `ServerLoad`'s `rif` and `latency_ms` (a piggybacked probe
 //!   answer for `prequal`);
-//! - it answers probes with [`ServerLoad::probe`] at once (no probe delay here).
+//! - it answers probes with [`ServerLoad::probe`]: the answer is computed when the probe
+//!   arrives and reaches the balancer ([`Balancer::offer_probe`]) a probe delay later (the
+//!   round trip's second half). The delay is 0 unless a scenario sets one (`uneven`'s
+//!   `--probe-delay-ms`): then answers are handed over at once, as before the delay existed,
+//!   and the other scenarios' runs are unchanged.
 //!
 //! A request's `rif` is counted from its arrival at the backend (queued or served), as a
 //! server that admits requests into its own queue counts them. The other algorithms ignore
 //! reports and ask for no probes, so their runs are unchanged by any of this.
 
 use liblb_core::{Balancer, LoadReport, ServerLoad, Started};
+use std::collections::VecDeque;
+use std::time::Duration;
 
 /// The window a report's rates and utilisation cover.
 const WINDOW_NS: u64 = 1_000_000_000;
@@ -30,12 +36,20 @@ struct Meter {
     last: Option<(f64, f64, f64)>,
 }
 
+/// A probe answer on its way back: (due at, node id, rif, latency). The delay is the same for
+/// every answer, so they fall due in the order they were sent and a FIFO holds them.
+type Answer = (u64, String, u32, Duration);
+
 /// The meters of `backends` backends of `servers` servers each, and the probes they answered.
 pub(crate) struct Meters {
     servers: usize,
     meters: Vec<Meter>,
     /// Probes answered (the probe traffic `prequal` caused).
     pub(crate) probes: u64,
+    /// How long an answer takes to reach the balancer, nanoseconds.
+    probe_delay_ns: u64,
+    /// Answers sent and not yet delivered, oldest first.
+    pending: VecDeque<Answer>,
 }
 
 impl Meters {
@@ -54,6 +68,16 @@ impl Meters {
             servers,
             meters: (0..backends).map(|_| meter()).collect(),
             probes: 0,
+            probe_delay_ns: 0,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// The same meters with probe answers delivered `delay_ns` after they are computed.
+    pub(crate) fn with_probe_delay(self, delay_ns: u64) -> Meters {
+        Meters {
+            probe_delay_ns: delay_ns,
+            ..self
         }
     }
 
@@ -104,7 +128,8 @@ impl Meters {
         report
     }
 
-    /// Sends the probes the balancer's picks made due and hands it the answers at `now`.
+    /// Sends the probes the balancer's picks made due at `now`; their answers, computed now,
+    /// are delivered once the probe delay has passed (at once when it is 0).
     pub(crate) fn probe(&mut self, balancer: &Balancer, now: u64) -> Result<(), liblb_core::Error> {
         let due = balancer.probes_due();
         if due == 0 {
@@ -113,8 +138,26 @@ impl Meters {
         let targets = balancer.probe_targets(due)?;
         for (id, b) in targets.ids().zip(targets.tags()) {
             let answer = self.meters[b as usize].server.probe(now);
-            balancer.offer_probe(id, answer.rif, answer.latency)?;
+            let at = now + self.probe_delay_ns;
+            (self.pending).push_back((at, id.to_string(), answer.rif, answer.latency));
             self.probes += 1;
+        }
+        self.deliver(balancer, now)
+    }
+
+    /// Hands the balancer the probe answers due by `now` (call before each pick; the
+    /// balancer's clock must read `now`).
+    pub(crate) fn deliver(
+        &mut self,
+        balancer: &Balancer,
+        now: u64,
+    ) -> Result<(), liblb_core::Error> {
+        while let Some((at, ..)) = self.pending.front() {
+            if *at > now {
+                break;
+            }
+            let (_, id, rif, latency) = self.pending.pop_front().expect("a front answer");
+            balancer.offer_probe(&id, rif, latency)?;
         }
         Ok(())
     }

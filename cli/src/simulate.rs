@@ -19,6 +19,9 @@
 //!   backends, without and with zone-aware routing, then half of one zone down and priority 0
 //!   down to half, spilling to a priority-1 fallback fleet (see `zones`): where each caller
 //!   zone's requests go against Envoy's rules.
+//! - `uneven`: backends of speeds 1x to 4x behind equal weights, the fastest slowed by
+//!   background work for a while (see `uneven`): whether `client_side_wrr` (ORCA reports) and
+//!   `prequal` (probes) match load to capacity better than the blind and local algorithms.
 //!
 //! The `seeds` scenario is the seeds' own node lists: seed 000's three weighted servers
 //! (2, 7, 1) and seed 002's seven endpoints. For each algorithm the table shows every node's
@@ -30,7 +33,7 @@
 
 use crate::slow_node::{self, Params};
 use crate::{Failure, OptionArgs, chart, failing_node, hot_key, parse_node};
-use crate::{flaky_node, long_tail, overloaded_node, request_events, retry_storm, zones};
+use crate::{flaky_node, long_tail, overloaded_node, request_events, retry_storm, uneven, zones};
 use clap::{Args, ValueEnum};
 use liblb_core::{Algorithm, Balancer, Error, Node};
 use std::hint::black_box;
@@ -54,7 +57,8 @@ pub(crate) struct SimulateArgs {
     /// Only this algorithm (repeatable); default: all (slow-node: all unkeyed; hot-key: all
     /// keyed; retry-storm: least_request; overloaded-node: round_robin, least_request,
     /// peak_ewma; flaky-node: round_robin, least_request; long-tail and zones: one,
-    /// round_robin, zones an unkeyed one).
+    /// round_robin, zones an unkeyed one; uneven: unkeyed ones, default round_robin,
+    /// least_request, peak_ewma, client_side_wrr, prequal).
     #[arg(long, short, value_parser = crate::algorithm_parser())]
     algorithm: Vec<Algorithm>,
     /// Every scenario but seeds and zones (which takes --zone-backends): number of backends, 2
@@ -66,11 +70,12 @@ pub(crate) struct SimulateArgs {
     #[arg(long)]
     servers: Option<usize>,
     /// Every scenario but seeds: mean service time of a normal backend, ms (exponentially
-    /// distributed).
+    /// distributed); uneven: of the fastest backend.
     #[arg(long, default_value_t = 10.0)]
     service_ms: f64,
     /// slow-node: how many times slower backend-0's mean service time is (default 10);
-    /// long-tail: how many times slower a slow attempt is (default 20).
+    /// long-tail: how many times slower a slow attempt is (default 20); uneven: how many times
+    /// slower the slowest backend is than the fastest (default 4).
     #[arg(long)]
     slowdown: Option<f64>,
     /// long-tail: the share of attempts that are slow (0 to 1).
@@ -99,9 +104,9 @@ pub(crate) struct SimulateArgs {
     /// takes.
     #[arg(long, default_value_t = 1.0)]
     fail_ms: f64,
-    /// failing-node, retry-storm, overloaded-node, flaky-node, zones: length of the run, seconds
-    /// of virtual time (default: failing-node 110, retry-storm 30, overloaded-node 100,
-    /// flaky-node 60, zones 60 per run).
+    /// failing-node, retry-storm, overloaded-node, flaky-node, zones, uneven: length of the
+    /// run, seconds of virtual time (default: failing-node 110, retry-storm 30,
+    /// overloaded-node 100, flaky-node 60, zones 60 per run, uneven 120).
     #[arg(long)]
     duration_s: Option<f64>,
     /// retry-storm: how long a client waits for an attempt, ms; then it counts as a timeout
@@ -143,6 +148,19 @@ pub(crate) struct SimulateArgs {
     /// zones: how much longer a request served outside its caller's zone takes, ms.
     #[arg(long, default_value_t = 1.0)]
     cross_zone_ms: f64,
+    /// uneven: the fastest backend runs background work from this time (seconds of virtual
+    /// time; default 30% of --duration-s)...
+    #[arg(long)]
+    background_from_s: Option<f64>,
+    /// uneven: ...until this time (default 60% of --duration-s).
+    #[arg(long)]
+    background_until_s: Option<f64>,
+    /// uneven: how many times longer its service times are meanwhile (1 to 100).
+    #[arg(long, default_value_t = 3.0)]
+    background_slowdown: f64,
+    /// uneven: how long a probe answer takes to reach the balancer, ms (0 to 60000).
+    #[arg(long, default_value_t = 1.0)]
+    probe_delay_ms: f64,
     /// Every scenario but seeds: write an SVG of the run to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
@@ -179,6 +197,9 @@ enum ScenarioName {
     /// Callers and backends in three zones: cross-zone traffic without and with zone-aware
     /// routing, then failures spilling to other zones and to a priority-1 fleet.
     Zones,
+    /// Backends of speeds 1x to 4x, weight 1 each, the fastest slowed for a while: latency
+    /// and utilisation spread with ORCA reports and probes.
+    Uneven,
     /// List the scenarios.
     Help,
 }
@@ -256,6 +277,7 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
         ScenarioName::FlakyNode => flaky(args, out),
         ScenarioName::LongTail => tail(args, out),
         ScenarioName::Zones => zoned(args, out),
+        ScenarioName::Uneven => unequal(args, out),
         ScenarioName::Help => {
             writeln!(out, "scenarios (--scenario NAME):")?;
             for value in ScenarioName::value_variants() {
@@ -804,6 +826,44 @@ fn zoned(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     };
     let options = args.options.options()?;
     zones::print(&params, algorithm, options, args.svg.as_deref(), out)
+}
+
+/// The uneven scenario: one run per algorithm, a latency and spread table, a utilisation
+/// table, an SVG.
+fn unequal(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    timed(&args, "uneven")?;
+    if args.keys.is_some() {
+        return Err(Failure::Usage(
+            "uneven runs unkeyed algorithms on requests without keys; --keys does not apply".into(),
+        ));
+    }
+    let duration_s = args.duration_s.unwrap_or(120.0);
+    let params = uneven::Params {
+        backends: args.backends,
+        servers: args.servers.unwrap_or(1),
+        service_ms: args.service_ms,
+        slowdown: args.slowdown.unwrap_or(4.0),
+        utilisation: args.utilisation.unwrap_or(0.7),
+        duration_s,
+        background_from_s: args.background_from_s.unwrap_or(0.3 * duration_s),
+        background_until_s: args.background_until_s.unwrap_or(0.6 * duration_s),
+        background_slowdown: args.background_slowdown,
+        probe_delay_ms: args.probe_delay_ms,
+        seed: args.options.seed.unwrap_or(1),
+    };
+    params.validate().map_err(Failure::Usage)?;
+    let algorithms = if args.algorithm.is_empty() {
+        uneven::ALGORITHMS.to_vec()
+    } else {
+        args.algorithm.clone()
+    };
+    if algorithms.iter().any(|a| a.is_keyed()) {
+        return Err(Failure::Usage(
+            "uneven runs unkeyed algorithms only (keyed ones route by key, not by load)".into(),
+        ));
+    }
+    let options = args.options.options()?;
+    uneven::print(&params, &algorithms, options, args.svg.as_deref(), out)
 }
 
 /// The seeds scenario: one table per algorithm and node list.

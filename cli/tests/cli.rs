@@ -1072,3 +1072,96 @@ fn zones_names_bad_parameters() {
     let o = lb(&["simulate", "--scenario", "help"]);
     assert!(stdout(&o).contains("zones"));
 }
+
+/// Issue 25 item 5 on the default uneven scenario (ten backends of speeds 1x to 4x, weight 1
+/// each, backend-9 3x slower from 36 s to 72 s, 70% of nominal capacity for 120 s, seed 1).
+/// What holds: prequal's p99 is below least_request's, and client_side_wrr's utilisation
+/// spread is tighter than round_robin's (and peak_ewma's than least_request's). What the issue
+/// also asked and this model does not show (see cli/src/uneven.rs): client_side_wrr's p99 is
+/// above least_request's (its 10 s blackout routes like round_robin and leaves backend-0 a
+/// backlog it drains for tens of seconds; even without blackout and background work its
+/// open-loop weights leave each backend an M/M/1 queue), and prequal's spread is wider than
+/// round_robin's (it sends the slowest backend almost nothing: by design it minimises
+/// latency, not utilisation). The committed docs/uneven.svg is this run's picture.
+#[test]
+fn uneven_prequal_cuts_the_tail_wrr_evens_utilisation_and_draws_an_svg() {
+    let (text, drawn) = simulate_with_svg("uneven.svg", &["--scenario", "uneven"]);
+    let rows = table_rows(&text, "probes/req");
+    let names: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "round_robin",
+            "least_request",
+            "peak_ewma",
+            "client_side_wrr",
+            "prequal"
+        ],
+        "{text}"
+    );
+    // Columns: algorithm requests p50 p99 p99.9 min max spread cv probes/req.
+    assert!(
+        rows.iter().all(|r| r[1] == rows[0][1]),
+        "the same requests: {text}"
+    );
+    let row = |name: &str| rows.iter().find(|r| r[0] == name).unwrap();
+    let (p99, spread) = (|name| num(&row(name)[3]), |name| num(&row(name)[7]));
+    assert!(p99("prequal") < p99("least_request"), "{text}");
+    assert!(spread("client_side_wrr") < spread("round_robin"), "{text}");
+    assert!(spread("peak_ewma") < spread("least_request"), "{text}");
+    // Only prequal probes: probe_rate (3 by default) per pick.
+    for r in &rows {
+        let probes = num(&r[9]);
+        if r[0] == "prequal" {
+            assert_eq!(probes, 3.0, "{text}");
+        } else {
+            assert_eq!(probes, 0.0, "{text}");
+        }
+    }
+    // Per-backend table: round_robin gives backend-0 (25 req/s) a tenth of 437.5 req/s, so it
+    // is busy the whole run; client_side_wrr keeps every backend within 15 points of 70%.
+    let start = (text.lines())
+        .position(|l| l.starts_with("utilisation per backend"))
+        .unwrap_or_else(|| panic!("no per-backend table in:\n{text}"));
+    let util: Vec<Vec<&str>> = (text.lines().skip(start + 3))
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(util.len(), 5, "{text}");
+    assert_eq!(
+        (util[0][0], num(util[0][1])),
+        ("round_robin", 100.0),
+        "{text}"
+    );
+    assert_eq!(util[3][0], "client_side_wrr");
+    assert!(
+        util[3][1..].iter().all(|u| (num(u) - 70.0).abs() < 15.0),
+        "{text}"
+    );
+    check_blessed("uneven.svg", &drawn, &text);
+}
+
+#[test]
+fn uneven_names_bad_parameters() {
+    let fails = |args: &[&str], needle: &str| {
+        let mut all = vec!["simulate", "--scenario", "uneven"];
+        all.extend_from_slice(args);
+        let o = lb(&all);
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    };
+    fails(&["--probe-delay-ms=-1"], "--probe-delay-ms");
+    fails(&["--probe-delay-ms", "1e9"], "--probe-delay-ms");
+    fails(&["--background-until-s", "500"], "--background-until-s");
+    fails(&["--background-slowdown", "0"], "--background-slowdown");
+    fails(&["--slowdown", "0.5"], "--slowdown");
+    fails(&["--utilisation", "1"], "--utilisation");
+    fails(&["--backends", "1"], "--backends");
+    fails(&["--duration-s", "86400"], "requests");
+    fails(&["-a", "ring"], "unkeyed");
+    fails(&["--keys", "10"], "--keys");
+    fails(&["--requests", "10"], "--duration-s");
+    let o = lb(&["simulate", "--scenario", "help"]);
+    assert!(stdout(&o).contains("uneven"));
+}
