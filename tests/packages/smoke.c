@@ -65,6 +65,47 @@ int main(int argc, char **argv) {
     check("orca", values.cpu_utilization == 0.5 ? "0.5" : "other", "0.5");
     lb_load_report_free(report);
 
+    /* Server-reported load: a backend's header, read back; client_side_wrr weighs by reports
+     * (0.9 and 0.3 utilisation at 100 qps: 1:3). */
+    lb_server_load *server = NULL;
+    if (lb_server_load_new(&server) != LB_RESULT_OK) return 1;
+    if (lb_server_load_set_application_utilization(server, 0.3) != LB_RESULT_OK) return 1;
+    char header[256];
+    size_t header_size = 0;
+    if (lb_server_load_header(server, LB_HEADER_TEXT, header, sizeof header, &header_size) !=
+        LB_RESULT_OK)
+        return 1;
+    if (lb_load_report_parse((const uint8_t *)header, header_size - 1, &report) != LB_RESULT_OK)
+        return 1;
+    lb_load_report_values(report, &values);
+    check("server load", values.application_utilization == 0.3 ? "0.3" : "other", "0.3");
+    lb_load_report_free(report);
+    lb_server_load_free(server);
+    lb_options *wrr_options = NULL;
+    if (lb_options_new(&wrr_options) != LB_RESULT_OK) return 1;
+    lb_options_set_int(wrr_options, "blackout_period_ms", 18, 0);
+    lb_node ab[] = {{"a", 1, 1, 'a'}, {"b", 1, 1, 'b'}};
+    lb_balancer *weighed = NULL;
+    if (lb_balancer_new("client_side_wrr", 15, wrr_options, ab, 2, &weighed) != LB_RESULT_OK)
+        return 1;
+    lb_options_free(wrr_options);
+    const char *loads[] = {"TEXT application_utilization=0.9,rps_fractional=100",
+                           "TEXT application_utilization=0.3,rps_fractional=100"};
+    for (int i = 0; i < 2; i++) {
+        if (lb_load_report_parse((const uint8_t *)loads[i], strlen(loads[i]), &report) != LB_RESULT_OK)
+            return 1;
+        if (lb_balancer_report_load(weighed, ab[i].id, 1, report) != LB_RESULT_OK) return 1;
+        lb_load_report_free(report);
+    }
+    int b_picks = 0;
+    for (int i = 0; i < 4; i++) {
+        uint64_t tag = 0;
+        if (lb_balancer_pick(weighed, NULL, 0, &tag, NULL, 0, NULL) != LB_RESULT_OK) return 1;
+        b_picks += tag == 'b';
+    }
+    check("client_side_wrr", b_picks == 3 ? "1:3" : "other", "1:3");
+    lb_balancer_free(weighed);
+
     if (fails) return 1;
     printf("c: liblb %s: ring %s, wrr %s\n", lb_version(), got, seq);
     return 0;

@@ -27,4 +27,16 @@ else:
 assert ring.pick("Key1") == "NodeB"
 assert liblb.parse_orca("TEXT named_metrics.rif:3").named_metrics == {"rif": 3.0}
 
+# Server-reported load: a ServerLoad backend's header, read back; client_side_wrr weighs by
+# reports (0.9 and 0.3 utilisation at 100 qps: 1:3).
+server = liblb.ServerLoad()
+server.set_application_utilization(0.3)
+with server.start():
+    pass
+assert liblb.parse_orca(server.header()).application_utilization == 0.3
+weighed = liblb.Balancer("client_side_wrr", ["a", "b"], blackout_period_ms=0)
+weighed.report_load("a", "TEXT application_utilization=0.9,rps_fractional=100")
+weighed.report_load("b", "TEXT application_utilization=0.3,rps_fractional=100")
+assert sorted(weighed.pick() for _ in range(4)) == ["a", "b", "b", "b"]
+
 print(f"python {sys.version.split()[0]}: liblb {liblb.__version__} from {liblb.__file__}: ring {got}, wrr {seq}")

@@ -1,6 +1,6 @@
 // Smoke test of an installed liblb, from TypeScript: compiled with tsc --strict against the
 // package's index.d.ts, then run (tests/packages/README.md).
-import { Balancer, LoadReport, parseOrca } from 'liblb'
+import { Balancer, LoadReport, ServerLoad, parseOrca } from 'liblb'
 
 function check(what: string, got: string, want: string): void {
   if (got !== want) throw new Error(`${what}: got ${got}, want ${want}`)
@@ -23,4 +23,13 @@ try {
 check('unknown node error', String(code), 'LB_UNKNOWN_NODE')
 const report: LoadReport = parseOrca('TEXT cpu_utilization:0.5')
 check('orca', String(report.cpuUtilization), '0.5')
+const server = new ServerLoad()
+server.setApplicationUtilization(0.3)
+server.finish(server.start(), true)
+check('server load', String(parseOrca(server.header('bin')).applicationUtilization), '0.3')
+const weighed = new Balancer('client_side_wrr', ['a', 'b'], { blackout_period_ms: 0 })
+weighed.reportLoad('a', parseOrca('TEXT application_utilization=0.9,rps_fractional=100'))
+weighed.reportLoad('b', 'TEXT application_utilization=0.3,rps_fractional=100')
+const picks: string[] = Array.from({ length: 4 }, () => weighed.pick())
+check('client_side_wrr', picks.sort().join(''), 'abbb')
 console.log(`typescript: ring ${got.join(' ')}, wrr ${seq}`)
