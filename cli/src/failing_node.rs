@@ -26,10 +26,8 @@
 //! of requests failed and backend-0's share of the arrivals.
 
 use crate::events::{self, Model, Workload};
-use crate::slow_node::{backend_id, balancer_seed};
-use liblb_core::{Algorithm, Balancer, ManualClock, Node, Options, Status};
-use std::sync::Arc;
-use std::time::Duration;
+use crate::slow_node::{backend_id, virtual_balancer};
+use liblb_core::{Algorithm, Balancer, Node, Options, Status};
 
 /// The scenario's parameters (see the module docs).
 #[derive(Debug, Clone)]
@@ -261,12 +259,7 @@ pub(crate) fn run(
     options: Options,
     keys: &[Vec<u8>],
 ) -> Result<Run, liblb_core::Error> {
-    let clock = Arc::new(ManualClock::new(Duration::ZERO));
-    let options = Options {
-        seed: Some(balancer_seed(params.seed)),
-        ..options
-    };
-    let balancer = Balancer::with_clock(algorithm, params.nodes(), options, clock.clone())?;
+    let (balancer, clock) = virtual_balancer(algorithm, params.nodes(), options, params.seed)?;
     let n = keys.len();
     let key_of = move |u: f64| (u * n as f64) as usize;
     let workload = Workload {
@@ -302,6 +295,7 @@ pub(crate) fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn params() -> Params {
         Params {

@@ -23,10 +23,8 @@
 //! and per second, the most requests at any backend.
 
 use crate::events::{self, Model, Workload};
-use crate::slow_node::{backend_id, balancer_seed};
-use liblb_core::{Algorithm, Balancer, ManualClock, Node, Options};
-use std::sync::Arc;
-use std::time::Duration;
+use crate::slow_node::{backend_id, virtual_balancer};
+use liblb_core::{Algorithm, Balancer, Node, Options};
 
 /// The scenario's parameters (see the module docs).
 #[derive(Debug, Clone)]
@@ -247,13 +245,11 @@ pub(crate) fn run(
     keys: &[Vec<u8>],
     usual: &[usize],
 ) -> Result<Run, liblb_core::Error> {
-    let clock = Arc::new(ManualClock::new(Duration::ZERO));
     let options = Options {
-        seed: Some(balancer_seed(params.seed)),
         hash_balance_factor: factor,
         ..options
     };
-    let balancer = Balancer::with_clock(algorithm, params.nodes(), options, clock.clone())?;
+    let (balancer, clock) = virtual_balancer(algorithm, params.nodes(), options, params.seed)?;
     let key_of = |u: f64| params.key_of(u);
     let workload = Workload {
         seed: params.seed,

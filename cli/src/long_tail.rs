@@ -26,10 +26,9 @@
 //! those requests (the extra load), and how many of them won.
 
 use crate::Failure;
-use crate::slow_node::{backend_id, balancer_seed, exp1};
+use crate::slow_node::{backend_id, exp1, virtual_balancer};
 use liblb_core::{
-    Algorithm, Balancer, Decision, Hedging, Lease, ManualClock, Node, Options, Outcome, Request,
-    SplitMix64,
+    Algorithm, Balancer, Decision, Hedging, Lease, Node, Options, Outcome, Request, SplitMix64,
 };
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -199,15 +198,10 @@ pub(crate) fn run(
     options: Options,
     hedge: Hedge,
 ) -> Result<Run, liblb_core::Error> {
-    let clock = Arc::new(ManualClock::new(Duration::ZERO));
-    let options = Options {
-        seed: Some(balancer_seed(params.seed)),
-        ..options
-    };
     let nodes: Vec<Node> = (0..params.backends)
         .map(|i| Node::new(backend_id(i).as_str(), 1))
         .collect();
-    let balancer = Balancer::with_clock(algorithm, nodes, options, clock.clone())?;
+    let (balancer, clock) = virtual_balancer(algorithm, nodes, options, params.seed)?;
     let hedging = match hedge {
         Hedge::Off => None,
         Hedge::Percentile(load) => Some(Arc::new(Hedging::percentile(load, 0)?)),

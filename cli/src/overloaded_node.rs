@@ -28,11 +28,10 @@
 use crate::Failure;
 use crate::chart::{self, Line, Panel};
 use crate::request_events::{self, Answer, Fleet, Model, Tally, Workload};
-use crate::slow_node::balancer_seed;
-use liblb_core::{Algorithm, Balancer, ManualClock, Options, Outcome, RetryPolicy, Status, Stop};
+use crate::slow_node::virtual_balancer;
+use liblb_core::{Algorithm, Balancer, Options, Outcome, RetryPolicy, Status, Stop};
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The scenario's parameters (see the module docs).
@@ -186,12 +185,7 @@ pub(crate) fn run(
     keys: &[Vec<u8>],
 ) -> Result<Run, liblb_core::Error> {
     let fleet = &params.fleet;
-    let clock = Arc::new(ManualClock::new(Duration::ZERO));
-    let options = Options {
-        seed: Some(balancer_seed(fleet.seed)),
-        ..options
-    };
-    let balancer = Balancer::with_clock(algorithm, fleet.nodes(), options, clock.clone())?;
+    let (balancer, clock) = virtual_balancer(algorithm, fleet.nodes(), options, fleet.seed)?;
     let workload = Workload {
         seed: fleet.seed,
         gap_ns: 1e9 / fleet.rate(),

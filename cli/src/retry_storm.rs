@@ -39,8 +39,8 @@
 use crate::Failure;
 use crate::chart::{self, Line, Panel};
 use crate::request_events::{self, Answer, Fleet, Model, Tally, Workload};
-use crate::slow_node::balancer_seed;
-use liblb_core::{AdaptiveThrottle, Algorithm, Balancer, Budget, ManualClock, Options, Outcome};
+use crate::slow_node::virtual_balancer;
+use liblb_core::{AdaptiveThrottle, Algorithm, Balancer, Budget, Options, Outcome};
 use liblb_core::{RetryBudget, RetryPolicy, Stop};
 use std::io::Write;
 use std::path::Path;
@@ -159,12 +159,7 @@ pub(crate) fn run(
     keys: &[Vec<u8>],
 ) -> Result<Run, liblb_core::Error> {
     let fleet = &params.fleet;
-    let clock = Arc::new(ManualClock::new(Duration::ZERO));
-    let options = Options {
-        seed: Some(balancer_seed(fleet.seed)),
-        ..options
-    };
-    let balancer = Balancer::with_clock(algorithm, fleet.nodes(), options, clock.clone())?;
+    let (balancer, clock) = virtual_balancer(algorithm, fleet.nodes(), options, fleet.seed)?;
     let budget = match limit {
         Limit::None => None,
         Limit::Retry => Some(Budget::Retry(Arc::new(RetryBudget::new(

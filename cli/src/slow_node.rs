@@ -223,21 +223,33 @@ pub(crate) fn balancer_seed(seed: u64) -> u64 {
     SplitMix64::new(seed ^ 0x6c62_2d62_616c_616e).next()
 }
 
+/// The balancer of one simulation run: `options` on a [`ManualClock`] at 0 (every scenario runs
+/// in virtual time), its generator seeded from the run's `seed` by [`balancer_seed`]. The
+/// balancer's draws must not be the workload's: SplitMix64 with the same seed would give the
+/// same stream, and a draw choosing the backend would also be the request's work (a first run
+/// of slow-node showed peak_ewma's shares falling with the backend's position).
+pub(crate) fn virtual_balancer(
+    algorithm: Algorithm,
+    nodes: Vec<Node>,
+    options: Options,
+    seed: u64,
+) -> Result<(Balancer, Arc<ManualClock>), liblb_core::Error> {
+    let clock = Arc::new(ManualClock::new(Duration::ZERO));
+    let options = Options {
+        seed: Some(balancer_seed(seed)),
+        ..options
+    };
+    let balancer = Balancer::with_clock(algorithm, nodes, options, clock.clone())?;
+    Ok((balancer, clock))
+}
+
 /// Runs the scenario under one algorithm.
 pub(crate) fn run(
     algorithm: Algorithm,
     params: &Params,
     options: Options,
 ) -> Result<Run, liblb_core::Error> {
-    let clock = Arc::new(ManualClock::new(Duration::ZERO));
-    // The balancer's draws must not be the workload's: SplitMix64 with the same seed would
-    // give the same stream, and a draw choosing the backend would also be the request's work
-    // (a first run here showed peak_ewma's shares falling with the backend's position).
-    let options = Options {
-        seed: Some(balancer_seed(params.seed)),
-        ..options
-    };
-    let balancer = Balancer::with_clock(algorithm, params.nodes(), options, clock.clone())?;
+    let (balancer, clock) = virtual_balancer(algorithm, params.nodes(), options, params.seed)?;
     let mut rng = SplitMix64::new(params.seed);
     let gap_ns = 1e9 / params.rate();
     let n = params.backends;

@@ -70,14 +70,12 @@
 
 use crate::events::{self, Model, Workload};
 use crate::meter::Meters;
-use crate::slow_node::{backend_id, balancer_seed};
+use crate::slow_node::{backend_id, virtual_balancer};
 use crate::{Failure, chart};
-use liblb_core::{Algorithm, Balancer, ManualClock, Node, Options};
+use liblb_core::{Algorithm, Balancer, Node, Options};
 use std::cell::RefCell;
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// The scenario's parameters (see the module docs).
 #[derive(Debug, Clone)]
@@ -299,12 +297,7 @@ pub(crate) fn run(
     params: &Params,
     options: Options,
 ) -> Result<Run, liblb_core::Error> {
-    let clock = Arc::new(ManualClock::new(Duration::ZERO));
-    let options = Options {
-        seed: Some(balancer_seed(params.seed)),
-        ..options
-    };
-    let balancer = Balancer::with_clock(algorithm, params.nodes(), options, clock.clone())?;
+    let (balancer, clock) = virtual_balancer(algorithm, params.nodes(), options, params.seed)?;
     // Unkeyed algorithms only: one key, never read.
     let keys = [b"key-0".to_vec()];
     let workload = Workload {
