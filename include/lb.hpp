@@ -1,7 +1,11 @@
 // lb.hpp: a header-only C++17 wrapper over lb.h (liblb's C API).
 //
 // - lb::balancer, lb::options and lb::lease own their C handles (unique ownership: movable, not
-//   copyable); the destructor frees them.
+//   copyable); the destructor frees them. So do the server-reported load types: lb::load_report
+//   (a parsed ORCA report, lb_load_report), lb::server_load (a backend's own load,
+//   lb_server_load) and lb::server_request (a request it started: the lb_server_request struct,
+//   owned so it ends once; a moved-from or ended one throws LB_RESULT_LEASE_FINISHED, an open
+//   one is cancelled when destroyed, and it keeps its server_load's handle alive).
 // - Every failure throws lb::error (derived from std::runtime_error) carrying the lb_result
 //   code; after a throw the balancer is unchanged. (LB_RESULT_BUFFER_TOO_SMALL, which lb.h
 //   reports after the pick happened, never reaches you: buffers are sized with
@@ -14,8 +18,9 @@
 //   std::string copies, never views into balancer memory, so they stay valid whatever other
 //   threads do.
 // - Thread safety is the C API's: every const member function and add/remove/set_weight/update
-//   (their located forms and the locality setters too) may be called concurrently on one
-//   balancer; moving or destroying it needs exclusive access.
+//   (their located forms and the locality setters too), report/report_load/offer_probe may be
+//   called concurrently on one balancer; moving or destroying it needs exclusive access. The
+//   same holds for a server_load; a load_report is immutable.
 //
 // Link with -llb (pkg-config: liblb).
 #ifndef LB_HPP
@@ -83,6 +88,18 @@ struct hedging_deleter {
 struct request_deleter {
     void operator()(lb_request *r) const noexcept { lb_request_free(r); }
 };
+struct load_report_deleter {
+    void operator()(lb_load_report *r) const noexcept { lb_load_report_free(r); }
+};
+struct server_load_deleter {
+    void operator()(lb_server_load *l) const noexcept { lb_server_load_free(l); }
+};
+
+/// The C API's nanoseconds as a duration (saturating at its largest value).
+inline std::chrono::nanoseconds from_ns(uint64_t ns) {
+    return std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(
+        std::min<uint64_t>(ns, std::numeric_limits<std::chrono::nanoseconds::rep>::max())));
+}
 
 /// A time on the caller's monotonic clock as the C API's nanoseconds (negative throws
 /// std::out_of_range: the clock never reads before its start).
@@ -212,6 +229,91 @@ struct node_stats {
     std::optional<std::chrono::nanoseconds> until;
 };
 
+/// Which map of a load report an entry belongs to (lb_load_entry.map).
+enum class load_map : uint32_t {
+    request_cost = LB_LOAD_REQUEST_COST,
+    utilization = LB_LOAD_UTILIZATION,
+    named_metrics = LB_LOAD_NAMED_METRICS,
+};
+
+/// The numbers of a load report, as `OrcaLoadReport` names them (0 where the report leaves
+/// them out): utilisations are fractions (1.0 fully used), `rps_fractional` queries and `eps`
+/// errors per second (`rps` is the deprecated integer field).
+struct load_values {
+    double cpu_utilization = 0;
+    double mem_utilization = 0;
+    double application_utilization = 0;
+    uint64_t rps = 0;
+    double rps_fractional = 0;
+    double eps = 0;
+};
+
+/// One named value of a load report: its map, its name (a copy) and its value.
+struct load_entry {
+    load_map map = load_map::named_metrics;
+    std::string name;
+    double value = 0;
+
+    bool operator==(const load_entry &o) const {
+        return map == o.map && name == o.name && value == o.value;
+    }
+};
+
+class server_load;
+
+/// An ORCA load report (lb_load_report): from load_report::parse (what a backend's answer
+/// carried) or server_load::report(). Give it to balancer::report_load or end a lease with it
+/// (lease::success / lease::failure taking a report); neither takes it over, so one report may
+/// serve many calls. Immutable: every member is thread-safe. Move-only; a moved-from report
+/// holds no handle (get() is NULL, and using it throws LB_RESULT_NULL_PARAMETER).
+class load_report {
+public:
+    /// Parses a serialized `OrcaLoadReport` (any bytes) or an `endpoint-load-metrics` header
+    /// value (`BIN <base64>`, `JSON <json>`, `TEXT name:value,...`); "" is the empty report.
+    /// Anything else throws LB_RESULT_INVALID_LOAD_REPORT.
+    static load_report parse(std::string_view data) {
+        lb_load_report *raw = nullptr;
+        detail::check(lb_load_report_parse(reinterpret_cast<const uint8_t *>(data.data()),
+                                           data.size(), &raw));
+        return load_report(raw);
+    }
+
+    /// The six numbers.
+    load_values values() const {
+        lb_load_values v{};
+        detail::check(lb_load_report_values(get(), &v));
+        return {v.cpu_utilization, v.mem_utilization, v.application_utilization,
+                v.rps,             v.rps_fractional,  v.eps};
+    }
+
+    /// The named values: request costs, utilisations, named metrics, in that order, each map
+    /// in the report's order.
+    std::vector<load_entry> entries() const {
+        size_t len = 0;
+        std::vector<lb_load_entry> out;
+        lb_result r = lb_load_report_entries(get(), nullptr, 0, &len);
+        while (r == LB_RESULT_BUFFER_TOO_SMALL) {
+            out.resize(len);
+            r = lb_load_report_entries(get(), out.data(), out.size(), &len);
+        }
+        detail::check(r);
+        std::vector<load_entry> result;
+        result.reserve(len);
+        for (size_t i = 0; i < len; i++)
+            result.push_back(load_entry{static_cast<load_map>(out[i].map),
+                                        std::string(out[i].name, out[i].name_len), out[i].value});
+        return result;
+    }
+
+    /// The C handle, still owned by this object.
+    const lb_load_report *get() const noexcept { return handle_.get(); }
+
+private:
+    friend class server_load;
+    explicit load_report(lb_load_report *raw) noexcept : handle_(raw) {}
+    std::unique_ptr<lb_load_report, detail::load_report_deleter> handle_;
+};
+
 class retry_budget;
 class retry_throttle;
 class adaptive_throttle;
@@ -257,11 +359,23 @@ public:
     /// A negative time throws std::out_of_range and leaves the lease open.
     void failure(failure_kind kind, std::optional<std::chrono::nanoseconds> latency = std::nullopt,
                  std::optional<std::chrono::nanoseconds> retry_after = std::nullopt) {
-        if (!handle_) throw error(LB_RESULT_LEASE_FINISHED);
-        lb_outcome_info info{static_cast<lb_outcome>(kind), detail::time_ns(latency, "latency"),
-                             detail::time_ns(retry_after, "retry_after")};
-        detail::check(lb_lease_finish_info(handle_.get(), &info));
-        (void)handle_.release();  // lb_lease_finish_info freed it
+        finish_info(static_cast<lb_outcome>(kind), latency, retry_after, nullptr);
+    }
+
+    /// Ends the request as a success after `latency` (empty: the time since acquire), with
+    /// the ORCA load report its answer carried (lb_lease_finish_load; see
+    /// balancer::report_load): `lease.success(lb::load_report::parse(header))`.
+    void success(const load_report &load,
+                 std::optional<std::chrono::nanoseconds> latency = std::nullopt) {
+        finish_info(LB_OUTCOME_SUCCESS, latency, std::nullopt, &load);
+    }
+
+    /// Ends the request as a failure of `kind`, as failure(kind, latency, retry_after) does,
+    /// with the load report its answer carried. On any throw the lease stays open.
+    void failure(const load_report &load, failure_kind kind = failure_kind::error,
+                 std::optional<std::chrono::nanoseconds> latency = std::nullopt,
+                 std::optional<std::chrono::nanoseconds> retry_after = std::nullopt) {
+        finish_info(static_cast<lb_outcome>(kind), latency, retry_after, &load);
     }
 
     /// Ends the request without an outcome (also what the destructor does). Empty: no-op.
@@ -281,6 +395,18 @@ private:
         uint64_t ns = detail::latency_ns(latency);
         detail::check(lb_lease_finish(handle_.get(), outcome, ns));
         (void)handle_.release();  // lb_lease_finish freed it
+    }
+
+    /// lb_lease_finish_info, or lb_lease_finish_load with a report.
+    void finish_info(lb_outcome outcome, std::optional<std::chrono::nanoseconds> latency,
+                     std::optional<std::chrono::nanoseconds> retry_after,
+                     const load_report *load) {
+        if (!handle_) throw error(LB_RESULT_LEASE_FINISHED);
+        lb_outcome_info info{outcome, detail::time_ns(latency, "latency"),
+                             detail::time_ns(retry_after, "retry_after")};
+        detail::check(load ? lb_lease_finish_load(handle_.get(), &info, load->get())
+                           : lb_lease_finish_info(handle_.get(), &info));
+        (void)handle_.release();  // lb_lease_finish_info / _load freed it
     }
 
     std::unique_ptr<lb_lease, detail::lease_deleter> handle_;
@@ -550,6 +676,50 @@ public:
         lb_outcome_info info{static_cast<lb_outcome>(kind), detail::time_ns(latency, "latency"),
                              detail::time_ns(retry_after, "retry_after")};
         detail::check(lb_balancer_report_info(get(), id.data(), id.size(), &info));
+    }
+
+    /// Gives the balancer the ORCA load report of node `id`, as received now (an
+    /// `endpoint-load-metrics` header or trailer, an out-of-band stream): `client_side_wrr`
+    /// weighs nodes by them, `prequal` reads the named metrics `rif` and `latency_ms` as a
+    /// probe answer, the others keep them. The report stays yours.
+    void report_load(std::string_view id, const load_report &load) {
+        detail::check(lb_balancer_report_load(get(), id.data(), id.size(), load.get()));
+    }
+
+    /// Up to `count` distinct nodes to probe now (prequal), chosen at random among those with
+    /// a positive weight: fewer when the balancer has fewer. Send each a probe and give the
+    /// answer to offer_probe(); probes_due() says how many the picks asked for. `count` above
+    /// LB_MAX_BATCH throws LB_RESULT_BATCH_TOO_LARGE before anything is allocated.
+    std::vector<std::string> probe_targets(size_t count) const {
+        detail::check_batch(count);
+        size_t limit = std::min(count, size());  // arrays sized as attempts() sizes them
+        std::vector<lb_pick> out(limit);
+        size_t written = 0;
+        std::vector<picked> answers = collect(out, [&](char *buf, size_t cap, size_t *size) {
+            return lb_balancer_probe_targets(get(), limit, out.data(), buf, cap, size, &written);
+        });
+        answers.resize(std::min(written, answers.size()));
+        std::vector<std::string> ids;
+        ids.reserve(answers.size());
+        for (picked &p : answers) ids.push_back(std::move(p.id));
+        return ids;
+    }
+
+    /// A probe answer from node `id` (server_load::probe() on a liblb backend): its requests
+    /// in flight and its latency estimate, stamped with the balancer's clock. `prequal` adds
+    /// it to its pool; other algorithms ignore it. A negative latency throws std::out_of_range
+    /// (nothing recorded).
+    void offer_probe(std::string_view id, uint32_t rif, std::chrono::nanoseconds latency) {
+        uint64_t ns = detail::latency_ns(latency);
+        detail::check(lb_balancer_offer_probe(get(), id.data(), id.size(), rif, ns));
+    }
+
+    /// How many probes the picks since the last call made due (prequal's `probe_rate` per
+    /// pick; always 0 for other algorithms): ask probe_targets() for that many.
+    size_t probes_due() const {
+        size_t due = 0;
+        detail::check(lb_balancer_probes_due(get(), &due));
+        return due;
     }
 
     /// Takes a node out of service until mark_up() (no rebuild, weight kept).
@@ -1048,6 +1218,187 @@ inline void balancer::set_budget(const retry_throttle &throttle) const {
 inline void balancer::set_budget(const adaptive_throttle &throttle) const {
     detail::check(lb_balancer_set_adaptive_throttle(get(), throttle.get()));
 }
+
+/// A Prequal probe answer (server_load::probe()): the requests in flight and the latency
+/// expected for a request arriving at that level (0 before any request succeeded).
+struct probe_answer {
+    uint32_t rif = 0;
+    std::chrono::nanoseconds latency{0};
+};
+
+/// server_load::header's form: `TEXT name:value,...` (Envoy's native form) or `BIN <base64 of
+/// the serialized OrcaLoadReport>`.
+enum class header_form : uint32_t {
+    text = LB_HEADER_TEXT,
+    bin = LB_HEADER_BIN,
+};
+
+/// A request a server_load started (server_load::start()): end it once with
+/// server_load::finish or server_load::cancel. Wraps the plain lb_server_request, so starting
+/// one allocates nothing, but owns it: movable, not copyable, so no copy can be ended twice. A
+/// moved-from or ended request is empty (`!request`), and ending it throws
+/// lb::error(LB_RESULT_LEASE_FINISHED); one destroyed (or assigned over) while still open is
+/// cancelled. It keeps its server_load's handle alive, so it may outlive the lb::server_load.
+/// One thread at a time.
+class server_request {
+public:
+    server_request() noexcept = default;
+    server_request(server_request &&o) noexcept : raw_(o.raw_), load_(std::move(o.load_)) {
+        o.raw_.open = 0;
+    }
+    server_request &operator=(server_request &&o) noexcept {
+        if (this != &o) {
+            end();
+            raw_ = o.raw_;
+            load_ = std::move(o.load_);
+            o.raw_.open = 0;
+        }
+        return *this;
+    }
+    server_request(const server_request &) = delete;
+    server_request &operator=(const server_request &) = delete;
+    ~server_request() { end(); }
+
+    /// Whether it is still open (started, neither finished nor cancelled).
+    explicit operator bool() const noexcept { return raw_.open == 1; }
+    /// The requests already in flight when it started (itself not counted).
+    uint32_t rif() const noexcept { return raw_.rif; }
+    /// When it started, on liblb's monotonic clock (lb::now()).
+    std::chrono::nanoseconds started() const noexcept { return detail::from_ns(raw_.started_ns); }
+    /// The C struct, still owned by this object.
+    const lb_server_request &get() const noexcept { return raw_; }
+
+private:
+    friend class server_load;
+    void end() noexcept {
+        if (raw_.open == 1 && load_) (void)lb_server_load_cancel(load_.get(), &raw_);
+        load_.reset();
+    }
+
+    lb_server_request raw_{0, 0, 0};
+    std::shared_ptr<lb_server_load> load_;  // the load that started it, while open
+};
+
+/// A server's own load (lb_server_load): requests in flight, request and error rates over the
+/// last 10 seconds, latency by in-flight level, and the utilisations the application sets.
+/// From these it answers Prequal probes (probe()) and writes the `endpoint-load-metrics`
+/// header (header()) that clients read with load_report::parse:
+///
+///     lb::server_load load;                 // one per server, shared by its threads
+///     lb::server_request r = load.start();
+///     bool ok = handle(req);
+///     load.finish(r, ok);                   // or load.cancel(r); a dropped r is cancelled
+///     add_header("endpoint-load-metrics", load.header());
+///
+/// Every member function is thread-safe and lock-free (each reads liblb's clock itself);
+/// moving or destroying it needs exclusive access. Move-only; the handle is freed when the
+/// object and every request it started are gone.
+class server_load {
+public:
+    server_load() {
+        lb_server_load *raw = nullptr;
+        detail::check(lb_server_load_new(&raw));
+        handle_.reset(raw, detail::server_load_deleter{});
+    }
+    server_load(server_load &&) noexcept = default;
+    server_load &operator=(server_load &&) noexcept = default;
+    server_load(const server_load &) = delete;
+    server_load &operator=(const server_load &) = delete;
+
+    /// A request arrives: in flight + 1; the request remembers when and how many it found.
+    server_request start() const {
+        server_request r;
+        detail::check(lb_server_load_start(get(), &r.raw_));
+        r.load_ = handle_;
+        return r;
+    }
+
+    /// The request ends, successfully or not (`ok`): in flight - 1, counted in the rates, and
+    /// a success's latency filed under the in-flight level it found. Returns its latency. An
+    /// ended (or moved-from) request throws LB_RESULT_LEASE_FINISHED, a request another
+    /// server_load started std::invalid_argument; nothing is counted then.
+    std::chrono::nanoseconds finish(server_request &r, bool ok = true) const {
+        check_own(r);
+        uint64_t ns = 0;
+        detail::check(lb_server_load_finish(get(), &r.raw_, ok, &ns));
+        r.load_.reset();
+        return detail::from_ns(ns);
+    }
+
+    /// The request was abandoned (client gone, shutting down): in flight - 1, nothing else
+    /// counted. Throws as finish() does.
+    void cancel(server_request &r) const {
+        check_own(r);
+        detail::check(lb_server_load_cancel(get(), &r.raw_));
+        r.load_.reset();
+    }
+
+    /// The answer to a Prequal probe now.
+    probe_answer probe() const {
+        uint32_t rif = 0;
+        uint64_t ns = 0;
+        detail::check(lb_server_load_probe(get(), &rif, &ns));
+        return {rif, detail::from_ns(ns)};
+    }
+
+    /// The requests in flight now.
+    uint32_t in_flight() const {
+        uint32_t n = 0;
+        detail::check(lb_server_load_in_flight(get(), &n));
+        return n;
+    }
+
+    /// The CPU utilisation (finite, >= 0, may exceed 1); out of range throws
+    /// LB_RESULT_INVALID_LOAD_REPORT and changes nothing.
+    void set_cpu_utilization(double value) const {
+        detail::check(lb_server_load_set_cpu_utilization(get(), value));
+    }
+    /// The memory utilisation (0 to 1); out of range throws as set_cpu_utilization.
+    void set_mem_utilization(double value) const {
+        detail::check(lb_server_load_set_mem_utilization(get(), value));
+    }
+    /// The application utilisation (finite, >= 0, may exceed 1; gRFC A58 prefers it to CPU).
+    void set_application_utilization(double value) const {
+        detail::check(lb_server_load_set_application_utilization(get(), value));
+    }
+
+    /// The ORCA load report now: the three utilisations, `rps_fractional` and `eps` over the
+    /// last 10 seconds, and the named metrics `rif` and (once a request succeeded)
+    /// `latency_ms`, which a client's prequal balancer reads as a probe answer.
+    load_report report() const {
+        lb_load_report *raw = nullptr;
+        detail::check(lb_server_load_report(get(), &raw));
+        return load_report(raw);
+    }
+
+    /// report() as an `endpoint-load-metrics` header value (`TEXT ...` or `BIN ...`); another
+    /// form throws LB_RESULT_INVALID_OPTION_VALUE.
+    std::string header(header_form form = header_form::text) const {
+        const uint32_t f = static_cast<uint32_t>(form);
+        size_t size = 0;
+        std::string value;
+        lb_result r = lb_server_load_header(get(), f, nullptr, 0, &size);  // the size
+        while (r == LB_RESULT_BUFFER_TOO_SMALL) {  // made anew each call: it may have grown
+            value.resize(size + 16);
+            r = lb_server_load_header(get(), f, value.data(), value.size(), &size);
+        }
+        detail::check(r);
+        value.resize(size - 1);  // the NUL
+        return value;
+    }
+
+    /// The C handle, still owned by this object (and its open requests).
+    lb_server_load *get() const noexcept { return handle_.get(); }
+
+private:
+    void check_own(const server_request &r) const {
+        if (!r) throw error(LB_RESULT_LEASE_FINISHED);
+        if (r.load_.get() != get())
+            throw std::invalid_argument("lb: the request was started by another server_load");
+    }
+
+    std::shared_ptr<lb_server_load> handle_;
+};
 
 }  // namespace lb
 

@@ -1,11 +1,13 @@
 // Tests lb.hpp, the C++17 RAII wrapper: ownership (move-only, freed once), exceptions with
 // the right codes, string_view keys, and the same answers as the C API and the core.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -381,6 +383,238 @@ static void test_localities() {
                  lb::balancer::located("random", {{"x", 1, 0, "a/b/c/d", 0}}));
 }
 
+// ORCA load reports: parse (header values and serialized bytes), the six numbers, the named
+// entries with their map; bad bytes throw LB_RESULT_INVALID_LOAD_REPORT.
+static void test_load_reports() {
+    static_assert(!std::is_copy_constructible_v<lb::load_report>);
+    static_assert(std::is_nothrow_move_constructible_v<lb::load_report>);
+    lb::load_report text = lb::load_report::parse(
+        "TEXT cpu_utilization:0.5, rps_fractional:200, eps:4, named_metrics.rif:7, "
+        "named_metrics.kv:0.25");
+    lb::load_values v = text.values();
+    CHECK(v.cpu_utilization == 0.5 && v.rps_fractional == 200.0 && v.eps == 4.0);
+    CHECK(v.mem_utilization == 0.0 && v.application_utilization == 0.0 && v.rps == 0);
+    CHECK(text.entries() == (std::vector<lb::load_entry>{{lb::load_map::named_metrics, "rif", 7.0},
+                                                         {lb::load_map::named_metrics, "kv", 0.25}}));
+
+    // A serialized OrcaLoadReport: cpu_utilization 0.75, request_cost {"db": 2}.
+    const unsigned char proto[] = {0x09, 0, 0, 0, 0, 0, 0, 0xe8, 0x3f, 0x22, 0x0d, 0x0a,
+                                   0x02, 'd', 'b', 0x11, 0, 0, 0, 0, 0, 0, 0, 0x40};
+    std::string_view bytes(reinterpret_cast<const char *>(proto), sizeof proto);
+    lb::load_report binary = lb::load_report::parse(bytes);
+    CHECK(binary.values().cpu_utilization == 0.75);
+    CHECK(binary.entries() == (std::vector<lb::load_entry>{{lb::load_map::request_cost, "db", 2.0}}));
+
+    // Empty input is the empty report.
+    for (std::string_view empty : {std::string_view(), std::string_view("")}) {
+        lb::load_report none = lb::load_report::parse(empty);
+        CHECK(none.entries().empty() && none.values().cpu_utilization == 0.0);
+    }
+    EXPECT_ERROR(LB_RESULT_INVALID_LOAD_REPORT, lb::load_report::parse("TEXT cpu:1"));
+    EXPECT_ERROR(LB_RESULT_INVALID_LOAD_REPORT, lb::load_report::parse(bytes.substr(0, 5)));
+
+    lb::load_report moved = std::move(text);
+    CHECK(moved.get() && !text.get() && moved.entries().size() == 2);
+}
+
+// Reports steer client_side_wrr (gRFC A58): given directly (report_load) or with a lease's
+// outcome; unknown ids and ended leases throw, changing nothing.
+static void test_report_load() {
+    using std::chrono::milliseconds;
+    lb::load_report busy =
+        lb::load_report::parse("TEXT application_utilization=0.9,rps_fractional=100");
+    lb::load_report idle =
+        lb::load_report::parse("TEXT application_utilization=0.3,rps_fractional=100");
+    {
+        lb::options o;
+        o.set("blackout_period_ms", 0);
+        lb::balancer b("client_side_wrr", {{"a", 1, 0}, {"b", 1, 1}}, o);
+        b.report_load("a", busy);
+        b.report_load("b", idle);
+        EXPECT_ERROR(LB_RESULT_UNKNOWN_NODE, b.report_load("zz", idle));
+        int seen[2] = {0, 0};
+        for (int i = 0; i < 4; i++) seen[b.pick_tag()]++;
+        CHECK(seen[0] == 1 && seen[1] == 3);  // 100/0.9 : 100/0.3 = 1:3
+    }
+
+    // Through leases: a reports busy on success, b idle on an overloaded failure; c, silent,
+    // weighs the mean. The first acquire built the scheduler, the next build is 100 ms on.
+    lb::options o;
+    o.set("blackout_period_ms", 0).set("weight_update_period_ms", 100);
+    lb::balancer b("client_side_wrr", {{"a", 1, 0}, {"b", 1, 1}, {"c", 1, 2}}, o);
+    lb::lease la = b.acquire();
+    CHECK(la.id() == "a");
+    la.success(busy, milliseconds(1));
+    CHECK(!la);
+    EXPECT_ERROR(LB_RESULT_LEASE_FINISHED, la.success(busy));
+    EXPECT_ERROR(LB_RESULT_LEASE_FINISHED, la.failure(busy, lb::failure_kind::timeout));
+    lb::lease lb_ = b.acquire();
+    CHECK(lb_.id() == "b");
+    bool threw = false;
+    try {
+        lb_.success(idle, milliseconds(-1));
+    } catch (const std::out_of_range &) {
+        threw = true;
+    }
+    CHECK(threw && lb_);  // still open
+    lb_.failure(idle, lb::failure_kind::overloaded);  // measured latency, no retry-after
+    CHECK(!lb_);
+    auto st = b.stats();
+    CHECK(st[0].requests == 1 && st[0].failures == 0 && st[1].requests == 1 &&
+          st[1].failures == 1 && st[0].in_flight == 0 && st[1].in_flight == 0);
+    std::this_thread::sleep_for(milliseconds(200));
+    int seen[3] = {0, 0, 0};
+    for (int i = 0; i < 600; i++) seen[b.pick_tag()]++;
+    CHECK(seen[0] == 100 && seen[1] == 300 && seen[2] == 200);
+}
+
+// prequal: probes due per pick, targets to probe, answers offered; the idle fast node wins.
+static void test_probes() {
+    using std::chrono::milliseconds;
+    lb::options o;
+    o.set("seed", 7).set("q_rif", "0.84");
+    lb::balancer b("prequal", {{"a", 1, 0}, {"b", 1, 1}, {"c", 1, 2}}, o);
+    CHECK(b.probes_due() == 0);
+    b.pick();  // an empty pool: a random node
+    CHECK(b.probes_due() == 3);  // probe_rate 3 per pick
+    CHECK(b.probes_due() == 0);  // the call took them
+    std::vector<std::string> targets = b.probe_targets(4);
+    CHECK(targets.size() == 3);  // every node once, in a random order
+    std::vector<std::string> sorted = targets;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(sorted == (std::vector<std::string>{"a", "b", "c"}));
+    CHECK(b.probe_targets(1).size() == 1 && b.probe_targets(0).empty());
+    EXPECT_ERROR(LB_RESULT_BATCH_TOO_LARGE, b.probe_targets(LB_MAX_BATCH + 1));
+    EXPECT_ERROR(LB_RESULT_BATCH_TOO_LARGE, b.probe_targets(SIZE_MAX));
+    EXPECT_ERROR(LB_RESULT_NO_NODES, lb::balancer("prequal").probe_targets(2));
+    b.offer_probe("a", 5, milliseconds(20));
+    b.offer_probe("b", 0, milliseconds(1));
+    EXPECT_ERROR(LB_RESULT_UNKNOWN_NODE, b.offer_probe("zz", 0, milliseconds(1)));
+    bool threw = false;
+    try {
+        b.offer_probe("c", 0, milliseconds(-1));
+    } catch (const std::out_of_range &) {
+        threw = true;
+    }
+    CHECK(threw);
+    CHECK(b.pick().id == "b");
+    CHECK(lb::balancer("round_robin", {{"a"}}).probes_due() == 0);
+}
+
+// The server side: requests start and end once (the type sees to it), probes and reports
+// follow them, and the header parses back to the same numbers.
+static void test_server_load() {
+    using std::chrono::milliseconds;
+    static_assert(!std::is_copy_constructible_v<lb::server_load>);
+    static_assert(std::is_nothrow_move_constructible_v<lb::server_load>);
+    static_assert(!std::is_copy_constructible_v<lb::server_request>);
+    static_assert(!std::is_copy_assignable_v<lb::server_request>);
+    static_assert(std::is_nothrow_move_constructible_v<lb::server_request>);
+    lb::server_load load;
+    auto before = lb::now();
+    lb::server_request a = load.start();
+    lb::server_request b = load.start();
+    lb::server_request c = load.start();
+    CHECK(a && c && a.rif() == 0 && b.rif() == 1 && c.rif() == 2);
+    CHECK(a.started() >= before && a.started() <= lb::now());
+    CHECK(load.in_flight() == 3);
+    lb::probe_answer p = load.probe();
+    CHECK(p.rif == 3 && p.latency.count() == 0);  // no success yet: no estimate
+
+    std::this_thread::sleep_for(milliseconds(2));
+    std::chrono::nanoseconds took = load.finish(a);
+    CHECK(took >= milliseconds(2) && !a);
+    load.finish(b, false);
+    load.cancel(c);
+    CHECK(load.in_flight() == 0 && !b && !c);
+    p = load.probe();  // a was alone when it started: the estimate at rif 0 is its latency
+    CHECK(p.rif == 0 && p.latency.count() / 1000 == took.count() / 1000);
+
+    // Ending again, or ending a moved-from request, throws and counts nothing.
+    EXPECT_ERROR(LB_RESULT_LEASE_FINISHED, load.finish(a));
+    EXPECT_ERROR(LB_RESULT_LEASE_FINISHED, load.cancel(c));
+    lb::server_request d = load.start();
+    lb::server_request e = std::move(d);
+    CHECK(!d && e && load.in_flight() == 1);
+    EXPECT_ERROR(LB_RESULT_LEASE_FINISHED, load.finish(d));
+    EXPECT_ERROR(LB_RESULT_LEASE_FINISHED, lb::server_load().finish(d));
+    lb::server_request none;
+    EXPECT_ERROR(LB_RESULT_LEASE_FINISHED, load.cancel(none));
+    {
+        lb::server_load other;
+        bool threw = false;
+        try {
+            other.finish(e);
+        } catch (const std::invalid_argument &) {
+            threw = true;
+        }
+        CHECK(threw && e && other.in_flight() == 0 && load.in_flight() == 1);
+    }
+    load.cancel(e);
+    // Dropped (or assigned over) while open: cancelled.
+    {
+        lb::server_request dropped = load.start();
+        lb::server_request over = load.start();
+        CHECK(load.in_flight() == 2);
+        over = load.start();
+        CHECK(load.in_flight() == 2);
+    }
+    CHECK(load.in_flight() == 0);
+    // A request outlives its server_load (the handle stays alive until it ends).
+    lb::server_request kept;
+    {
+        lb::server_load temp;
+        kept = temp.start();
+    }
+    CHECK(kept && kept.rif() == 0);
+
+    // Utilisations: bad values throw and the old one stays.
+    load.set_cpu_utilization(0.5);
+    load.set_mem_utilization(0.25);
+    load.set_application_utilization(1.5);  // may exceed 1
+    EXPECT_ERROR(LB_RESULT_INVALID_LOAD_REPORT, load.set_cpu_utilization(-1.0));
+    EXPECT_ERROR(LB_RESULT_INVALID_LOAD_REPORT, load.set_mem_utilization(1.5));
+    EXPECT_ERROR(LB_RESULT_INVALID_LOAD_REPORT,
+                 load.set_application_utilization(std::numeric_limits<double>::quiet_NaN()));
+    lb::load_values v = load.report().values();
+    CHECK(v.cpu_utilization == 0.5 && v.mem_utilization == 0.25 && v.application_utilization == 1.5);
+    CHECK(v.rps_fractional > 0.0 && v.rps_fractional == 2 * v.eps);  // 2 done, 1 failed
+    std::vector<lb::load_entry> named = load.report().entries();
+    CHECK(named.size() == 2 && named[0].name == "latency_ms" && named[1].name == "rif" &&
+          named[1].value == 0.0 && named[1].map == lb::load_map::named_metrics);
+
+    // Headers round-trip through load_report::parse.
+    for (lb::header_form form : {lb::header_form::text, lb::header_form::bin}) {
+        std::string h = load.header(form);
+        CHECK(h.rfind(form == lb::header_form::text ? "TEXT " : "BIN ", 0) == 0);
+        CHECK(h.find('\0') == std::string::npos && h.size() < 300);
+        lb::load_report parsed = lb::load_report::parse(h);
+        lb::load_values got = parsed.values();
+        CHECK(got.cpu_utilization == 0.5 && got.mem_utilization == 0.25);
+        CHECK(got.application_utilization == 1.5 && got.eps > 0.0);
+        auto entries = parsed.entries();
+        CHECK(entries.size() == 2 && entries[1].name == "rif" && entries[1].value == 0.0);
+    }
+    CHECK(load.header().rfind("TEXT ", 0) == 0);
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, load.header(static_cast<lb::header_form>(2)));
+
+    // A backend's report read by a client's prequal balancer as a probe answer.
+    lb::balancer client("prequal", {{"x", 1, 0}});
+    client.report_load("x", load.report());
+    EXPECT_ERROR(LB_RESULT_UNKNOWN_NODE, client.report_load("y", load.report()));
+
+    lb::server_load moved = std::move(load);
+    CHECK(moved.get() && !load.get() && moved.in_flight() == 0);
+    EXPECT_ERROR(LB_RESULT_NULL_PARAMETER, load.start());
+    bool threw = false;
+    try {
+        moved.finish(kept);  // a request ends on the load that started it only
+    } catch (const std::invalid_argument &) {
+        threw = true;
+    }
+    CHECK(threw && kept);
+}  // kept is cancelled on its own load's handle, which it kept alive
+
 int main() {
     CHECK(lb::version() == std::to_string(LB_VERSION_MAJOR) + "." +
                                std::to_string(LB_VERSION_MINOR) + "." +
@@ -389,6 +623,10 @@ int main() {
     test_budgets();
     test_requests();
     test_localities();
+    test_load_reports();
+    test_report_load();
+    test_probes();
+    test_server_load();
     auto names = lb::algorithms();
     CHECK(names.size() == 17 && names.front() == "random" && names.back() == "prequal");
 
