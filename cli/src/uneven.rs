@@ -33,7 +33,7 @@
 //! gets a tenth, so the slowest runs at 0.7 × 2.5 = 175% of its capacity and its queue grows
 //! for the whole run), `least_request` (Envoy's two choices over requests in flight),
 //! `peak_ewma` (two choices over latency estimate × in-flight), `client_side_wrr` (gRFC A58:
-//! weights from the reports, an earliest-deadline-first scheduler) and `prequal` (probes, a
+//! weights from the reports, C-core's static stride scheduler) and `prequal` (probes, a
 //! pool of their answers, the hot-cold lexicographic rule).
 //!
 //! **Randomness.** One SplitMix64 seeded with `--seed` (default 1) draws every arrival's gap
