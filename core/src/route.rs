@@ -493,7 +493,27 @@ impl Layout {
         if let (false, Some(choice)) = (ctx.checking(), self.calm_choice) {
             return choice;
         }
-        let routes = self.routes(ctx, weights);
+        self.choose_in(self.routes(ctx, weights), ctx, hash)
+    }
+
+    /// [`Layout::choose`] when no node is being checked (`ctx.checking()` is false): the
+    /// same choice, without asking again.
+    #[inline]
+    pub(crate) fn choose_calm(&self, ctx: &Ctx<'_>, hash: impl FnOnce() -> Option<u64>) -> Choice {
+        match self.calm_choice {
+            Some(choice) => choice,
+            None => self.choose_in(&self.calm, ctx, hash),
+        }
+    }
+
+    /// The choice `routes` give.
+    #[inline(always)]
+    fn choose_in(
+        &self,
+        routes: &Routes,
+        ctx: &Ctx<'_>,
+        hash: impl FnOnce() -> Option<u64>,
+    ) -> Choice {
         let tier = self.choose_tier(routes, ctx, hash);
         let panic = routes.tiers[tier].load(Ordering::Relaxed) & PANIC != 0;
         let place = match self.mode {
@@ -505,6 +525,7 @@ impl Layout {
         Choice { tier, place, panic }
     }
 
+    #[inline(always)]
     fn choose_tier(
         &self,
         routes: &Routes,
@@ -553,6 +574,7 @@ impl Layout {
 
     /// Envoy's `chooseHealthyLocality`: the level's EDF schedule at this pick's place in the
     /// rotation; `None` when no locality has any effective weight (then the whole level).
+    #[inline(always)]
     fn weighted_place(&self, routes: &Routes, tier: usize) -> Option<usize> {
         let at = crate::sync::next_position(&self.rotation) as usize % SCHEDULE;
         match routes.schedule[tier][at].load(Ordering::Relaxed) {
@@ -563,6 +585,7 @@ impl Layout {
 
     /// Envoy's `tryChooseLocalLocalityHosts` at priority 0, for `routing_enabled` percent of
     /// the picks.
+    #[inline(always)]
     fn zone_place(&self, routes: &Routes, tier: usize, ctx: &Ctx<'_>) -> Option<usize> {
         let zone = self.zone.as_ref()?;
         if self.tiers[tier].priority != 0 {

@@ -53,7 +53,7 @@ pub struct Table {
 /// Which picks [`Table::calm_pick`] makes (when no node is being checked).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Calm {
-    /// None: the table routes by level or locality, bounds loads, or weighs latency.
+    /// None: the table has no nodes, bounds loads, or weighs latency.
     No,
     /// Every pick (the key is ignored).
     Unkeyed,
@@ -220,10 +220,7 @@ impl Table {
             }
         });
         let weights: Vec<u32> = nodes.iter().map(|n| n.weight).collect();
-        let calm = if !matches!(plan, Some(Plan::Flat(_)))
-            || policy.balance_factor > 0
-            || algorithm.is_timed()
-        {
+        let calm = if plan.is_none() || policy.balance_factor > 0 || algorithm.is_timed() {
             Calm::No
         } else if algorithm.is_keyed() {
             Calm::Keyed
@@ -317,7 +314,8 @@ impl Table {
     }
 
     /// The pick most balancers make most of the time, inlined into the caller: a flat
-    /// plan's selector with no health to check, no bound, no clock and nothing to fail.
+    /// plan's selector (or a routed plan's group, see [`Table::calm_routed`]) with no health
+    /// to check, no bound, no clock and nothing to fail.
     /// `None` when the pick needs more (or fails): [`Table::pick_general`] makes it. Both
     /// give the same answer from the same state; this one only skips what would do nothing.
     #[inline(always)]
@@ -327,14 +325,24 @@ impl Table {
             (Calm::Keyed, Some(key)) => key,
             (Calm::Unkeyed, _) => &[],
         };
-        let Some(Plan::Flat(selector)) = &self.plan else {
-            return None;
-        };
         if state.health.checking() {
             return None;
         }
         let ctx = self.bare_ctx(state);
-        Some(selector.pick(key, &ctx))
+        match self.plan.as_ref()? {
+            Plan::Flat(selector) => Some(selector.pick(key, &ctx)),
+            Plan::Routed(layout) => Some(self.calm_routed(layout, key, &ctx)),
+        }
+    }
+
+    /// [`Table::calm_pick`] through a layout: the group [`Layout::choose`] gives with every
+    /// node usable, then its algorithm's pick (what [`Table::pick_routed`] does when nothing
+    /// is checked), out of line so that flat picks do not carry it.
+    #[inline(never)]
+    fn calm_routed(&self, layout: &Layout, key: &[u8], ctx: &Ctx<'_>) -> u32 {
+        let choice = layout.choose_calm(ctx, self.level_hash(By::Key(key)));
+        let group = layout.group(choice);
+        group.selector.pick(key, &ctx.within(group, choice.panic))
     }
 
     /// [`Table::pick_with`] past [`Table::calm_pick`]: every case, out of line.
@@ -1100,7 +1108,7 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloc::format;
+    use alloc::{format, vec};
 
     /// The calm path skips work, never changes an answer: for every algorithm, weighted and
     /// not, a table picking through `pick_with` (calm whenever it may be) and its twin
@@ -1121,18 +1129,64 @@ mod tests {
                     .collect();
                 let table = Table::build(algorithm, &Options::default(), &nodes).unwrap();
                 let twin = Table::build(algorithm, &Options::default(), &nodes).unwrap();
-                let (calm, general) = (State::new(7), State::new(7));
-                for i in 0..500u32 {
-                    let key = format!("key-{i}");
-                    let key = Some(key.as_bytes());
-                    let a = table.pick_with(key, &calm, || 0);
-                    let b = twin.pick_general(key, &general, || 0);
-                    assert_eq!(a, b, "{algorithm:?} weighted {weighted}, pick {i}");
-                    let a = table.pick_with(None, &calm, || 0);
-                    let b = twin.pick_general(None, &general, || 0);
-                    assert_eq!(a, b, "{algorithm:?} weighted {weighted}, unkeyed pick {i}");
-                }
+                same_picks(&table, &twin, &format!("{algorithm:?} weighted {weighted}"));
             }
+        }
+    }
+
+    /// The same through a layout (issue 24): three priority levels over three zones, plain,
+    /// with locality weights, and with zone-aware routing on a residual route (callers
+    /// 50/30/20, the own zone short of its share), for every algorithm.
+    #[test]
+    #[cfg_attr(miri, ignore)] // Builds every algorithm's table six times per routing.
+    fn the_calm_path_answers_as_the_general_one_through_a_layout() {
+        let zones = ["r/a", "r/b", "r/c"];
+        let nodes: Vec<Node> = (0..37)
+            .map(|i: u32| {
+                Node::new(format!("10.0.0.{i}:80"), i % 4 + 1)
+                    .located(zones[i as usize % 3], i / 13)
+            })
+            .collect();
+        let weighted = Routing {
+            locality_weights: vec![("r/a".into(), 1), ("r/b".into(), 2), ("r/c".into(), 3)],
+            ..Routing::default()
+        };
+        let zone_aware = Routing {
+            local_locality: Some("r/a".into()),
+            local_localities: vec![("r/a".into(), 50), ("r/b".into(), 30), ("r/c".into(), 20)],
+            ..Routing::default()
+        };
+        for (name, routing) in [
+            ("levels", Routing::default()),
+            ("locality weights", weighted),
+            ("zone-aware", zone_aware),
+        ] {
+            for algorithm in Algorithm::ALL {
+                let build = || {
+                    let loads = nodes.iter().map(|_| Arc::default()).collect();
+                    Table::build_routed(algorithm, &Options::default(), &routing, &nodes, loads)
+                        .unwrap()
+                };
+                let (table, twin) = (build(), build());
+                assert!(matches!(table.plan, Some(Plan::Routed(_))), "{name}");
+                same_picks(&table, &twin, &format!("{algorithm:?} {name}"));
+            }
+        }
+    }
+
+    /// 500 keyed and 500 unkeyed picks of `table` through `pick_with` equal its twin's
+    /// through `pick_general`, from states of the same seed.
+    fn same_picks(table: &Table, twin: &Table, what: &str) {
+        let (calm, general) = (State::new(7), State::new(7));
+        for i in 0..500u32 {
+            let key = format!("key-{i}");
+            let key = Some(key.as_bytes());
+            let a = table.pick_with(key, &calm, || 0);
+            let b = twin.pick_general(key, &general, || 0);
+            assert_eq!(a, b, "{what}, pick {i}");
+            let a = table.pick_with(None, &calm, || 0);
+            let b = twin.pick_general(None, &general, || 0);
+            assert_eq!(a, b, "{what}, unkeyed pick {i}");
         }
     }
 }
