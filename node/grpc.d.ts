@@ -28,3 +28,11 @@ export declare function balancer(name: string): Balancer | undefined
  * count).
  */
 export declare function outcomeOf(code: number, metadata?: Metadata): Outcome | null
+
+/**
+ * The ORCA load report in a call's trailing metadata, as `parseOrca` takes it: the value of
+ * `endpoint-load-metrics-bin` (gRFC A51, the serialized report) if present, else of
+ * `endpoint-load-metrics` (Envoy's `BIN `/`JSON `/`TEXT ` header value); undefined if neither.
+ * The policy hands it to each call's lease; one that does not parse is dropped.
+ */
+export declare function loadOf(metadata?: Metadata): string | Buffer | undefined

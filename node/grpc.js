@@ -16,7 +16,9 @@
  * sends the call to that node's subchannel; grpc-js's `onCallEnded` finishes the lease with the
  * status, so liblb's health and load-aware algorithms see every call. Endpoints that are not
  * connected are marked down in the balancer (`markDown`), so picks skip them. Status codes map
- * to outcomes as liblb.grpc does in Python (docs/grpc.md).
+ * to outcomes as liblb.grpc does in Python (docs/grpc.md). The lease also takes the server's
+ * ORCA load report from the call's trailing metadata (`loadOf`), on success and failure alike,
+ * so `client_side_wrr` and `prequal` weigh nodes by what they report.
  *
  * grpc-js calls `LoadBalancer` APIs it marks experimental: this module is tested against
  * @grpc/grpc-js 1.14.x (the version pinned in liblb's devDependencies).
@@ -86,6 +88,36 @@ function outcomeOf(code, metadata) {
   if (code === S.DEADLINE_EXCEEDED) return { ok: false, kind: 'timeout' }
   if (errors.has(code)) return { ok: false, kind: 'error' }
   return { ok: true }
+}
+
+/**
+ * The ORCA load report in a call's trailing metadata, as `parseOrca` takes it, or undefined:
+ * `endpoint-load-metrics-bin` (gRFC A51's per-call report, the serialized `OrcaLoadReport`, a
+ * Buffer once grpc-js decoded it: what grpc-js's own weighted_round_robin reads, orca.ts
+ * `createMetricsReader`) if present, else `endpoint-load-metrics` (Envoy's header value,
+ * `BIN `/`JSON `/`TEXT `, which Envoy also reads from trailers). The first value of each.
+ */
+function loadOf(metadata) {
+  if (!metadata) return undefined
+  const bin = metadata.get('endpoint-load-metrics-bin')
+  if (bin.length > 0) return bin[0]
+  const text = metadata.get('endpoint-load-metrics')
+  return text.length > 0 ? text[0] : undefined
+}
+
+/**
+ * Ends `lease` with `outcome` and the call's `load` report. A report that does not parse must
+ * not disturb the call: the lease, left open by the refused finish, ends without it.
+ */
+function finishLoaded(lease, outcome, load) {
+  if (load !== undefined) {
+    try {
+      return lease.finish({ ...outcome, load })
+    } catch (err) {
+      if (err?.code !== 'LB_INVALID_LOAD_REPORT') throw err
+    }
+  }
+  lease.finish(outcome)
 }
 
 /** The policy's config: `{ algorithm, options, keyMetadata, name }`. */
@@ -167,7 +199,7 @@ class LiblbPicker {
       onCallEnded: (code, details, metadata) => {
         const outcome = outcomeOf(code, metadata)
         if (outcome === null) lease.cancel()
-        else lease.finish(outcome)
+        else finishLoaded(lease, outcome, loadOf(metadata))
         if (ended) ended(code, details, metadata)
       },
     }
@@ -301,4 +333,4 @@ function register() {
   }
 }
 
-module.exports = { register, balancer, outcomeOf, TYPE_NAME }
+module.exports = { register, balancer, loadOf, outcomeOf, TYPE_NAME }

@@ -5,5 +5,5 @@ import { createRequire } from 'node:module'
 const require = createRequire(import.meta.url)
 const grpc = require('./grpc.js')
 
-export const { register, balancer, outcomeOf, TYPE_NAME } = grpc
+export const { register, balancer, loadOf, outcomeOf, TYPE_NAME } = grpc
 export default grpc

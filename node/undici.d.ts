@@ -42,7 +42,10 @@ export interface InterceptorOptions {
  * else a success. A caller's abort cancels the lease (nothing counted). Failed answers are
  * retried on the next node of the key's retry order as the balancer's request loop decides;
  * the caller sees the last attempt's answer. A node id that is not `host:port` fails the
- * request with a TypeError of code `LB_INVALID_NODE_ID`.
+ * request with a TypeError of code `LB_INVALID_NODE_ID`. Each attempt's lease also takes the
+ * server's ORCA load report (`loadReport` of the answer's headers, else of its trailers), on
+ * success and failure alike, for `client_side_wrr` and `prequal`; a report that does not parse
+ * is dropped and the request goes on unchanged.
  */
 export declare function interceptor(balancer: Balancer, options?: InterceptorOptions): Dispatcher.DispatcherComposeInterceptor
 
@@ -54,3 +57,13 @@ export declare function outcome(
 
 /** A Retry-After value (seconds or an HTTP date) in milliseconds from now; null if absent or unreadable. */
 export declare function retryAfterMs(value: string | string[] | undefined): number | null
+
+/**
+ * The ORCA load report in an answer's headers (or trailers), as `parseOrca` takes it, unparsed:
+ * `endpoint-load-metrics-bin` (the base64 proto, returned as `BIN <base64>`) if present, else
+ * `endpoint-load-metrics` (`BIN `/`JSON `/`TEXT ` form); a name given twice, its first value.
+ * Envoy's order (`orca_parser.cc`). undefined when there is none.
+ */
+export declare function loadReport(
+  headers: Record<string, string | string[] | undefined> | null | undefined,
+): string | undefined

@@ -13,6 +13,9 @@
 // maps an answer to an outcome (`outcome`), finishing each attempt's lease exactly once when
 // its body ends, errors or is aborted, and hiding the failed attempts from the caller's handler.
 //
+// Each attempt's lease also takes the server's ORCA load report (`loadReport`): from the answer's
+// headers, else its trailers, on success and failure alike, for client_side_wrr and prequal.
+//
 // Retries are this interceptor's own, through the request loop, so they reach distinct nodes in
 // the key's retry order. A failed answer's body (5xx, 429) is held (up to HOLD_BYTES) until it
 // ends, then the lease is finished and the core decides: a retry drops it, a stop hands it to
@@ -60,6 +63,35 @@ function retryAfterMs(value) {
   if (/^\s*\d+\s*$/.test(value)) return Number(value) * 1000
   const at = Date.parse(value)
   return Number.isNaN(at) ? null : Math.max(0, at - Date.now())
+}
+
+// ---- Server-reported load ------------------------------------------------------------------
+
+// Where an answer carries its server's ORCA load report, as Envoy reads it (envoyproxy/envoy
+// source/common/orca/orca_parser.cc, parseOrcaLoadReportHeaders): `endpoint-load-metrics-bin`
+// (gRPC's legacy name: the base64 proto alone) wins, else `endpoint-load-metrics` (`BIN `,
+// `JSON ` or `TEXT `); a name given twice: the first value. The report, as `parseOrca` takes
+// it (unparsed: the lease parses it once), or undefined. Two property reads when there is none.
+function loadReport(headers) {
+  if (headers == null) return undefined
+  const bin = headers['endpoint-load-metrics-bin']
+  if (bin !== undefined) return `BIN ${Array.isArray(bin) ? bin[0] : bin}`
+  const value = headers['endpoint-load-metrics']
+  return Array.isArray(value) ? value[0] : value
+}
+
+// Ends `lease` (an attempt of `request`) with `result` and the answer's `load` report: a report
+// that does not parse must not fail the caller's request, so the lease (left open by the
+// refused finish) ends without it.
+function finishLoaded(request, lease, result, load) {
+  if (load !== undefined) {
+    try {
+      return request.finish(lease, { ...result, load })
+    } catch (error) {
+      if (error?.code !== 'LB_INVALID_LOAD_REPORT') throw error
+    }
+  }
+  return request.finish(lease, result)
 }
 
 // ---- Node ids ------------------------------------------------------------------------------
@@ -272,13 +304,14 @@ class Call {
     }
   }
 
-  // Ends `attempt`'s lease with `result` (once) and returns the core's decision.
-  settle(attempt, result) {
+  // Ends `attempt`'s lease with `result` (once) and the answer's load report (its headers',
+  // else its `trailers`'), and returns the core's decision.
+  settle(attempt, result, trailers) {
     this.live.delete(attempt)
     if (attempt.lease === null) return null
     const lease = attempt.lease
     attempt.lease = null
-    return this.request.finish(lease, result)
+    return finishLoaded(this.request, lease, result, attempt.load ?? loadReport(trailers))
   }
 
   // Acts on a failed attempt's decision: true when the request goes on (a retry scheduled, or
@@ -340,6 +373,7 @@ class Attempt {
     this.lease = lease // null once finished or cancelled
     this.target = null
     this.result = { ok: true } // the outcome to finish with when the body ends
+    this.load = undefined // the load report in the answer's headers
     this.held = null // a failed answer waiting for the core's decision: { status, headers, message, chunks, bytes }
     this.passed = false // this attempt's answer goes to the caller
     this.dropped = false // this attempt was decided and dropped: ignore the rest of it
@@ -367,6 +401,7 @@ class Attempt {
     if (this.dropped) return
     const call = this.call
     this.result = outcome(status, headers)
+    this.load = loadReport(headers)
     // A success, or a failure with no attempt left to try nor another out: the caller's answer.
     if (this.result.ok || (call.request.attempts >= call.maxAttempts && call.live.size === 1)) {
       call.win(this)
@@ -388,7 +423,7 @@ class Attempt {
   onResponseEnd(controller, trailers) {
     if (this.dropped) return
     if (this.held !== null) return this.decide(controller, trailers)
-    this.call.settle(this, this.result)
+    this.call.settle(this, this.result, trailers)
     this.call.controller.rawTrailers = this.target?.rawTrailers ?? null
     // undici's retry handler throws here to retry (and undici then calls onResponseError):
     // the caller is closed only once its handler took the end.
@@ -437,7 +472,7 @@ class Attempt {
     const call = this.call
     const held = this.held
     this.held = null
-    if (call.retry(call.settle(this, this.result))) {
+    if (call.retry(call.settle(this, this.result, trailers))) {
       this.dropped = true
       if (trailers === null) controller.abort(new Error('liblb: dropped a failed answer to retry'))
       return
@@ -494,4 +529,4 @@ function interceptor(balancer, options = {}) {
     }
 }
 
-module.exports = { interceptor, outcome, retryAfterMs }
+module.exports = { interceptor, loadReport, outcome, retryAfterMs }

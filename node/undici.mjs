@@ -5,5 +5,5 @@ import { createRequire } from 'node:module'
 const require = createRequire(import.meta.url)
 const undici = require('./undici.js')
 
-export const { interceptor, outcome, retryAfterMs } = undici
+export const { interceptor, loadReport, outcome, retryAfterMs } = undici
 export default undici

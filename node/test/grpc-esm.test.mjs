@@ -3,12 +3,12 @@
 import { it } from 'node:test'
 import assert from 'node:assert/strict'
 import { createRequire } from 'node:module'
-import grpc, { register, balancer, outcomeOf, TYPE_NAME } from 'liblb/grpc'
+import grpc, { register, balancer, loadOf, outcomeOf, TYPE_NAME } from 'liblb/grpc'
 
 const require = createRequire(import.meta.url)
 
 it('exports what require() gives', () => {
   const cjs = require('liblb/grpc')
   assert.equal(grpc, cjs)
-  assert.deepEqual([register, balancer, outcomeOf, TYPE_NAME], [cjs.register, cjs.balancer, cjs.outcomeOf, 'liblb'])
+  assert.deepEqual([register, balancer, loadOf, outcomeOf, TYPE_NAME], [cjs.register, cjs.balancer, cjs.loadOf, cjs.outcomeOf, 'liblb'])
 })

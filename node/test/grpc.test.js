@@ -7,7 +7,7 @@ const { describe, it, after } = require('node:test')
 const assert = require('node:assert/strict')
 const grpc = require('@grpc/grpc-js')
 const liblbGrpc = require('../grpc')
-const { Balancer } = require('..')
+const { Balancer, ServerLoad, parseOrca } = require('..')
 
 liblbGrpc.register()
 
@@ -191,5 +191,102 @@ describe('liblb grpc-js policy', () => {
     for (const config of [[], { algorithm: 3 }, { options: [] }, { keyMetadata: 1 }, { name: {} }]) {
       assert.throws(() => parse(config), /liblb load-balancing config: /, JSON.stringify(config))
     }
+  })
+})
+
+// Server-reported load: each call's trailing metadata carries a ServerLoad's report
+// (`endpoint-load-metrics-bin`, gRFC A51, or Envoy's `endpoint-load-metrics`), and a
+// client_side_wrr policy must send most calls to the node reporting the lower utilisation,
+// whether the call succeeds or fails. A report that does not parse changes nothing.
+describe('liblb grpc-js policy and load reports', () => {
+  /** A server answering `behaviour` ('ok', 'unavailable', 'invalid') whose trailers carry
+   * `trailer()`'s entries: by default its ServerLoad's report at `utilization`, in `form`. */
+  async function serveLoaded({ behaviour = 'ok', utilization = 0.5, form = 'bin', trailer } = {}) {
+    const load = new ServerLoad()
+    load.setApplicationUtilization(utilization)
+    const report = () => {
+      load.finish(load.start()) // this call, counted before it is reported
+      if (form === 'bin') return [['endpoint-load-metrics-bin', Buffer.from(load.header('bin').slice(4), 'base64')]]
+      return [['endpoint-load-metrics', load.header()]]
+    }
+    const server = new grpc.Server()
+    const stats = { calls: 0 }
+    server.addService(SERVICE, {
+      say(call, callback) {
+        stats.calls++
+        const metadata = new grpc.Metadata()
+        for (const [key, value] of trailer ? trailer() : report()) metadata.set(key, value)
+        if (behaviour === 'unavailable') return callback({ code: grpc.status.UNAVAILABLE, details: 'down', metadata })
+        if (behaviour === 'invalid') return callback({ code: grpc.status.INVALID_ARGUMENT, details: 'bad', metadata })
+        callback(null, Buffer.from('ok'), metadata)
+      },
+    })
+    const port = await new Promise((resolve, reject) =>
+      server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+    )
+    servers.push(server)
+    return { id: `127.0.0.1:${port}`, server, stats }
+  }
+
+  const wrrConfig = { algorithm: 'client_side_wrr', options: { blackout_period_ms: 0, weight_update_period_ms: 100, consecutive_failures: 0 } }
+
+  /** 20 calls to let the nodes report, a pause past the weight update, 40 more: how many of
+   * those each node served. */
+  async function weighed(nodes) {
+    const { c, name } = client(nodes.map((n) => n.id), wrrConfig)
+    await connected(c, name)
+    for (let i = 0; i < 20; i++) await say(c)
+    await new Promise((resolve) => setTimeout(resolve, 250))
+    const before = nodes.map((n) => n.stats.calls)
+    for (let i = 0; i < 40; i++) await say(c)
+    c.close()
+    return nodes.map((n, i) => n.stats.calls - before[i])
+  }
+
+  it('weighs client_side_wrr by the reports in trailing metadata (both keys)', async () => {
+    const hot = await serveLoaded({ utilization: 0.9, form: 'text' })
+    const cool = await serveLoaded({ utilization: 0.1, form: 'bin' })
+    const served = await weighed([hot, cool])
+    // Equal rates, utilisations 0.9 and 0.1: weights 1 to 9 (gRFC A58); unweighed: alternate.
+    assert.ok(served[1] >= 3 * served[0], `served ${served}`)
+  })
+
+  for (const behaviour of ['unavailable', 'invalid']) {
+    it(`takes the report of a failed call too (${behaviour})`, async () => {
+      const answering = await serveLoaded({ utilization: 0.9 })
+      const failing = await serveLoaded({ behaviour, utilization: 0.1 })
+      const served = await weighed([answering, failing])
+      assert.ok(served[1] >= 3 * served[0], `served ${served}`)
+    })
+  }
+
+  it('ignores a report that does not parse', async () => {
+    const hostile = [
+      () => [['endpoint-load-metrics-bin', Buffer.from([0xff, 0xff])]],
+      () => [['endpoint-load-metrics', 'TEXT cpu_utilization:nope']],
+      () => [['endpoint-load-metrics', 'BIN !!!!']],
+    ]
+    const nodes = []
+    for (const trailer of hostile) nodes.push(await serveLoaded({ trailer }), await serveLoaded({ behaviour: 'unavailable', trailer }))
+    const ids = nodes.map((n) => n.id)
+    const { c, name } = client(ids, { algorithm: 'round_robin', options: { consecutive_failures: 0 } })
+    await connected(c, name)
+    const answers = []
+    for (let i = 0; i < ids.length; i++) answers.push(await say(c))
+    c.close()
+    assert.equal(answers.filter((a) => a.reply === 'ok').length, 3)
+    assert.equal(answers.filter((a) => a.code === grpc.status.UNAVAILABLE).length, 3)
+    const b = liblbGrpc.balancer(name)
+    assert.deepEqual(counted(b), Object.fromEntries(ids.map((id, i) => [id, [1, i % 2, 0]])))
+  })
+
+  it('reads the gRFC A51 key first, then Envoy\'s', () => {
+    const md = new grpc.Metadata()
+    assert.equal(liblbGrpc.loadOf(md), undefined)
+    assert.equal(liblbGrpc.loadOf(undefined), undefined)
+    md.set('endpoint-load-metrics', 'TEXT eps:1')
+    assert.equal(liblbGrpc.loadOf(md), 'TEXT eps:1')
+    md.set('endpoint-load-metrics-bin', Buffer.from('39000000000000f03f', 'hex')) // eps (field 7): 1.0
+    assert.equal(parseOrca(liblbGrpc.loadOf(md)).eps, 1)
   })
 })

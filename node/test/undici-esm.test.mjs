@@ -6,7 +6,7 @@ import { createRequire } from 'node:module'
 import http from 'node:http'
 import { Agent, request } from 'undici'
 import { Balancer } from 'liblb'
-import undici, { interceptor, outcome, retryAfterMs } from 'liblb/undici'
+import undici, { interceptor, loadReport, outcome, retryAfterMs } from 'liblb/undici'
 
 const require = createRequire(import.meta.url)
 
@@ -15,6 +15,7 @@ it('exports what require() gives', () => {
   assert.equal(interceptor, cjs.interceptor)
   assert.equal(outcome, cjs.outcome)
   assert.equal(retryAfterMs, cjs.retryAfterMs)
+  assert.equal(loadReport, cjs.loadReport)
   assert.equal(undici, cjs)
 })
 

@@ -1,9 +1,11 @@
 """What liblb.httpx, liblb.requests and liblb.aiohttp share: node ids as addresses, HTTP
-answers as outcomes, and the attempt loop over ``Balancer.request``.
+answers as outcomes, the server's load report an answer carries, and the attempt loop over
+``Balancer.request``.
 
 Every decision (which node, whether to retry, how long to back off, the budget) is the core's;
 this module maps an HTTP client's answers to outcome kinds (``failure``, ``FAULTS`` in each
-integration) and sleeps the backoff.
+integration), hands each answer's ORCA report to its lease (``load_report``, ``finish``) and
+sleeps the backoff.
 """
 
 from __future__ import annotations
@@ -12,11 +14,21 @@ import asyncio
 import contextlib
 import email.utils
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import datetime, timezone
 from typing import Literal, NamedTuple, TypeAlias, TypeVar
 
-from ._liblb import AdaptiveThrottle, Balancer, Hedging, Lease, Request, RetryBudget, RetryThrottle
+from ._liblb import (
+    AdaptiveThrottle,
+    Balancer,
+    Hedging,
+    InvalidLoadReportError,
+    InvalidUtf8Error,
+    Lease,
+    Request,
+    RetryBudget,
+    RetryThrottle,
+)
 from ._request import RequestFailedError, race
 
 # A failure kind (liblb.FAILURE_KINDS), spelled as a union of literals for mypy.stubtest.
@@ -124,11 +136,55 @@ class Policy:
         classify: Callable[[A], Failure | None],
         fault: Callable[[Exception], Kind | None],
         discard: Callable[[A], Awaitable[None]],
+        load: Callable[[A], str | None],
     ) -> Awaitable[tuple[A, Lease | None]]:
         """``arun``, or ``ahedged`` when this policy hedges (tasks cost more than awaiting one
         attempt at a time, so unhedged requests do not pay for them)."""
         run = ahedged if self.hedge is not None else arun
-        return run(request, attempt, classify, fault, discard)
+        return run(request, attempt, classify, fault, discard, load)
+
+
+# The response headers that carry the server's ORCA load report, as Envoy reads them
+# (envoyproxy/envoy source/common/orca/orca_parser.cc, parseOrcaLoadReportHeaders, commit
+# 977c287b): `endpoint-load-metrics-bin` (gRPC's legacy name: the base64 of the serialized
+# report, no prefix) wins; else `endpoint-load-metrics` (`BIN `, `JSON ` or `TEXT ` form).
+LOAD_METRICS_BIN = "endpoint-load-metrics-bin"
+LOAD_METRICS = "endpoint-load-metrics"
+
+
+def load_report(headers: Mapping[str, str]) -> str | None:
+    """The ORCA load report an answer's headers carry, as ``parse_orca`` takes it (not parsed
+    here: ``finish`` hands it to the lease, which parses it once), or None. Two lookups in
+    the common case of no report: none of the three clients has a cheaper single pass."""
+    value = headers.get(LOAD_METRICS_BIN)
+    if value is not None:
+        return "BIN " + value
+    return headers.get(LOAD_METRICS)
+
+
+# What a report that does not parse raises (a hostile or broken header, or one not valid
+# UTF-8 as aiohttp decodes headers): the answer is still the caller's, the report dropped.
+_BAD_REPORT = (InvalidLoadReportError, InvalidUtf8Error)
+
+
+def finish(
+    lease: Lease,
+    load: str | bytes | None,
+    ok: bool = True,
+    kind: Kind | None = None,
+    retry_after: float | None = None,
+) -> None:
+    """Ends ``lease`` with its outcome and, when the answer carried one, the server's load
+    report (``Lease.finish(load=...)``: success and failure answers alike, so ``eps`` and
+    ``client_side_wrr`` see failures too). A report that does not parse never fails the
+    request: the lease, left open by the refused ``finish``, ends without it."""
+    if load is not None:
+        try:
+            lease.finish(ok=ok, kind=kind, retry_after=retry_after, load=load)
+            return
+        except _BAD_REPORT:
+            pass
+    lease.finish(ok=ok, kind=kind, retry_after=retry_after)
 
 
 class Failure(NamedTuple):
@@ -176,6 +232,7 @@ def run(
     classify: Callable[[A], Failure | None],
     fault: Callable[[Exception], Kind | None],
     discard: Callable[[A], None],
+    load: Callable[[A], str | None],
 ) -> tuple[A, Lease | None]:
     """Attempts ``attempt(node_id)`` as the request says. Returns the answer for the caller with
     its lease still open when it is a success (the caller ends it), or the last failed answer
@@ -203,7 +260,7 @@ def run(
         answer_failure = classify(answer)
         if answer_failure is None:
             return answer, lease
-        lease.finish(ok=False, kind=answer_failure.kind, retry_after=answer_failure.retry_after)
+        finish(lease, load(answer), False, answer_failure.kind, answer_failure.retry_after)
         if request.over:
             return answer, None
         discard(answer)
@@ -217,6 +274,7 @@ async def arun(
     classify: Callable[[A], Failure | None],
     fault: Callable[[Exception], Kind | None],
     discard: Callable[[A], Awaitable[None]],
+    load: Callable[[A], str | None],
 ) -> tuple[A, Lease | None]:
     """``run`` on asyncio (``asyncio.sleep`` between attempts; a cancelled task cancels the
     attempt's lease)."""
@@ -241,7 +299,7 @@ async def arun(
         answer_failure = classify(answer)
         if answer_failure is None:
             return answer, lease
-        lease.finish(ok=False, kind=answer_failure.kind, retry_after=answer_failure.retry_after)
+        finish(lease, load(answer), False, answer_failure.kind, answer_failure.retry_after)
         if request.over:
             return answer, None
         await discard(answer)
@@ -255,6 +313,7 @@ async def ahedged(
     classify: Callable[[A], Failure | None],
     fault: Callable[[Exception], Kind | None],
     discard: Callable[[A], Awaitable[None]],
+    load: Callable[[A], str | None],
 ) -> tuple[A, Lease | None]:
     """``arun`` with hedges: attempts run as tasks (``_request.race``), and when
     ``hedge_after()`` passes with no answer the core may send another (``hedge()``). The first
@@ -279,7 +338,7 @@ async def ahedged(
             answer_failure = classify(answer)
             if answer_failure is None:
                 return answer, lease
-            lease.finish(ok=False, kind=answer_failure.kind, retry_after=answer_failure.retry_after)
+            finish(lease, load(answer), False, answer_failure.kind, answer_failure.retry_after)
             if request.over:
                 return answer, None
             await discard(answer)

@@ -5,7 +5,9 @@ of one ``aiohttp.ClientSession`` (one connection pool, per node) whose requests 
 ``Balancer.request`` as liblb.httpx's do: per attempt the URL's host and port (and scheme, for
 a node id starting with ``http://`` or ``https://``) become the node's; ``Host`` and the TLS
 server name stay the logical host. A request is an ``async with`` block: the success's lease
-ends when the block does (a failure if a read in it breaks off). See docs/python-http.md.
+ends when the block does (a failure if a read in it breaks off). Every attempt's lease takes the
+ORCA load report in the answer's ``endpoint-load-metrics`` header (``_http.load_report``);
+aiohttp's client exposes no trailers. See docs/python-http.md.
 """
 
 from __future__ import annotations
@@ -50,6 +52,11 @@ def fault(exc: Exception) -> _http.Kind | None:
 
 def classify(response: aiohttp.ClientResponse) -> _http.Failure | None:
     return _http.failure(response.status, response.headers.get("Retry-After"))
+
+
+def load(response: aiohttp.ClientResponse) -> str | None:
+    """The server's load report in the answer's headers, or None."""
+    return _http.load_report(response.headers)
 
 
 def node_url(url: URL, node_id: str) -> URL:
@@ -131,7 +138,7 @@ class _Balanced(contextlib.AbstractAsyncContextManager["aiohttp.ClientResponse"]
     A class rather than ``contextlib.asynccontextmanager``, whose generator machinery cost
     about 10 us per request (a sixth of this integration's overhead)."""
 
-    __slots__ = ("_lb", "_method", "_logical", "_headers", "_kwargs", "_key", "_replayable", "_response", "_lease")
+    __slots__ = ("_lb", "_method", "_logical", "_headers", "_kwargs", "_key", "_replayable", "_response", "_lease", "_load")
 
     def __init__(self, lb: Session, method: str, url: str | URL, kwargs: dict[str, Any]) -> None:
         logical = URL(url)
@@ -148,6 +155,7 @@ class _Balanced(contextlib.AbstractAsyncContextManager["aiohttp.ClientResponse"]
         self._replayable = data is None or isinstance(data, (bytes, str))
         self._response: aiohttp.ClientResponse | None = None
         self._lease: Lease | None = None
+        self._load: str | None = None
 
     async def _attempt(self, node_id: str) -> aiohttp.ClientResponse:
         target = node_url(self._logical, node_id)
@@ -157,8 +165,10 @@ class _Balanced(contextlib.AbstractAsyncContextManager["aiohttp.ClientResponse"]
         lb = self._lb
         key = lb._key(Call(self._method, self._logical, self._headers)) if lb._key is not None else None
         request = lb._policy.request(key, self._method, self._replayable)
-        response, self._lease = await lb._policy.arun(request, self._attempt, classify, fault, _discard)
+        response, self._lease = await lb._policy.arun(request, self._attempt, classify, fault, _discard, load)
         self._response = response
+        if self._lease is not None:
+            self._load = load(response)
         return response
 
     async def __aexit__(
@@ -172,12 +182,12 @@ class _Balanced(contextlib.AbstractAsyncContextManager["aiohttp.ClientResponse"]
             if lease is None:
                 pass
             elif exc is None:
-                lease.finish(ok=True)
+                _http.finish(lease, self._load)
             elif isinstance(exc, Exception):
                 # A read that broke off fails the node; the caller's own exceptions do not
                 # (the node answered).
                 kind = fault(exc)
-                lease.finish(ok=kind is None, kind=kind)
+                _http.finish(lease, self._load, kind is None, kind)
             else:
                 lease.cancel()  # cancelled, KeyboardInterrupt: no outcome
         finally:

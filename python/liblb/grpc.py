@@ -10,6 +10,15 @@ liblb's. What this module owns is the mapping of gRPC status codes to outcomes:
 - Every other status (``INVALID_ARGUMENT``, ``NOT_FOUND``, ``PERMISSION_DENIED``...) is the
   node answering: a success for its health, never retried, raised to the caller as is.
 
+Every attempt's lease also takes the server's ORCA load report from the call's trailing
+metadata, on success and failure alike, for ``client_side_wrr`` (gRFC A58) and ``prequal``:
+``endpoint-load-metrics-bin`` (gRFC A51's per-call report, the serialized ``OrcaLoadReport``)
+if present, else ``endpoint-load-metrics`` (Envoy's ``BIN``/``JSON``/``TEXT`` header value,
+which Envoy also reads from gRPC trailers). grpcio's core keeps ``endpoint-load-metrics-bin``
+for its own policies and never shows it to Python (docs/grpc.md): a server answering grpcio
+clients must send ``endpoint-load-metrics`` (``ServerLoad.header()``). A report that does not
+parse is dropped; the call's answer is unchanged.
+
 Calls are retried on another node only while nothing has reached the caller: a unary or
 client-streaming call until it has an answer, a server-streaming or bidirectional call until its
 first message; and only when the request can be sent again: a client-streaming or bidirectional
@@ -37,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 import grpc
 import grpc.aio
 
+from . import _http
 from ._liblb import Balancer, Lease, Request, RetryBudget, RetryThrottle, AdaptiveThrottle
 from ._request import RequestFailedError
 
@@ -69,6 +79,33 @@ _INVALID = -1.0  # a pushback that says "do not retry" (gRFC A6: negative or unp
 
 # The errors that carry a status: grpcio's (a grpc.Call) and grpc.aio's (AioRpcError).
 _CALLS: tuple[type, ...] = (grpc.Call, grpc.aio.AioRpcError)
+
+
+# Where a call's trailing metadata carries the server's load report, in Envoy's order
+# (source/common/orca/orca_parser.cc reads trailers as headers): gRFC A51's per-call report,
+# the serialized OrcaLoadReport (a `-bin` value arrives decoded, as bytes), then the header
+# value (`BIN `/`JSON `/`TEXT `). grpcio's core does not publish the first to applications
+# (grpc/grpc src/core/lib/surface/call_utils.h, PublishToAppEncoder drops every trait it does
+# not name, EndpointLoadMetricsBinMetadata among them): the second is what Python sees.
+_LOAD_KEY_BIN = "endpoint-load-metrics-bin"
+_LOAD_KEY = "endpoint-load-metrics"
+
+
+def _load(trailing: Any) -> bytes | str | None:
+    """The load report in a call's trailing metadata (None when the server sent none): one
+    pass over it, usually empty or a few entries."""
+    found = None
+    for name, value in trailing or ():
+        if name == _LOAD_KEY_BIN:
+            return value  # type: ignore[no-any-return]
+        if name == _LOAD_KEY and found is None:
+            found = value
+    return found
+
+
+def _error_load(error: grpc.RpcError) -> bytes | str | None:
+    """The load report in a failed call's trailing metadata."""
+    return _load(error.trailing_metadata() if isinstance(error, _CALLS) else None)
 
 
 def _pushback(error: grpc.RpcError) -> float | None:
@@ -290,11 +327,12 @@ class _Method(Generic[Req, Res]):
         request is over or when the server's pushback forbids a retry; else returns the
         backoff (seconds) before the next attempt."""
         outcome = outcome_of(error)
+        load = _error_load(error)
         if outcome is None:
-            lease.finish(ok=True)
+            _http.finish(lease, load)
             raise error
         kind, retry_after = outcome
-        lease.finish(ok=False, kind=kind, retry_after=retry_after)
+        _http.finish(lease, load, False, kind, retry_after)
         if request.over or not _may_retry(error):
             raise error
         return request.backoff()
@@ -304,20 +342,21 @@ class _Method(Generic[Req, Res]):
         """Ends the lease of a stream that failed after its first reply (no retry)."""
         outcome = outcome_of(error)
         if outcome is None:
-            lease.finish(ok=True)
+            _http.finish(lease, _error_load(error))
         else:
-            lease.finish(ok=False, kind=outcome[0], retry_after=outcome[1])
+            _http.finish(lease, _error_load(error), False, outcome[0], outcome[1])
 
     def _requests(self, requests: Iterable[Req] | AsyncIterable[Req]) -> _Requests[Req]:
         return _Requests(requests, self._serializer)
 
     def _unary(self, req: Request, invoke: Callable[[grpc.Channel, float | None], Any], requests: _Requests[Req] | None = None) -> Res:
-        """The attempts of a call with one reply: ``invoke(channel, timeout)`` makes one."""
+        """The attempts of a call with one reply: ``invoke(channel, timeout)`` makes one
+        (``with_call``: the reply and the call, whose trailing metadata has the load report)."""
         last: grpc.RpcError | None = None
         for lease in req:
             try:
                 with self._channel._use(lease.id) as channel:
-                    raw = invoke(channel, req.remaining)
+                    raw, call = invoke(channel, req.remaining)
             except grpc.RpcError as error:
                 last = error
                 if requests is not None:
@@ -327,7 +366,7 @@ class _Method(Generic[Req, Res]):
             except BaseException:
                 lease.cancel()
                 raise
-            lease.finish(ok=True)
+            _http.finish(lease, _load(call.trailing_metadata()))
             return self._reply(raw)
         raise RequestFailedError(req.stopped, req.attempts) from last
 
@@ -359,7 +398,7 @@ class _Method(Generic[Req, Res]):
             except BaseException:  # GeneratorExit (closed or collected), a deserializer's error
                 lease.cancel()
                 raise
-            lease.finish(ok=True)
+            _http.finish(lease, _load(replies.trailing_metadata()))
             return
         raise RequestFailedError(req.stopped, req.attempts) from last
 
@@ -432,7 +471,7 @@ class UnaryUnary(_Method[Req, Res]):
 
         def invoke(channel: grpc.Channel, remaining: float | None) -> Any:
             call: Any = channel.unary_unary(self._method)
-            return call(payload, timeout=remaining, metadata=_tuple(metadata))
+            return call.with_call(payload, timeout=remaining, metadata=_tuple(metadata))
 
         return self._unary(req, invoke)
 
@@ -471,7 +510,7 @@ class StreamUnary(_Method[Req, Res]):
 
         def invoke(channel: grpc.Channel, remaining: float | None) -> Any:
             call: Any = channel.stream_unary(self._method)
-            return call(messages.attempt(), timeout=remaining, metadata=_tuple(metadata))
+            return call.with_call(messages.attempt(), timeout=remaining, metadata=_tuple(metadata))
 
         return self._unary(req, invoke, messages)
 
@@ -605,7 +644,9 @@ class _AsyncMethod(_Method[Req, Res]):
         for lease in req:
             try:
                 with self._channel._use(lease.id) as channel:
-                    raw = await invoke(channel, req.remaining)
+                    call: Any = invoke(channel, req.remaining)
+                    raw = await call
+                    trailing = await call.trailing_metadata()
             except grpc.RpcError as error:
                 last = error
                 if requests is not None:
@@ -615,7 +656,7 @@ class _AsyncMethod(_Method[Req, Res]):
             except BaseException:  # a cancelled task, the caller's own exception
                 lease.cancel()
                 raise
-            lease.finish(ok=True)
+            _http.finish(lease, _load(trailing))
             return self._reply(raw)
         raise RequestFailedError(req.stopped, req.attempts) from last
 
@@ -632,6 +673,7 @@ class _AsyncMethod(_Method[Req, Res]):
                         async for raw in call:
                             started = True
                             yield self._reply(raw)
+                        trailing = await call.trailing_metadata()
                     except BaseException:
                         call.cancel()
                         raise
@@ -647,7 +689,7 @@ class _AsyncMethod(_Method[Req, Res]):
             except BaseException:  # closed (GeneratorExit), cancelled, a deserializer's error
                 lease.cancel()
                 raise
-            lease.finish(ok=True)
+            _http.finish(lease, _load(trailing))
             return
         raise RequestFailedError(req.stopped, req.attempts) from last
 

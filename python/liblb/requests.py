@@ -6,7 +6,9 @@ node id starting with ``http://`` or ``https://``) become the node's; ``Host`` s
 one (set here: requests would send the node's) and so does the TLS server name. Without
 ``stream=True`` the body is read inside the attempt, so a connection reset mid-body is retried
 like any error; with it, the lease ends when the body is read to its end or the response closed
-(cancelled if the response is collected unclosed). See docs/python-http.md.
+(cancelled if the response is collected unclosed). Every attempt's lease takes the ORCA load
+report in the answer's ``endpoint-load-metrics`` header (``_http.load_report``); requests exposes
+no trailers. See docs/python-http.md.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ def classify(response: Response) -> _http.Failure | None:
     return _http.failure(response.status_code, response.headers.get("retry-after"))
 
 
+def load(response: Response) -> str | None:
+    """The server's load report in the answer's headers, or None."""
+    return _http.load_report(response.headers)
+
+
 def to_node(request: PreparedRequest, node_id: str) -> PreparedRequest:
     """The attempt of ``request`` sent to ``node_id``, with the logical ``Host``."""
     scheme, host, port = _http.address(node_id)
@@ -98,11 +105,12 @@ def _discard(response: Response) -> None:
 class _LeasedBody:
     """A streamed response's ``raw`` (urllib3's response, every attribute passed through) that
     ends the lease when the body is read to its end or closed: a success, or the kind of the
-    read's error. Collected unfinished, the lease is cancelled."""
+    read's error, with the answer's load report. Collected unfinished, the lease is cancelled."""
 
-    def __init__(self, raw: Any, lease: Lease) -> None:
+    def __init__(self, raw: Any, lease: Lease, load: str | None) -> None:
         self._raw = raw
         self._lease = lease
+        self._load = load
         self._abandoned = weakref.finalize(self, _http.cancel, lease)
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[bytes]:
@@ -141,7 +149,7 @@ class _LeasedBody:
     def _end(self, kind: _http.Kind | None) -> None:
         self._abandoned.detach()
         if not self._lease.done:
-            self._lease.finish(ok=kind is None, kind=kind)
+            _http.finish(self._lease, self._load, kind is None, kind)
 
 
 class Adapter(requests.adapters.HTTPAdapter):
@@ -188,12 +196,12 @@ class Adapter(requests.adapters.HTTPAdapter):
         key = self._key(request) if self._key is not None else None
         replayable = request.body is None or isinstance(request.body, (bytes, str))
         policy = self._policy.request(key, request.method or "GET", replayable)
-        response, lease = _http.run(policy, attempt, classify, fault, _discard)
+        response, lease = _http.run(policy, attempt, classify, fault, _discard, load)
         if lease is not None:
             if stream:
-                response.raw = _LeasedBody(response.raw, lease)
+                response.raw = _LeasedBody(response.raw, lease, load(response))
             else:
-                lease.finish(ok=True)
+                _http.finish(lease, load(response))
         # The caller's request and URL (the logical ones): redirects resolve against them.
         response.request, response.url = request, request.url or response.url
         return response

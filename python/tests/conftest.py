@@ -54,10 +54,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _answer(self, status: int, body: bytes, *headers: tuple[str, str]) -> None:
         # One write for headers and body: two segments cost a ~40 ms Nagle/delayed-ACK stall
-        # per request with keep-alive (TOOLCHAIN.md).
+        # per request with keep-alive (TOOLCHAIN.md). Latin-1: a test's header may carry any byte.
         head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(body)}"]
-        head += [f"{name}: {value}" for name, value in headers]
-        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        head += [f"{name}: {value}" for name, value in (*headers, *self._load_headers())]
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+
+    def _load_headers(self) -> list[tuple[str, str]]:
+        """The server's load report (``Fleet.report``), as it is after counting this request."""
+        fleet, node_id = self.server.fleet, self.server.node_id
+        headers = list(fleet.headers.get(node_id, ()))
+        load, form = fleet.loads.get(node_id, (None, "text"))
+        if load is not None:
+            load.finish(load.start())  # the answer is ready: count it before reporting
+            if form == "bin-header":  # Envoy's legacy gRPC name: the base64 alone
+                headers.append(("endpoint-load-metrics-bin", load.header("bin").removeprefix("BIN ")))
+            else:
+                headers.append(("endpoint-load-metrics", load.header(form)))  # type: ignore[arg-type]
+        return headers
 
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -131,6 +144,10 @@ class Fleet:
         self.slow_seconds = 0.05
         self.retry_after = 30
         self.ids: dict[str, list[str]] = {role: [] for role in ROLES}
+        # Per node id: a ServerLoad whose report every answer carries (form "text", "bin", or
+        # "bin-header" for endpoint-load-metrics-bin), and extra headers for every answer.
+        self.loads: dict[str, tuple[liblb.ServerLoad, str]] = {}
+        self.headers: dict[str, list[tuple[str, str]]] = {}
         self._servers: list[_Server] = []
 
     def start(self, role: str, tls: ssl.SSLContext | None = None) -> str:
@@ -148,6 +165,13 @@ class Fleet:
             self._servers.append(server)
         self.ids[role].append(node_id)
         return node_id
+
+    def report(self, node_id: str, utilization: float, form: str = "text") -> None:
+        """Every answer of ``node_id`` carries the ORCA report of a ``ServerLoad`` at this
+        application utilisation (its request rate counted by the server)."""
+        load = liblb.ServerLoad()
+        load.set_application_utilization(utilization)
+        self.loads[node_id] = (load, form)
 
     def take_log(self) -> list[str]:
         with self.lock:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import struct
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent import futures
@@ -38,10 +39,15 @@ class Server:
     streaming: the requests joined by commas) and Echo (bidirectional: each request back, with
     the server's index) as `behaviour` says:
     "ok", "unavailable", "exhausted" (RESOURCE_EXHAUSTED with a 30 s pushback), "invalid"
-    (INVALID_ARGUMENT), "slow" (2 s), "break" (one message, then INTERNAL)."""
+    (INVALID_ARGUMENT), "slow" (2 s), "break" (one message, then INTERNAL). With `load` set,
+    every call's trailing metadata carries its ORCA report (`endpoint-load-metrics`, in the
+    `form` given), or `orca` as given."""
 
     def __init__(self, index: int, behaviour: str) -> None:
         self.index, self.behaviour, self.calls = index, behaviour, 0
+        self.load: liblb.ServerLoad | None = None
+        self.form: Any = "text"
+        self.orca: str | None = None
         handler = grpc.method_handlers_generic_handler(
             SERVICE,
             {
@@ -57,7 +63,19 @@ class Server:
         self.address = f"127.0.0.1:{port}"
         self.server.start()
 
+    def report(self, utilization: float, form: str = "text") -> None:
+        """Every call's trailing metadata carries a ServerLoad's report at this utilisation."""
+        self.load = liblb.ServerLoad()
+        self.load.set_application_utilization(utilization)
+        self.form = form
+
     def fail(self, context: grpc.ServicerContext) -> None:
+        orca = self.orca
+        if self.load is not None:
+            self.load.finish(self.load.start())  # this call, counted before it is reported
+            orca = self.load.header(self.form)
+        if orca is not None:
+            context.set_trailing_metadata((("endpoint-load-metrics", orca),))
         if self.behaviour == "unavailable":
             abort(context, grpc.StatusCode.UNAVAILABLE)
         elif self.behaviour == "exhausted":
@@ -491,3 +509,108 @@ def test_async_a_cancelled_call_cancels_its_lease_and_departed_nodes_close(serve
             channel.channel(ok.address)
 
     asyncio.run(main())
+
+
+# ---- Server-reported load: the report in each call's trailing metadata -----------------------
+# (`endpoint-load-metrics`: grpcio never shows a Python client gRFC A51's
+# `endpoint-load-metrics-bin`, see liblb/grpc.py)
+
+CALLS = ["unary", "server-stream", "client-stream", "bidi", "async-unary", "async-server-stream"]
+
+
+def calls(kind: str, b: liblb.Balancer, count: int) -> list[str]:
+    """``count`` calls of ``kind`` (one attempt each); each one's result or status name."""
+    method = f"/{SERVICE}/" + {"unary": "Say", "server-stream": "Count", "client-stream": "Join", "bidi": "Echo"}[kind.removeprefix("async-")]
+
+    def outcome(run: Callable[[], Any]) -> Any:
+        try:
+            return run()
+        except grpc.RpcError as error:
+            return error.code().name
+
+    if not kind.startswith("async"):
+        with liblb.grpc.Channel(b, max_attempts=1) as channel:
+            one: Callable[[], Any] = {
+                "unary": lambda: channel.unary_unary(method)(b"x", timeout=5),
+                "server-stream": lambda: list(channel.unary_stream(method)(b"2", timeout=5)),
+                "client-stream": lambda: channel.stream_unary(method)([b"a", b"b"], timeout=5),
+                "bidi": lambda: list(channel.stream_stream(method)([b"a"], timeout=5)),
+            }[kind]
+            return [outcome(one) for _ in range(count)]
+
+    async def main() -> list[str]:
+        async with liblb.grpc.AsyncChannel(b, max_attempts=1) as channel:
+            results = []
+            for _ in range(count):
+                try:
+                    if kind == "async-unary":
+                        results.append(await channel.unary_unary(method)(b"x", timeout=5))
+                    else:
+                        results.append([r async for r in channel.unary_stream(method)(b"2", timeout=5)])
+                except grpc.RpcError as error:
+                    results.append(error.code().name)
+            return results
+
+    return asyncio.run(main())
+
+
+def weighed_calls(kind: str, b: liblb.Balancer, nodes: list[Server]) -> list[int]:
+    """20 calls to let the nodes report, a pause past the 100 ms weight update, 40 more: how
+    many of those each node served."""
+    calls(kind, b, 20)
+    time.sleep(0.25)
+    before = [n.calls for n in nodes]
+    calls(kind, b, 40)
+    return [n.calls - c for n, c in zip(nodes, before)]
+
+
+def wrr(ids: list[str], **options: Any) -> liblb.Balancer:
+    return liblb.Balancer("client_side_wrr", ids, blackout_period_ms=0, weight_update_period_ms=100, **options)
+
+
+@pytest.mark.parametrize("kind", CALLS)
+def test_trailing_load_reports_weigh_client_side_wrr(servers: Callable[..., list[Server]], kind: str) -> None:
+    hot, cool = servers("ok", "ok")
+    hot.report(0.9)
+    cool.report(0.1, "bin")
+    b = wrr([hot.address, cool.address])
+    served = weighed_calls(kind, b, [hot, cool])
+    # Equal call rates, utilisations 0.9 and 0.1: weights 1 to 9 (gRFC A58). Without the
+    # reports both nodes would get the mean weight and alternate.
+    assert served[1] >= 3 * served[0], served
+    assert [s["in_flight"] for s in b.stats()] == [0, 0]
+
+
+@pytest.mark.parametrize("kind", ["unary", "server-stream", "async-unary", "async-server-stream"])
+@pytest.mark.parametrize("behaviour", ["unavailable", "invalid", "break"])
+def test_failed_calls_carry_their_report_too(servers: Callable[..., list[Server]], kind: str, behaviour: str) -> None:
+    # UNAVAILABLE is the node's failure, INVALID_ARGUMENT its own answer, "break" a stream that
+    # fails after its first reply (no retry then): all carry a report.
+    answering, failing = servers("ok", behaviour)
+    answering.report(0.9)
+    failing.report(0.1)
+    b = wrr([answering.address, failing.address], consecutive_failures=0)
+    served = weighed_calls(kind, b, [answering, failing])
+    assert served[1] >= 3 * served[0], served
+
+
+@pytest.mark.parametrize("kind", CALLS)
+def test_a_trailing_report_that_does_not_parse_changes_nothing(servers: Callable[..., list[Server]], kind: str) -> None:
+    nodes = servers("ok", "unavailable", "ok")
+    for node, orca in zip(nodes, ["TEXT cpu_utilization:x", 'JSON {"eps": [1]}', "BIN !"]):
+        node.orca = orca  # not a number, not a double, not base64
+    b = liblb.Balancer("round_robin", [n.address for n in nodes], consecutive_failures=0)
+    results = calls(kind, b, 3)
+    assert results[1] == "UNAVAILABLE" and "UNAVAILABLE" not in (results[0], results[2])
+    assert [(s["requests"], s["failures"], s["in_flight"]) for s in b.stats()] == [(1, 0, 0), (1, 1, 0), (1, 0, 0)]
+
+
+def test_the_grpc_load_key_wins_over_the_header_form() -> None:
+    # Envoy's order; grpcio hides endpoint-load-metrics-bin today, so this is checked here.
+    report = liblb.parse_orca("TEXT cpu_utilization:0.5")
+    proto = bytes([0x09]) + struct.pack("<d", 0.5)  # field 1 (cpu_utilization), a double
+    assert liblb.parse_orca(proto) == report
+    trailing = (("endpoint-load-metrics", "TEXT cpu_utilization:0.9"), ("endpoint-load-metrics-bin", proto))
+    assert liblb.grpc._load(trailing) == proto
+    assert liblb.grpc._load(trailing[:1]) == "TEXT cpu_utilization:0.9"
+    assert liblb.grpc._load(()) is None and liblb.grpc._load(None) is None
