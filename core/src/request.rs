@@ -678,7 +678,11 @@ impl From<Error> for CallError {
 
 /// What one step of a call loop learnt.
 enum Event<T> {
-    Answer(usize, core::result::Result<T, Failure>),
+    /// Attempt `i`'s answer, and the load report it carried.
+    Answer(
+        usize,
+        (core::result::Result<T, Failure>, Option<crate::LoadReport>),
+    ),
     Timer,
 }
 
@@ -719,13 +723,37 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
     /// answer, the first success wins and the attempts still out are dropped (their futures
     /// and leases: cancelled, nothing counted).
     pub async fn call_async<T, F, Fut, S, SFut>(
+        self,
+        mut send: F,
+        sleep: S,
+    ) -> core::result::Result<T, CallError>
+    where
+        F: FnMut(String) -> Fut,
+        Fut: core::future::Future<Output = core::result::Result<T, Failure>>,
+        S: FnMut(Duration) -> SFut,
+        SFut: core::future::Future<Output = ()>,
+    {
+        let send = move |id| {
+            let answer = send(id);
+            async move { (answer.await, None) }
+        };
+        self.call_async_reporting(send, sleep).await
+    }
+
+    /// [`Request::call_async`] whose attempts also give the load report their answer carried
+    /// (the server's ORCA `endpoint-load-metrics`, parsed by [`crate::parse_orca`]): each is
+    /// handed to its lease before the lease ends ([`Lease::report_load`]), successes and
+    /// failures alike, so `client_side_wrr` and `prequal` learn from every answer.
+    pub async fn call_async_reporting<T, F, Fut, S, SFut>(
         mut self,
         mut send: F,
         mut sleep: S,
     ) -> core::result::Result<T, CallError>
     where
         F: FnMut(String) -> Fut,
-        Fut: core::future::Future<Output = core::result::Result<T, Failure>>,
+        Fut: core::future::Future<
+                Output = (core::result::Result<T, Failure>, Option<crate::LoadReport>),
+            >,
         S: FnMut(Duration) -> SFut,
         SFut: core::future::Future<Output = ()>,
     {
@@ -778,6 +806,10 @@ impl<B: Borrow<Balancer>, K: AsRef<[u8]>> Request<B, K> {
             };
             let (lease, _) = out.swap_remove(i);
             timer = None;
+            let (result, load) = result;
+            if let Some(load) = &load {
+                lease.report_load(load);
+            }
             let (value, outcome) = match result {
                 Ok(value) => (Some(value), Outcome::Success(lease.elapsed())),
                 Err(failure) => (None, measured(failure, &lease)),

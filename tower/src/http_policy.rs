@@ -19,7 +19,9 @@ use core::time::Duration;
 use http::header::{HOST, HeaderValue, RETRY_AFTER};
 use http::uri::{Authority, Scheme};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
-use liblb_core::Failure;
+use liblb_core::{
+    ENDPOINT_LOAD_METRICS, ENDPOINT_LOAD_METRICS_BIN, Failure, LoadReport, parse_orca,
+};
 use std::sync::Arc;
 
 /// A request's head, as [`HttpPolicy::key`]'s function sees it.
@@ -169,6 +171,10 @@ where
         Some(copy)
     }
 
+    fn load(&self, result: &Result<Response<ResB>, E>) -> Option<LoadReport> {
+        load_report(result.as_ref().ok()?.headers())
+    }
+
     fn classify(&self, result: &Result<Response<ResB>, E>) -> Option<Failure> {
         let response = match result {
             Ok(response) => response,
@@ -185,6 +191,20 @@ where
             _ => status.is_server_error().then(Failure::error),
         }
     }
+}
+
+/// The ORCA load report in an answer's headers, as Envoy's `orca_parser.cc` reads it:
+/// `endpoint-load-metrics-bin` (the base64 of the serialized report, gRPC's name) wins, else
+/// `endpoint-load-metrics` (`BIN `, `JSON ` or `TEXT `); `None` when neither is there or the
+/// chosen one does not parse (a bad report never fails the answer). HTTP/1 has no trailers
+/// for hyper's client to hand over before the body is read, so headers are what is read.
+pub(crate) fn load_report(headers: &HeaderMap) -> Option<LoadReport> {
+    if let Some(bin) = headers.get(ENDPOINT_LOAD_METRICS_BIN) {
+        let mut value = b"BIN ".to_vec();
+        value.extend_from_slice(bin.as_bytes());
+        return parse_orca(&value).ok();
+    }
+    parse_orca(headers.get(ENDPOINT_LOAD_METRICS)?.as_bytes()).ok()
 }
 
 #[cfg(test)]
@@ -283,6 +303,67 @@ mod tests {
             (&Method::POST, post.uri(), &String::from("b"))
         );
         assert_eq!(copy.headers()["x-id"], "7");
+    }
+
+    /// Envoy's `orca_parser.cc` order: the `-bin` header wins (its bytes are the base64 of the
+    /// proto, no prefix), else `endpoint-load-metrics` in any of its forms; a report that
+    /// does not parse is no report, and the `-bin` header's failure does not fall back.
+    #[test]
+    fn load_reports_are_read_from_the_headers_envoy_reads() {
+        let report = LoadReport {
+            application_utilization: 0.25,
+            rps_fractional: 40.0,
+            ..LoadReport::default()
+        };
+        let bin = report.to_header(liblb_core::HeaderForm::Bin).unwrap();
+        let bin_value = bin.strip_prefix("BIN ").unwrap().to_owned();
+        let text = "TEXT application_utilization=0.5, rps_fractional=10";
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.append(*name, HeaderValue::from_str(value).unwrap());
+            }
+            map
+        };
+        let read = |pairs: &[(&'static str, &str)]| load_report(&headers(pairs));
+        assert_eq!(read(&[]), None);
+        assert_eq!(
+            read(&[(ENDPOINT_LOAD_METRICS_BIN, &bin_value)]),
+            Some(report.clone())
+        );
+        assert_eq!(read(&[(ENDPOINT_LOAD_METRICS, &bin)]), Some(report.clone()));
+        let texted = read(&[(ENDPOINT_LOAD_METRICS, text)]).unwrap();
+        assert_eq!(
+            (texted.application_utilization, texted.rps_fractional),
+            (0.5, 10.0)
+        );
+        let both = [
+            (ENDPOINT_LOAD_METRICS, text),
+            (ENDPOINT_LOAD_METRICS_BIN, &bin_value),
+        ];
+        assert_eq!(read(&both), Some(report.clone()));
+        assert_eq!(
+            read(&[(ENDPOINT_LOAD_METRICS, "TEXT cpu_utilization=")]),
+            None
+        );
+        assert_eq!(read(&[(ENDPOINT_LOAD_METRICS, "XML <load/>")]), None);
+        let broken = [
+            (ENDPOINT_LOAD_METRICS, text),
+            (ENDPOINT_LOAD_METRICS_BIN, "%%%"),
+        ];
+        assert_eq!(read(&broken), None);
+        let policy = HttpPolicy::new();
+        let answer = |h: HeaderMap| {
+            let mut response = Response::new(());
+            *response.headers_mut() = h;
+            Ok::<_, ()>(response)
+        };
+        let load = <HttpPolicy as Policy<Request<()>, Response<()>, ()>>::load;
+        assert_eq!(
+            load(&policy, &answer(headers(&[(ENDPOINT_LOAD_METRICS, &bin)]))),
+            Some(report)
+        );
+        assert_eq!(load(&policy, &Err(())), None);
     }
 
     #[test]

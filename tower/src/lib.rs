@@ -50,7 +50,9 @@ use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 use core::time::Duration;
-use liblb_core::{Balancer, Budget, CallError, Failure, Hedging, Request, RetryOn, RetryPolicy};
+use liblb_core::{
+    Balancer, Budget, CallError, Failure, Hedging, LoadReport, Request, RetryOn, RetryPolicy,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tower_layer::Layer;
@@ -81,6 +83,14 @@ pub trait Policy<Req, Res, E>: Clone + Send + Sync + 'static {
     /// How the attempt ended: `None` a success (the answer is the caller's), `Some` a failure
     /// of that kind, counted against the node and retried if the request retries its kind.
     fn classify(&self, result: &Result<Res, E>) -> Option<Failure>;
+
+    /// The server's load report the answer carried (its ORCA `endpoint-load-metrics`, parsed
+    /// with [`liblb_core::parse_orca`]), handed to the attempt's lease before it ends, so
+    /// `client_side_wrr` and `prequal` learn from it; `None` (the default): no report, or one
+    /// that did not parse (it never fails the request).
+    fn load(&self, _result: &Result<Res, E>) -> Option<LoadReport> {
+        None
+    }
 }
 
 /// Why [`Balance`] returned no answer of the inner service.
@@ -277,7 +287,7 @@ type Last<Res, E> = Arc<Mutex<Option<Result<Res, BalanceError<E>>>>>;
 
 /// One attempt's answer to the request loop: the inner service's result when it counts as a
 /// success, else the failure it was classified as.
-type Attempt<Res, E> = BoxFuture<Result<Result<Res, E>, Failure>>;
+type Attempt<Res, E> = BoxFuture<(Result<Result<Res, E>, Failure>, Option<LoadReport>)>;
 
 /// Waits until `service` is ready, then calls it.
 async fn ready_call<S: Service<Req>, Req>(
@@ -360,27 +370,32 @@ where
                 let Some(request) = request else {
                     let detail = "the policy gave no copy of the request for another attempt";
                     keep(Err(BalanceError::Route(detail.into())));
-                    return Err(Failure::error());
+                    return (Err(Failure::error()), None);
                 };
                 let request = match policy.route(request, &node) {
                     Ok(request) => request,
                     Err(detail) => {
                         keep(Err(BalanceError::Route(detail)));
-                        return Err(Failure::error());
+                        return (Err(Failure::error()), None);
                     }
                 };
                 let result = ready_call(service, request).await;
-                match policy.classify(&result) {
+                let load = policy.load(&result);
+                let answer = match policy.classify(&result) {
                     None => Ok(result),
                     Some(failure) => {
                         keep(result.map_err(BalanceError::Inner));
                         Err(failure)
                     }
-                }
+                };
+                (answer, load)
             })
         };
         Box::pin(async move {
-            match request_loop.call_async(send, tokio::time::sleep).await {
+            match request_loop
+                .call_async_reporting(send, tokio::time::sleep)
+                .await
+            {
                 Ok(answer) => answer.map_err(BalanceError::Inner),
                 Err(error) => {
                     // The last answer, if an attempt got one; else why there is none.

@@ -10,7 +10,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use liblb_core::{
     Algorithm, Balancer, Budget, Failure, Hedging, OptionValue, Options, RetryBudget, RetryOn,
-    Status,
+    RetryPolicy, Status,
 };
 use liblb_tower::{Balance, BalanceError, BalanceLayer, HttpPolicy, Policy, Stop};
 use std::convert::Infallible;
@@ -38,6 +38,8 @@ enum Behaviour {
     Answer,
     Status(u16, Option<u64>),
     Slow(Duration),
+    /// Answers with this header (an ORCA load report) and this status.
+    Report(&'static str, &'static str, u16),
 }
 
 /// A server on 127.0.0.1 (an OS-picked port) answering "<index> <Host>" as `behaviour` says;
@@ -71,6 +73,9 @@ async fn server(index: usize, behaviour: Behaviour) -> (String, Arc<AtomicUsize>
                             }
                         }
                         Behaviour::Slow(delay) => tokio::time::sleep(delay).await,
+                        Behaviour::Report(name, value, status) => {
+                            response = response.status(status).header(name, value);
+                        }
                     }
                     let body = Full::new(Bytes::from(format!("{index} {host}")));
                     Ok::<_, Infallible>(response.body(body).unwrap())
@@ -497,4 +502,79 @@ async fn when_retries_run_out_the_last_attempts_answer_comes_back() {
         assert_eq!((status.as_u16(), &body[..1]), expected, "{path}: {last:?}");
     }
     assert_eq!(in_flight(&b), 0);
+}
+
+/// The servers' ORCA reports reach the balancer through `HttpPolicy::load`: `client_side_wrr`
+/// (no blackout, weights rebuilt every 100 ms) sends the node reporting 10% utilisation far
+/// more than the one reporting 90% at the same rate (A58: weight = qps / utilisation, 9:1),
+/// whether the report comes in `endpoint-load-metrics` (TEXT) or in `-bin`, on a success or on
+/// a 500; a report that does not parse changes nothing and the answer still comes back.
+#[tokio::test]
+async fn load_reports_in_the_answers_weigh_the_nodes() {
+    let light = "TEXT application_utilization=0.1, rps_fractional=100";
+    // The same report the BIN way: utilisation 0.9, 100 rps.
+    let heavy = liblb_core::LoadReport {
+        application_utilization: 0.9,
+        rps_fractional: 100.0,
+        ..Default::default()
+    };
+    let heavy = heavy.to_header(liblb_core::HeaderForm::Bin).unwrap();
+    let heavy: &'static str = Box::leak(heavy.strip_prefix("BIN ").unwrap().into());
+    let (a, a_hits) = server(0, Behaviour::Report("endpoint-load-metrics", light, 200)).await;
+    let (b, b_hits) = server(
+        1,
+        Behaviour::Report("endpoint-load-metrics-bin", heavy, 200),
+    )
+    .await;
+    let (c, c_hits) = server(2, Behaviour::Report("endpoint-load-metrics", light, 500)).await;
+    let (d, _) = server(
+        3,
+        Behaviour::Report("endpoint-load-metrics", "TEXT rps=", 200),
+    )
+    .await;
+    let ids = [a, b, c, d];
+    let balancer = balancer(
+        Algorithm::ClientSideWrr,
+        &ids,
+        &[
+            ("blackout_period_ms", 0),
+            ("weight_update_period_ms", 100),
+            // Node c answers 500 every time: kept in (no ejection) to weigh its reports.
+            ("consecutive_failures", 0),
+        ],
+    );
+    let mut service = BalanceLayer::new(balancer.clone(), HttpPolicy::new())
+        .retry_policy(RetryPolicy {
+            max_attempts: 1,
+            ..RetryPolicy::default()
+        })
+        .unwrap()
+        .layer(client());
+    for _ in 0..20 {
+        let _ = service.ready().await.unwrap().call(get("/")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let hits = || [&a_hits, &b_hits, &c_hits].map(|h| h.load(Ordering::Relaxed));
+    let before = hits();
+    let mut answered = 0;
+    for _ in 0..80 {
+        match service.ready().await.unwrap().call(get("/")).await {
+            Ok(response) => {
+                let (status, body) = text(response).await;
+                assert!(status == 200 || status == 500, "{status} {body}");
+                answered += 1;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    }
+    assert_eq!(answered, 80, "a bad report never fails the answer");
+    let after = hits();
+    let [a_now, b_now, c_now] = [0, 1, 2].map(|i| after[i] - before[i]);
+    assert!(a_now >= 3 * b_now.max(1), "light {a_now} heavy {b_now}");
+    // The 500s' reports count too: node c (reporting 10%) weighs like a, not like b.
+    assert!(
+        c_now >= 3 * b_now.max(1),
+        "light on 500s {c_now} heavy {b_now}"
+    );
+    assert_eq!(in_flight(&balancer), 0);
 }
