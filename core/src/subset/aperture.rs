@@ -377,7 +377,7 @@ mod tests {
         let num_clients = 65;
         let local_unit_width = 1.0 / num_clients as f64;
         let min_aperture = 12;
-        for remote_size in 1..=20usize {
+        for remote_size in 1..=if cfg!(miri) { 6 } else { 20 } {
             for client_id in 0..=num_clients {
                 let remote_unit_width = 1.0 / remote_size as f64;
                 let offset = libm::fmod(client_id as f64 * local_unit_width, 1.0);
@@ -664,7 +664,12 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 8 } else { 1000 }))]
+        #![proptest_config(ProptestConfig {
+            cases: if cfg!(miri) { 2 } else { 1000 },
+            // No regression files: Miri isolation forbids the cwd look-up they need.
+            failure_persistence: None,
+            ..Default::default()
+        })]
 
         /// `ProcessCoordinateTest`, "setCoordinate range": for any count in 1..=Int.MaxValue
         /// and id below it, offset in [0, 1) and unit width in (0, 1]. (liblb's ids are u64;
@@ -753,7 +758,11 @@ mod tests {
                 .all(|&(_, weight)| (weight - 1.0).abs() < 1e-9)
         );
         // And the picks agree: over 100,000 pick2s server 4 gets about half of server 5's
-        // (the Scala test allows ±0.1 on the ratio after 2,000 requests).
+        // (the Scala test allows ±0.1 on the ratio after 2,000 requests). Too many draws for
+        // Miri, which checks the window above.
+        if cfg!(miri) {
+            return;
+        }
         let (ring, coord, width) = aperture(18, 12, 1, 4).unwrap();
         let mut rng = SplitMix64::new(4);
         let mut counts = [0u32; 18];
@@ -788,9 +797,12 @@ mod tests {
         assert_window(&w, &[(0, 1.0), (1, 1.0), (2, 1.0)]);
         let (ring, coord, width) = aperture(3, 12, 0, 1).unwrap();
         assert_eq!(width, 1.0);
+        if cfg!(miri) {
+            return; // the sampled half below needs more draws than Miri runs quickly
+        }
         let mut rng = SplitMix64::new(3000);
         let mut counts = [0f64; 3];
-        for _ in 0..if cfg!(miri) { 300 } else { 30_000 } {
+        for _ in 0..30_000 {
             counts[ring.pick(coord.offset, width, draw(&mut rng)).unwrap()] += 1.0;
         }
         let avg = counts.iter().sum::<f64>() / 3.0;
