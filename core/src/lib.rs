@@ -56,6 +56,7 @@ mod route;
 mod select;
 mod server_load;
 mod state;
+pub mod subset;
 mod sync;
 mod table;
 
@@ -82,6 +83,7 @@ pub use rng::{SplitMix64, bounded};
 pub use route::Routing;
 pub use server_load::{LATENCY_METRIC, Probe, RIF_METRIC, ServerLoad, Started};
 pub use state::State;
+pub use subset::{SubsetAlgorithm, SubsetSpec};
 pub use table::Table;
 
 #[cfg(feature = "std")]
