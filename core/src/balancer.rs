@@ -16,7 +16,10 @@ use crate::load::Outcome;
 use crate::orca::LoadReport;
 use crate::request::{Budget, Request};
 use crate::sync::publish::{Mutex, Published};
-use crate::{Algorithm, Error, MAX_BATCH, Node, Options, Result, Routing, State, Status, Table};
+use crate::{
+    Algorithm, Error, MAX_BATCH, Node, Options, Result, Routing, State, Status, SubsetAlgorithm,
+    Table,
+};
 use alloc::boxed::Box;
 use alloc::string::{String, ToString};
 use alloc::sync::{Arc, Weak};
@@ -634,6 +637,14 @@ impl Balancer {
         clock: Arc<dyn Clock>,
     ) -> Result<Balancer> {
         let nodes: Vec<Node> = nodes.into_iter().map(Into::into).collect();
+        let mut options = options;
+        if options.subset == Some(SubsetAlgorithm::Random)
+            && options.subset_seed.is_none()
+            && options.seed.is_none()
+        {
+            // A68: each client draws its own seed, once; kept for every membership change.
+            options.subset_seed = Some(crate::state::entropy());
+        }
         let table = Table::build(algorithm, &options, &nodes)?;
         let state = Arc::new(State::for_options(&options));
         let current = Arc::new_cyclic(|current| {
@@ -795,6 +806,14 @@ impl Balancer {
         let now = snapshot.clock.now_ns();
         snapshot.table.record_load(index, report, None, now);
         Ok(())
+    }
+
+    /// The nodes picks choose from: with subsetting (option `subset`), this client's subset
+    /// of the nodes with weight > 0, else every node with weight > 0; in node order.
+    pub fn subset(&self) -> Picks {
+        let snapshot = self.held();
+        let indices = snapshot.table.active().map(|i| i as u32).collect();
+        Picks { snapshot, indices }
     }
 
     /// Up to `count` distinct nodes to probe now, uniformly at random from the nodes with

@@ -3,6 +3,7 @@
 
 pub use crate::select::Algorithm;
 use crate::select::{maglev, ring_hash};
+use crate::subset::{SubsetAlgorithm, SubsetSpec};
 use crate::{DEFAULT_VNODES, Error, HashKind, MAX_RING_POINTS, MAX_VNODES, Result};
 use alloc::string::{String, ToString};
 use core::fmt;
@@ -195,6 +196,26 @@ pub struct Options {
     /// `prequal`'s r_remove: the worst probe in the pool (the hottest, or if none is hot the
     /// slowest) is removed at this rate per pick; default 1, 0 to 16.
     pub probe_remove_rate: f64,
+    /// Subsetting (see [`crate::subset`]): the algorithm that chooses this client's subset of
+    /// the nodes, on which the balancer's algorithm then runs; `None` (the default) uses every
+    /// node. Option `subset`: `deterministic`, `random`, `ringsteady` or `aperture`; unkeyed
+    /// algorithms only.
+    pub subset: Option<SubsetAlgorithm>,
+    /// Subsetting: how many nodes the client's subset holds (`subset_size`, A68's
+    /// `subset_size`, Finagle's minimum aperture); required with `subset`, 0 (the default)
+    /// is unset.
+    pub subset_size: u64,
+    /// Subsetting: this client's index among the clients sharing the nodes, `0..client_count`
+    /// (a StatefulSet's ordinal, a job's task number); default 0. Read by `deterministic`,
+    /// `ringsteady` and `aperture`.
+    pub client_index: u64,
+    /// Subsetting: how many clients share the nodes; default 1. Read by `aperture`.
+    pub client_count: u64,
+    /// Subsetting: `random`'s per-client hash seed (A68: each client draws its own, once) and
+    /// the fleet-wide seed of `deterministic`'s shuffles. `None`: derived from `seed` when
+    /// that is set, else drawn from OS entropy when a balancer is made (a `Table` needs one
+    /// of the two).
+    pub subset_seed: Option<u64>,
 }
 
 /// `max_ejection_time`'s default (Envoy's `DEFAULT_MAX_EJECTION_TIME_MS`), raised to
@@ -206,6 +227,12 @@ pub const DEFAULT_FAILURE_PENALTY: Duration = Duration::from_secs(5);
 
 /// `max_retry_after`'s default.
 pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// What `subset` accepts.
+const SUBSET_NAMES: &str = "one of deterministic, random, ringsteady, aperture";
+
+/// Mixed into `seed` for the subset seed derived from it ("subset" in ASCII).
+const SUBSET_SALT: u64 = 0x7375_6273_6574;
 
 /// Most candidates `least_request` draws per pick.
 pub const MAX_CHOICE_COUNT: u32 = 16;
@@ -271,6 +298,11 @@ impl Default for Options {
             probe_reuse: 2,
             max_probe_age: Duration::from_secs(1),
             probe_remove_rate: 1.0,
+            subset: None,
+            subset_size: 0,
+            client_index: 0,
+            client_count: 1,
+            subset_seed: None,
         }
     }
 }
@@ -323,6 +355,11 @@ impl Options {
         "probe_reuse",
         "max_probe_age_ms",
         "probe_remove_rate",
+        "subset",
+        "subset_size",
+        "client_index",
+        "client_count",
+        "subset_seed",
     ];
 
     /// The options that take any number, not only integers (decimal text such as `"1.5"`).
@@ -389,6 +426,13 @@ impl Options {
                 changed.error_utilization_penalty = v;
             }
             "q_rif" => changed.q_rif = q_rif_value(value)?,
+            "subset" => match value {
+                OptionValue::Str(s) => changed.subset = Some(SubsetAlgorithm::from_name(s)?),
+                OptionValue::Int(i) => {
+                    return Err(invalid(option, i.to_string(), SUBSET_NAMES));
+                }
+            },
+            "subset_seed" => changed.subset_seed = Some(int_value(option, value)?),
             "probe_rate" | "probe_remove_rate" => {
                 let v = float_value(option, value, "a number, 0 or more")?;
                 match option {
@@ -457,6 +501,12 @@ impl Options {
                     "probe_pool_size" => changed.probe_pool_size = small?,
                     "probe_reuse" => changed.probe_reuse = small?,
                     "max_probe_age_ms" => changed.max_probe_age = millis,
+                    "subset_size" if v == 0 => {
+                        return Err(invalid(option, v.to_string(), "an integer of at least 1"));
+                    }
+                    "subset_size" => changed.subset_size = v,
+                    "client_index" => changed.client_index = v,
+                    "client_count" => changed.client_count = v,
                     _ => changed.thread_rounds = small?,
                 }
             }
@@ -476,7 +526,7 @@ impl Options {
         Ok(())
     }
 
-    /// The numeric options (all but `seed`, `vnodes` and `hash`) whose value differs from the
+    /// The numeric options (all but `seed`, `vnodes`, `hash`, `subset` and `subset_seed`) whose value differs from the
     /// default, as `(name, value)` with the value written as [`Options::set`] reads it — for
     /// bindings' `repr` and configuration dumps, so a new option needs no change there.
     pub fn changed_numbers(&self) -> alloc::vec::Vec<(&'static str, String)> {
@@ -687,6 +737,21 @@ impl Options {
                 alloc::format!("{:?}", self.probe_remove_rate),
                 alloc::format!("{:?}", default.probe_remove_rate),
             ),
+            (
+                "subset_size",
+                self.subset_size.to_string(),
+                default.subset_size.to_string(),
+            ),
+            (
+                "client_index",
+                self.client_index.to_string(),
+                default.client_index.to_string(),
+            ),
+            (
+                "client_count",
+                self.client_count.to_string(),
+                default.client_count.to_string(),
+            ),
         ];
         // A max that follows the base is not listed (setting the base brings it back); one
         // that was given is, even at 300000, so it still holds if the base grows.
@@ -714,6 +779,21 @@ impl Options {
                 "at least min_ring_size (Envoy's minimum_ring_size <= maximum_ring_size)",
             ));
         }
+        if self.subset.is_some() && self.subset_size == 0 {
+            return Err(invalid(
+                "subset_size",
+                "0".to_string(),
+                "an integer of at least 1, required with subset",
+            ));
+        }
+        if self.client_index >= self.client_count {
+            let value = self.client_index.to_string();
+            return Err(invalid(
+                "client_index",
+                value,
+                "an integer below client_count",
+            ));
+        }
         // Envoy rejects the same (DetectorImpl::create: "max_ejection_time cannot be smaller
         // than base_ejection_time"); an unset max already follows the base (`set`).
         if self.max_ejection_time < self.base_ejection_time {
@@ -725,6 +805,38 @@ impl Options {
             ));
         }
         Ok(())
+    }
+
+    /// The subsetting spec these options describe, `None` without `subset`. The seed:
+    /// `subset_seed` if given; for `random` (A68: one seed per client) else one derived from
+    /// `seed` (not `seed` itself, so the subset does not follow the picks' own sequence), and
+    /// without either an error (a balancer draws one from OS entropy when it is made); for
+    /// the others else 0, the same for the whole fleet as `deterministic` needs.
+    pub(crate) fn subset_spec(&self) -> Result<Option<SubsetSpec>> {
+        let Some(algorithm) = self.subset else {
+            return Ok(None);
+        };
+        let seed = match (algorithm, self.subset_seed, self.seed) {
+            (_, Some(seed), _) => seed,
+            (SubsetAlgorithm::Random, None, Some(seed)) => {
+                crate::SplitMix64::new(seed ^ SUBSET_SALT).next()
+            }
+            (SubsetAlgorithm::Random, None, None) => {
+                return Err(invalid(
+                    "subset_seed",
+                    "unset".to_string(),
+                    "a seed of this client's own for random subsetting (or seed)",
+                ));
+            }
+            (_, None, _) => 0,
+        };
+        Ok(Some(SubsetSpec {
+            algorithm,
+            size: usize::try_from(self.subset_size).unwrap_or(usize::MAX),
+            client_index: self.client_index,
+            client_count: self.client_count,
+            seed,
+        }))
     }
 
     /// One option's own rule, whatever the other options hold.
@@ -867,6 +979,9 @@ impl Options {
                     value,
                     "a number from 0 to 16 (removals per pick)",
                 ))
+            }
+            "client_count" if self.client_count == 0 => {
+                Err(invalid(option, "0".to_string(), "an integer of at least 1"))
             }
             "thread_rounds" if self.thread_rounds > 1 << 20 => {
                 let value = self.thread_rounds.to_string();

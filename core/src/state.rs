@@ -91,17 +91,7 @@ impl State {
     /// State seeded from OS entropy: two processes (or two balancers) never share a sequence.
     #[cfg(feature = "std")]
     pub fn from_entropy() -> State {
-        let mut bytes = [0u8; 8];
-        // getrandom fails only when the OS has no entropy source at all; then fall back to
-        // the clock and the address of a local, still distinct per process and per call.
-        if getrandom::fill(&mut bytes).is_err() {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            let here = &bytes as *const _ as u64;
-            bytes = (now ^ here.rotate_left(32)).to_le_bytes();
-        }
-        State::new(u64::from_le_bytes(bytes))
+        State::new(entropy())
     }
 
     /// State for `options`: seeded when `options.seed` is set, else from OS entropy.
@@ -109,4 +99,20 @@ impl State {
     pub fn for_options(options: &Options) -> State {
         options.seed.map_or_else(State::from_entropy, State::new)
     }
+}
+
+/// 64 bits from OS entropy.
+#[cfg(feature = "std")]
+pub(crate) fn entropy() -> u64 {
+    let mut bytes = [0u8; 8];
+    // getrandom fails only when the OS has no entropy source at all; then fall back to the
+    // clock and the address of a local, still distinct per process and per call.
+    if getrandom::fill(&mut bytes).is_err() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let here = &bytes as *const _ as u64;
+        bytes = (now ^ here.rotate_left(32)).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes)
 }

@@ -25,7 +25,8 @@ pub struct Table {
     /// Each node's load, indexed like the node list (shared with other tables holding the
     /// same node).
     loads: Vec<Arc<Load>>,
-    /// Indices of the nodes with weight > 0.
+    /// Indices of the nodes with weight > 0 (in the client's subset, with subsetting), in
+    /// node order.
     active: Vec<u32>,
     /// Every node's weight, and the sum over active nodes (bounded loads' weight shares).
     weights: Vec<u32>,
@@ -160,6 +161,32 @@ fn validate_nodes(nodes: &[Node]) -> Result<()> {
     Ok(())
 }
 
+/// The client's subset of `active` (indices of `nodes`), in node order: what the table's
+/// algorithm then runs on. Nodes that are drained (weight 0) are not candidates, as if they
+/// had left; nodes ejected or down stay, health deals with them, so a failure does not
+/// reshuffle subsets. Keyed algorithms are refused: a key must land on the same node in every
+/// client, which subsets that differ per client cannot give.
+fn subset(
+    algorithm: Algorithm,
+    spec: &crate::subset::SubsetSpec,
+    nodes: &[Node],
+    active: &[u32],
+) -> Result<Vec<u32>> {
+    if algorithm.is_keyed() {
+        return Err(Error::InvalidOptionValue {
+            option: "subset",
+            value: spec.algorithm.name().into(),
+            expected: "unset with a keyed algorithm (each client's subset differs, so a key would land on different nodes)",
+        });
+    }
+    let ids: Vec<&str> = active.iter().map(|i| &*nodes[*i as usize].id).collect();
+    let mut chosen: Vec<u32> = (crate::subset::subset(spec, &ids)?.into_iter())
+        .map(|k| active[k])
+        .collect();
+    chosen.sort_unstable();
+    Ok(chosen)
+}
+
 impl Table {
     /// Builds the table for `nodes` (insertion order matters only for round robin and smooth
     /// WRR). Fails on invalid options, invalid or duplicate ids; an empty or fully drained list
@@ -200,9 +227,12 @@ impl Table {
         options.validate()?;
         routing.validate()?;
         validate_nodes(nodes)?;
-        let active: Vec<u32> = (0..nodes.len() as u32)
+        let mut active: Vec<u32> = (0..nodes.len() as u32)
             .filter(|i| nodes[*i as usize].weight > 0)
             .collect();
+        if let Some(spec) = options.subset_spec()? {
+            active = subset(algorithm, &spec, nodes, &active)?;
+        }
         let mut policy = Policy::new(options);
         let plan = (!active.is_empty()).then(|| {
             match Layout::build(algorithm, options, routing, nodes, &active, &loads) {
@@ -231,7 +261,7 @@ impl Table {
             algorithm,
             plan,
             loads,
-            total_weight: weights.iter().map(|w| u64::from(*w)).sum(),
+            total_weight: active.iter().map(|i| u64::from(weights[*i as usize])).sum(),
             weights,
             active,
             policy,
@@ -285,6 +315,12 @@ impl Table {
     /// answers the same as a non-empty one.
     pub fn check(&self, key: Option<&[u8]>) -> Result<()> {
         self.ready(key).map(|_| ())
+    }
+
+    /// The indices of the nodes picks choose from (weight > 0, and in the client's subset
+    /// with subsetting), in node order.
+    pub fn active(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
+        self.active.iter().map(|i| *i as usize)
     }
 
     /// The chosen node's index in the list the table was built from. Unkeyed algorithms ignore
