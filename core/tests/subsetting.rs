@@ -6,7 +6,9 @@ use liblb_core::{Algorithm, Balancer, Error, Node, OptionValue, Options};
 use std::collections::BTreeSet;
 
 fn nodes(n: usize) -> Vec<Node> {
-    (0..n).map(|i| Node::new(format!("10.0.0.{i}:80"), 1)).collect()
+    (0..n)
+        .map(|i| Node::new(format!("10.0.0.{i}:80"), 1))
+        .collect()
 }
 
 fn options(pairs: &[(&str, &str)]) -> Options {
@@ -67,7 +69,11 @@ fn picks_stay_in_the_subset_the_core_computes() {
 /// (health deals with it).
 #[test]
 fn membership_changes_recompute_the_subset() {
-    let o = options(&[("subset", "random"), ("subset_size", "5"), ("subset_seed", "7")]);
+    let o = options(&[
+        ("subset", "random"),
+        ("subset_size", "5"),
+        ("subset_seed", "7"),
+    ]);
     let b = Balancer::new(Algorithm::RoundRobin, nodes(30), o).unwrap();
     let before: BTreeSet<String> = ids(&b).into_iter().collect();
     assert_eq!(before.len(), 5);
@@ -107,7 +113,11 @@ fn random_subsets_differ_per_client_unless_seeded() {
     let c = Balancer::new(Algorithm::Random, nodes(200), seeded).unwrap();
     let d = Balancer::new(Algorithm::Random, nodes(200), seeded).unwrap();
     assert_eq!(ids(&c), ids(&d));
-    assert_eq!(c.options().subset_seed, None, "derived at build, not stored");
+    assert_eq!(
+        c.options().subset_seed,
+        None,
+        "derived at build, not stored"
+    );
 }
 
 #[test]
@@ -154,7 +164,13 @@ fn bad_subsetting_options_are_refused_by_name() {
     let o = options(&[("subset", "random"), ("subset_size", "3")]);
     let err = liblb_core::Table::build(Algorithm::Random, &o, &nodes(10)).err();
     assert!(
-        matches!(err, Some(Error::InvalidOptionValue { option: "subset_seed", .. })),
+        matches!(
+            err,
+            Some(Error::InvalidOptionValue {
+                option: "subset_seed",
+                ..
+            })
+        ),
         "{err:?}"
     );
 }

@@ -171,26 +171,66 @@ pub fn subset(spec: &SubsetSpec, ids: &[&str]) -> Result<Vec<usize>> {
 /// `Ring.weight`), 1.0 for the other algorithms.
 pub fn subset_weighted(spec: &SubsetSpec, ids: &[&str]) -> Result<Vec<(usize, f64)>> {
     spec.validate()?;
-    let sorted = sorted_ids(ids)?;
-    if spec.size >= ids.len() {
-        return Ok(sorted.into_iter().map(|i| (i, 1.0)).collect());
+    Backends::new(ids)?.subset_weighted(spec)
+}
+
+/// A membership checked and ordered once, for many clients' subsets of it (a fleet simulation,
+/// a controller assigning subsets): [`subset`] sorts the ids and builds Ringsteady's ring on
+/// every call, O(n log n); each call here does only its algorithm's own work.
+#[derive(Debug, Clone)]
+pub struct Backends<'a> {
+    ids: &'a [&'a str],
+    /// The indices of `ids` in byte order of the ids.
+    sorted: Vec<usize>,
+    /// Ringsteady's ring: the task indices by van der Corput position.
+    ring: Vec<usize>,
+}
+
+impl<'a> Backends<'a> {
+    /// Checks `ids` (none empty, none twice) and orders them.
+    pub fn new(ids: &'a [&'a str]) -> Result<Backends<'a>> {
+        Ok(Backends {
+            ids,
+            sorted: sorted_ids(ids)?,
+            ring: ringsteady::van_der_corput_order(ids.len()),
+        })
     }
-    let unit = |members: Vec<usize>| members.into_iter().map(|i| (i, 1.0)).collect();
-    Ok(match spec.algorithm {
-        SubsetAlgorithm::Random => unit(random::subset(ids, spec.size, spec.seed)),
-        SubsetAlgorithm::Deterministic => unit(deterministic::subset(
-            &sorted,
-            spec.size,
-            spec.client_index,
-            spec.seed,
-        )),
-        SubsetAlgorithm::Ringsteady => {
-            unit(ringsteady::subset(ids.len(), spec.size, spec.client_index))
+
+    /// [`subset`] of these backends.
+    pub fn subset(&self, spec: &SubsetSpec) -> Result<Vec<usize>> {
+        Ok(self
+            .subset_weighted(spec)?
+            .into_iter()
+            .map(|(index, _)| index)
+            .collect())
+    }
+
+    /// [`subset_weighted`] of these backends.
+    pub fn subset_weighted(&self, spec: &SubsetSpec) -> Result<Vec<(usize, f64)>> {
+        spec.validate()?;
+        let (ids, sorted) = (self.ids, &self.sorted);
+        if spec.size >= ids.len() {
+            return Ok(sorted.iter().map(|i| (*i, 1.0)).collect());
         }
-        SubsetAlgorithm::Aperture => {
-            aperture::window(&sorted, spec.size, spec.client_index, spec.client_count)
-        }
-    })
+        let unit = |members: Vec<usize>| members.into_iter().map(|i| (i, 1.0)).collect();
+        Ok(match spec.algorithm {
+            SubsetAlgorithm::Random => unit(random::subset(ids, spec.size, spec.seed)),
+            SubsetAlgorithm::Deterministic => unit(deterministic::subset(
+                sorted,
+                spec.size,
+                spec.client_index,
+                spec.seed,
+            )),
+            SubsetAlgorithm::Ringsteady => unit(ringsteady::subset_of(
+                &self.ring,
+                spec.size,
+                spec.client_index,
+            )),
+            SubsetAlgorithm::Aperture => {
+                aperture::window(sorted, spec.size, spec.client_index, spec.client_count)
+            }
+        })
+    }
 }
 
 /// The indices of `ids` in byte order of the ids, after checking that none is empty and none
@@ -215,6 +255,41 @@ mod tests {
 
     fn names(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("backend-{i}")).collect()
+    }
+
+    /// A prepared membership answers as the one-call function does, for every algorithm,
+    /// size and client, and refuses the same bad ids.
+    #[test]
+    #[cfg_attr(miri, ignore)] // 4 algorithms x 5 sizes x 10 clients over 60 backends.
+    fn prepared_backends_answer_as_the_one_call_function() {
+        let owned = names(60);
+        let ids: Vec<&str> = owned.iter().map(String::as_str).collect();
+        let backends = Backends::new(&ids).unwrap();
+        for algorithm in SubsetAlgorithm::ALL.iter().copied() {
+            for size in [1, 7, 30, 59, 60] {
+                for client_index in 0..10 {
+                    let spec = SubsetSpec {
+                        algorithm,
+                        size,
+                        client_index,
+                        client_count: 10,
+                        seed: 5 + client_index,
+                    };
+                    assert_eq!(
+                        backends.subset_weighted(&spec),
+                        subset_weighted(&spec, &ids),
+                        "{algorithm:?} {size} {client_index}"
+                    );
+                }
+            }
+        }
+        assert_eq!(Backends::new(&["a", ""]).err(), Some(Error::EmptyId));
+        assert_eq!(
+            Backends::new(&["a", "b", "a"]).err(),
+            Some(Error::DuplicateNode("a".to_string()))
+        );
+        let bad = SubsetSpec::new(SubsetAlgorithm::Random, 0);
+        assert!(backends.subset(&bad).is_err());
     }
 
     #[test]

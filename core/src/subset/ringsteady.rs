@@ -71,14 +71,21 @@ pub fn position(i: u64) -> u64 {
 
 /// Client `client_index`'s subset of `n` backends (`size < n`): indices into the backend list,
 /// clockwise from the client's position.
+#[cfg(test)]
 pub(crate) fn subset(n: usize, size: usize, client_index: u64) -> Vec<usize> {
-    let order = van_der_corput_order(n);
-    let first = first_at_or_after(&order, position(client_index));
-    (0..size).map(|k| order[(first + k) % n]).collect()
+    subset_of(&van_der_corput_order(n), size, client_index)
+}
+
+/// [`subset`] on the ring `order` ([`van_der_corput_order`] of the backend count).
+pub(crate) fn subset_of(order: &[usize], size: usize, client_index: u64) -> Vec<usize> {
+    let first = first_at_or_after(order, position(client_index));
+    (0..size)
+        .map(|k| order[(first + k) % order.len()])
+        .collect()
 }
 
 /// The task indices `0..n` sorted by their van der Corput positions (all distinct).
-fn van_der_corput_order(n: usize) -> Vec<usize> {
+pub(crate) fn van_der_corput_order(n: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_unstable_by_key(|&i| position(i as u64));
     order
