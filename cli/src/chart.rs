@@ -96,15 +96,39 @@ pub(crate) fn draw_uneven(
     root.present().map_err(|e| fail(&e))
 }
 
-/// Grouped bars: per backend, one bar per series (in `colour(i)`), 0 to 100%.
+/// Where grouped bars go: the chart's caption, a label per group, the axes' names and the
+/// top of the scale (values above it are clipped; the scale runs 40% higher, with no labels
+/// there, to leave the legend room).
+struct BarAxes<'a> {
+    caption: &'a str,
+    label: &'a dyn Fn(usize) -> String,
+    x_desc: &'a str,
+    y_desc: &'a str,
+    top: f64,
+}
+
+/// The uneven scenario's bars: per backend, its utilisation under each algorithm.
 fn bars(area: &Area<'_>, series: &[(&str, Vec<f64>)]) -> DrawResult {
+    let axes = BarAxes {
+        caption: "utilisation per backend over the run",
+        label: &|i| format!("b{i}"),
+        x_desc: "backend (b0 slowest, the last fastest)",
+        y_desc: "% busy",
+        top: 100.0,
+    };
+    grouped_bars(area, &axes, series)
+}
+
+/// Grouped bars: per group, one bar per series (in `colour(i)`), from 0 to `axes.top`.
+fn grouped_bars(area: &Area<'_>, axes: &BarAxes<'_>, series: &[(&str, Vec<f64>)]) -> DrawResult {
     let n = series.iter().map(|s| s.1.len()).max().unwrap_or(1);
+    let top = axes.top;
     let mut chart = ChartBuilder::on(area)
-        .caption("utilisation per backend over the run", ("sans-serif", 18))
+        .caption(axes.caption, ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(50)
-        .build_cartesian_2d(-0.5..(n as f64 - 0.5), 0.0..140.0)?; // room for the legend
+        .build_cartesian_2d(-0.5..(n as f64 - 0.5), 0.0..top * 1.4)?; // room for the legend
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -112,15 +136,15 @@ fn bars(area: &Area<'_>, series: &[(&str, Vec<f64>)]) -> DrawResult {
         .x_label_formatter(&|v| {
             let i = v.round();
             if (v - i).abs() < 1e-6 && i >= 0.0 {
-                format!("b{i:.0}")
+                (axes.label)(i as usize)
             } else {
                 String::new()
             }
         })
-        .x_desc("backend (b0 slowest, the last fastest)")
-        .y_desc("% busy")
+        .x_desc(axes.x_desc)
+        .y_desc(axes.y_desc)
         .y_label_formatter(&|v| {
-            if *v <= 100.0 {
+            if *v <= top {
                 format!("{v:.0}")
             } else {
                 String::new()
@@ -128,12 +152,12 @@ fn bars(area: &Area<'_>, series: &[(&str, Vec<f64>)]) -> DrawResult {
         })
         .draw()?;
     let width = 0.8 / series.len().max(1) as f64;
-    for (i, (name, percent)) in series.iter().enumerate() {
+    for (i, (name, values)) in series.iter().enumerate() {
         let fill = colour(i).filled();
         chart
-            .draw_series(percent.iter().enumerate().map(|(b, u)| {
+            .draw_series(values.iter().enumerate().map(|(b, v)| {
                 let x0 = b as f64 - 0.4 + width * i as f64;
-                Rectangle::new([(x0, 0.0), (x0 + width, *u)], fill)
+                Rectangle::new([(x0, 0.0), (x0 + width, v.min(top))], fill)
             }))?
             .label(*name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], fill));
@@ -141,6 +165,82 @@ fn bars(area: &Area<'_>, series: &[(&str, Vec<f64>)]) -> DrawResult {
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+}
+
+/// `lb simulate --scenario fleet --svg FILE`. Left: each algorithm's connections per backend,
+/// sorted, as a percentage of the mean (flat at 100 is the SRE book's ideal). Right: the churn
+/// of each event, per algorithm (`events` name the groups).
+pub(crate) fn draw_fleet(
+    path: &Path,
+    title: &str,
+    connections: &[(&str, Vec<u64>)],
+    events: &[String],
+    churn: &[(&str, Vec<f64>)],
+) -> Result<(), String> {
+    let root = SVGBackend::new(path, (1280, 560)).into_drawing_area();
+    let fail = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let root = root
+        .titled(title, ("sans-serif", 18))
+        .map_err(|e| fail(&e))?;
+    let (left, right) = root.split_horizontally(640);
+    sorted_lines(&left, connections).map_err(|e| fail(&e))?;
+    let label = |i: usize| events.get(i).cloned().unwrap_or_default();
+    let axes = BarAxes {
+        caption: "churn: connections opened + closed, % of all",
+        label: &label,
+        x_desc: "event",
+        y_desc: "% of connections",
+        top: 200.0,
+    };
+    grouped_bars(&right, &axes, churn).map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
+}
+
+/// One line per series: its values sorted, as a percentage of their mean, over the rank.
+fn sorted_lines(area: &Area<'_>, series: &[(&str, Vec<u64>)]) -> DrawResult {
+    let n = series.iter().map(|s| s.1.len()).max().unwrap_or(1).max(2);
+    let lines: Vec<(&str, Vec<(f64, f64)>)> = (series.iter())
+        .map(|(name, values)| {
+            let mean = values.iter().sum::<u64>() as f64 / values.len().max(1) as f64;
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            let points = (sorted.iter().enumerate())
+                .map(|(i, v)| (i as f64, *v as f64 / mean.max(1e-9) * 100.0))
+                .collect();
+            (*name, points)
+        })
+        .collect();
+    let top = (lines.iter())
+        .flat_map(|(_, p)| p.iter().map(|p| p.1))
+        .fold(100.0, f64::max)
+        * 1.1;
+    let mut chart = ChartBuilder::on(area)
+        .caption("connections per backend, sorted", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..(n - 1) as f64, 0.0..top)?;
+    chart
+        .configure_mesh()
+        .x_desc("backends, fewest connections first")
+        .y_desc("% of the mean")
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .draw()?;
+    for (i, (name, points)) in lines.into_iter().enumerate() {
+        let style = colour(i).stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(points, style))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()

@@ -26,6 +26,9 @@
 //!   fastest slowed by background work for a while): latency, per-backend utilisation and its
 //!   spread, and probe traffic for round_robin, least_request, peak_ewma, client_side_wrr and
 //!   prequal, which learn capacity from ORCA reports and probes.
+//! - `lb simulate --scenario fleet` (10,000 clients, 1,000 backends, subsets of 10, 30 and
+//!   100): connections per backend, load peak and churn as backends and clients scale, for
+//!   each subsetting algorithm (deterministic, random, ringsteady, aperture).
 //! - `lb watch --etcd http://127.0.0.1:2379 --prefix /services/web --key user-1` follows the
 //!   membership under an etcd prefix and prints each change and where each key lands
 //!   (`--json`: one JSON object per change; see `watch` and docs/membership.md).
@@ -34,6 +37,7 @@ mod chart;
 mod events;
 mod failing_node;
 mod flaky_node;
+mod fleet;
 mod hot_key;
 mod long_tail;
 mod meter;

@@ -33,7 +33,9 @@
 
 use crate::slow_node::{self, Params};
 use crate::{Failure, OptionArgs, chart, failing_node, hot_key, parse_node};
-use crate::{flaky_node, long_tail, overloaded_node, request_events, retry_storm, uneven, zones};
+use crate::{
+    flaky_node, fleet, long_tail, overloaded_node, request_events, retry_storm, uneven, zones,
+};
 use clap::{Args, ValueEnum};
 use liblb_core::{Algorithm, Balancer, Error, Node};
 use std::hint::black_box;
@@ -62,9 +64,10 @@ pub(crate) struct SimulateArgs {
     #[arg(long, short, value_parser = crate::algorithm_parser())]
     algorithm: Vec<Algorithm>,
     /// Every scenario but seeds and zones (which takes --zone-backends): number of backends, 2
-    /// to 1000000 (backend-0 is the slow, the failing, the overloaded or the flaky one).
-    #[arg(long, default_value_t = 10)]
-    backends: usize,
+    /// to 1000000 (backend-0 is the slow, the failing, the overloaded or the flaky one;
+    /// default 10, fleet 1000).
+    #[arg(long)]
+    backends: Option<usize>,
     /// Every scenario but seeds: servers per backend (each backend is a FIFO queue before k
     /// servers); default 1, long-tail 4.
     #[arg(long)]
@@ -161,6 +164,22 @@ pub(crate) struct SimulateArgs {
     /// uneven: how long a probe answer takes to reach the balancer, ms (0 to 60000).
     #[arg(long, default_value_t = 1.0)]
     probe_delay_ms: f64,
+    /// fleet: number of clients, 1 to 1000000 (default 10000).
+    #[arg(long)]
+    clients: Option<usize>,
+    /// fleet: the subset sizes, comma-separated.
+    #[arg(long, default_value = "10,30,100")]
+    subset_sizes: String,
+    /// fleet: only this subsetting algorithm (repeatable; deterministic, random, ringsteady,
+    /// aperture); default: all.
+    #[arg(long = "subset")]
+    subsets: Vec<String>,
+    /// fleet: backends added in the scale-up event (default 5% of --backends).
+    #[arg(long)]
+    grow_backends: Option<usize>,
+    /// fleet: clients added in the client scale-up event (default 5% of --clients).
+    #[arg(long)]
+    grow_clients: Option<usize>,
     /// Every scenario but seeds: write an SVG of the run to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
@@ -200,6 +219,9 @@ enum ScenarioName {
     /// Backends of speeds 1x to 4x, weight 1 each, the fastest slowed for a while: latency
     /// and utilisation spread with ORCA reports and probes.
     Uneven,
+    /// Thousands of clients each talking to a subset of the backends: connection spread and
+    /// churn for each subsetting algorithm.
+    Fleet,
     /// List the scenarios.
     Help,
 }
@@ -278,6 +300,7 @@ pub(crate) fn run(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failur
         ScenarioName::LongTail => tail(args, out),
         ScenarioName::Zones => zoned(args, out),
         ScenarioName::Uneven => unequal(args, out),
+        ScenarioName::Fleet => subsets(args, out),
         ScenarioName::Help => {
             writeln!(out, "scenarios (--scenario NAME):")?;
             for value in ScenarioName::value_variants() {
@@ -300,7 +323,7 @@ fn slow(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         ));
     }
     let params = Params {
-        backends: args.backends,
+        backends: args.backends.unwrap_or(10),
         servers: args.servers.unwrap_or(1),
         service_ms: args.service_ms,
         slowdown: args.slowdown.unwrap_or(10.0),
@@ -442,7 +465,7 @@ fn failing(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         ));
     }
     let params = failing_node::Params {
-        backends: args.backends,
+        backends: args.backends.unwrap_or(10),
         servers: args.servers.unwrap_or(1),
         service_ms: args.service_ms,
         utilisation: args.utilisation.unwrap_or(0.7),
@@ -557,7 +580,7 @@ fn hot(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     no_nodes(&args, "hot-key")?;
     let options = args.options.options()?;
     let params = hot_key::Params {
-        backends: args.backends,
+        backends: args.backends.unwrap_or(10),
         servers: args.servers.unwrap_or(1),
         service_ms: args.service_ms,
         utilisation: args.utilisation.unwrap_or(0.7),
@@ -673,7 +696,7 @@ fn hot(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
 /// The fleet of a request-loop scenario, from the shared flags.
 fn fleet(args: &SimulateArgs, utilisation: f64, duration_s: f64) -> request_events::Fleet {
     request_events::Fleet {
-        backends: args.backends,
+        backends: args.backends.unwrap_or(10),
         servers: args.servers.unwrap_or(1),
         service_ms: args.service_ms,
         utilisation: args.utilisation.unwrap_or(utilisation),
@@ -774,7 +797,7 @@ fn flaky(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
 fn tail(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     timed(&args, "long-tail")?;
     let params = long_tail::Params {
-        backends: args.backends,
+        backends: args.backends.unwrap_or(10),
         servers: args.servers.unwrap_or(4),
         service_ms: args.service_ms,
         slow_share: args.slow_share,
@@ -839,7 +862,7 @@ fn unequal(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     }
     let duration_s = args.duration_s.unwrap_or(120.0);
     let params = uneven::Params {
-        backends: args.backends,
+        backends: args.backends.unwrap_or(10),
         servers: args.servers.unwrap_or(1),
         service_ms: args.service_ms,
         slowdown: args.slowdown.unwrap_or(4.0),
@@ -864,6 +887,29 @@ fn unequal(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
     }
     let options = args.options.options()?;
     uneven::print(&params, &algorithms, options, args.svg.as_deref(), out)
+}
+
+/// The fleet scenario: a table per subset size, and the SRE book's cases.
+fn subsets(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
+    no_nodes(&args, "fleet")?;
+    if !args.algorithm.is_empty() {
+        return Err(Failure::Usage(
+            "fleet compares subsetting algorithms (--subset NAME), not balancing ones".into(),
+        ));
+    }
+    let backends = args.backends.unwrap_or(1000);
+    let clients = args.clients.unwrap_or(10_000);
+    let params = fleet::Params {
+        clients,
+        backends,
+        sizes: fleet::sizes(&args.subset_sizes).map_err(Failure::Usage)?,
+        algorithms: fleet::algorithms(&args.subsets)?,
+        grow_backends: args.grow_backends.unwrap_or(backends / 20),
+        grow_clients: args.grow_clients.unwrap_or(clients / 20),
+        seed: args.options.seed.unwrap_or(1),
+    };
+    params.validate().map_err(Failure::Usage)?;
+    fleet::print(&params, args.svg.as_deref(), out)
 }
 
 /// The seeds scenario: one table per algorithm and node list.

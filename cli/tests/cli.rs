@@ -1165,3 +1165,88 @@ fn uneven_names_bad_parameters() {
     let o = lb(&["simulate", "--scenario", "help"]);
     assert!(stdout(&o).contains("uneven"));
 }
+
+/// Issue 26 item 3 on a small fleet (2,000 clients, 200 backends; the default 10,000 x 1,000
+/// run is the README's): the SRE book's deterministic subsetting gives every backend the same
+/// number of clients when the clients fill whole rounds (200 / 10 = 20 subsets a round, 100
+/// rounds), A68's random subsetting replaces at most one member of any client's subset when a
+/// backend leaves, the algorithms that do not read the client count move nothing when clients
+/// are added, aperture's fractional edges keep the load even, and the SRE book's two cases
+/// are printed beside the book's numbers.
+#[test]
+fn fleet_shows_even_rounds_and_a68s_rendezvous_property() {
+    let o = lb(&[
+        "simulate",
+        "--scenario",
+        "fleet",
+        "--clients",
+        "2000",
+        "--backends",
+        "200",
+        "--subset-sizes",
+        "10,20",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = stdout(&o);
+    let sections: Vec<&str> = text.split("subset size ").skip(1).collect();
+    assert_eq!(sections.len(), 2, "{text}");
+    for (size, section) in [10u64, 20].iter().zip(&sections) {
+        let rows = table_rows(section, "load peak");
+        // The header's second line (min mean max max/mean) comes first.
+        let rows: Vec<&Vec<String>> = rows.iter().filter(|r| r.len() == 13).collect();
+        let names: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+        assert_eq!(
+            names,
+            ["deterministic", "random", "ringsteady", "aperture"],
+            "{text}"
+        );
+        let row = |name: &str| *rows.iter().find(|r| r[0] == name).unwrap();
+        // Columns: algorithm min mean max load-peak, then per event "share% (most)".
+        let most = |r: &Vec<String>, event: usize| {
+            num(r[6 + 2 * event].trim_matches(|c| c == '(' || c == ')'))
+        };
+        let share = |r: &Vec<String>, event: usize| num(&r[5 + 2 * event]);
+        let each = 2000 * size / 200;
+        let d = row("deterministic");
+        assert_eq!((num(&d[1]), num(&d[3])), (each as f64, each as f64), "{text}");
+        let r = row("random");
+        assert!(most(r, 1) <= 1.0 && most(r, 2) <= 1.0, "{text}");
+        assert!(num(&r[3]) > num(&r[1]), "random spreads unevenly: {text}");
+        for name in ["deterministic", "random", "ringsteady"] {
+            assert_eq!((share(row(name), 3), most(row(name), 3)), (0.0, 0.0), "{text}");
+        }
+        let a = row("aperture");
+        assert!(num(&a[4]) < 1.01, "{text}");
+        assert!(share(a, 3) > 0.0, "aperture reads the client count: {text}");
+    }
+    assert!(text.contains("the book: 57..109 (63%..121%)"), "{text}");
+    assert!(
+        text.contains("deterministic 10 of 300: connections 10..10 (mean 10)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn fleet_names_bad_parameters() {
+    let fails = |args: &[&str], needle: &str| {
+        let mut all = vec!["simulate", "--scenario", "fleet"];
+        all.extend_from_slice(args);
+        if !args.contains(&"--clients") {
+            all.extend_from_slice(&["--clients", "10"]); // quick, if it ran at all
+        }
+        let o = lb(&all);
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    };
+    fails(&["--subset-sizes", "0"], "--subset-sizes");
+    fails(&["--subset-sizes", "10,x"], "--subset-sizes");
+    fails(&["--subset-sizes", "2000"], "--subset-sizes");
+    fails(&["--subset", "aperture2"], "deterministic, random, ringsteady, aperture");
+    fails(&["--clients", "0"], "--clients");
+    fails(&["--backends", "1"], "--backends");
+    fails(&["-a", "round_robin"], "--subset");
+    fails(&["--nodes", "5"], "--backends");
+    let o = lb(&["simulate", "--scenario", "help"]);
+    assert!(stdout(&o).contains("fleet"));
+}
