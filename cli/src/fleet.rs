@@ -8,8 +8,8 @@
 //! Client i is `client_index` i of `client_count` C; its A68 seed (`random`) is a SplitMix64
 //! draw from `--seed` and i (A68: a random number each client picks once), and the fleet's
 //! shared seed (`deterministic`'s shuffles) is `--seed` itself. Each client computes its subset
-//! with [`liblb_core::subset::subset_weighted`] (`aperture`'s edge members carry their
-//! fraction) for each `--subset-sizes` size (default 10, 30, 100). Nothing here is simulated in
+//! with [`liblb_core::subset::Backends::subset_weighted`] (`aperture`'s edge members carry
+//! their fraction; the membership is checked and ordered once per event) for each `--subset-sizes` size (default 10, 30, 100). Nothing here is simulated in
 //! time: subsets are pure functions of the inputs, so every number is exact for the seed.
 //!
 //! **Measured** per algorithm and size:
@@ -42,7 +42,7 @@
 
 use crate::{Failure, chart};
 use liblb_core::SplitMix64;
-use liblb_core::subset::{SubsetAlgorithm, SubsetSpec, subset_weighted};
+use liblb_core::subset::{Backends, SubsetAlgorithm, SubsetSpec};
 use std::io::Write;
 use std::path::Path;
 
@@ -162,6 +162,7 @@ impl Fleet<'_> {
     /// The subsets of the clients in `range`.
     fn subsets_of(&self, range: std::ops::Range<usize>) -> Result<Subsets, Failure> {
         let ids: Vec<&str> = self.ids.iter().map(String::as_str).collect();
+        let backends = Backends::new(&ids)?;
         let numbers: Vec<u32> = self.ids.iter().map(|id| number(id)).collect();
         range
             .map(|i| {
@@ -175,7 +176,7 @@ impl Fleet<'_> {
                         _ => self.seed,
                     },
                 };
-                let mut members: Vec<(u32, f64)> = subset_weighted(&spec, &ids)?
+                let mut members: Vec<(u32, f64)> = (backends.subset_weighted(&spec)?)
                     .into_iter()
                     .map(|(index, weight)| (numbers[index], weight))
                     .collect();

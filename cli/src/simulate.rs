@@ -22,6 +22,8 @@
 //! - `uneven`: backends of speeds 1x to 4x behind equal weights, the fastest slowed by
 //!   background work for a while (see `uneven`): whether `client_side_wrr` (ORCA reports) and
 //!   `prequal` (probes) match load to capacity better than the blind and local algorithms.
+//! - `fleet`: thousands of clients each talking to a subset of the backends (see `fleet`):
+//!   connection spread, load peak and churn of each subsetting algorithm, computed exactly.
 //!
 //! The `seeds` scenario is the seeds' own node lists: seed 000's three weighted servers
 //! (2, 7, 1) and seed 002's seven endpoints. For each algorithm the table shows every node's

@@ -1208,12 +1208,20 @@ fn fleet_shows_even_rounds_and_a68s_rendezvous_property() {
         let share = |r: &Vec<String>, event: usize| num(&r[5 + 2 * event]);
         let each = 2000 * size / 200;
         let d = row("deterministic");
-        assert_eq!((num(&d[1]), num(&d[3])), (each as f64, each as f64), "{text}");
+        assert_eq!(
+            (num(&d[1]), num(&d[3])),
+            (each as f64, each as f64),
+            "{text}"
+        );
         let r = row("random");
         assert!(most(r, 1) <= 1.0 && most(r, 2) <= 1.0, "{text}");
         assert!(num(&r[3]) > num(&r[1]), "random spreads unevenly: {text}");
         for name in ["deterministic", "random", "ringsteady"] {
-            assert_eq!((share(row(name), 3), most(row(name), 3)), (0.0, 0.0), "{text}");
+            assert_eq!(
+                (share(row(name), 3), most(row(name), 3)),
+                (0.0, 0.0),
+                "{text}"
+            );
         }
         let a = row("aperture");
         assert!(num(&a[4]) < 1.01, "{text}");
@@ -1242,11 +1250,28 @@ fn fleet_names_bad_parameters() {
     fails(&["--subset-sizes", "0"], "--subset-sizes");
     fails(&["--subset-sizes", "10,x"], "--subset-sizes");
     fails(&["--subset-sizes", "2000"], "--subset-sizes");
-    fails(&["--subset", "aperture2"], "deterministic, random, ringsteady, aperture");
+    fails(
+        &["--subset", "aperture2"],
+        "deterministic, random, ringsteady, aperture",
+    );
     fails(&["--clients", "0"], "--clients");
     fails(&["--backends", "1"], "--backends");
     fails(&["-a", "round_robin"], "--subset");
     fails(&["--nodes", "5"], "--backends");
     let o = lb(&["simulate", "--scenario", "help"]);
     assert!(stdout(&o).contains("fleet"));
+}
+
+/// The default fleet run (10,000 clients x 1,000 backends, subsets of 10, 30 and 100, seed 1)
+/// is the README's table word for word, and docs/fleet.svg is its picture.
+#[test]
+fn fleet_default_run_is_the_readmes() {
+    let (text, drawn) = simulate_with_svg("fleet.svg", &["--scenario", "fleet"]);
+    let readme =
+        std::fs::read_to_string(format!("{}/../README.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    assert!(
+        readme.contains(text.trim_end()),
+        "README.md's fleet table is stale; the run printed:\n{text}"
+    );
+    check_blessed("fleet.svg", &drawn, &text);
 }
