@@ -4,14 +4,16 @@
 //! list, so the goal is no difference).
 //!
 //! - `compute/<algorithm>/<n>`: `subset(spec, ids)` over `n` backends, subsets of 30, client 7
-//!   of 10,000 (what a balancer does on every membership change).
+//!   of 10,000 (what a balancer does on every membership change: check and sort the ids, then
+//!   the algorithm); `prepared/<algorithm>/<n>`: the algorithm alone, on a `Backends` checked
+//!   and sorted once (a fleet simulation's or a controller's many clients).
 //! - `pick/<algorithm>/plain`: a pick over 30 nodes; `pick/<algorithm>/subset`: over the
 //!   subset of 30 that `random` subsetting keeps of 1,000 nodes.
 //!
 //! Run: `cargo bench -p liblb-bench --bench subsetting`.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use liblb_core::subset::{SubsetAlgorithm, SubsetSpec, subset};
+use liblb_core::subset::{Backends, SubsetAlgorithm, SubsetSpec, subset};
 use liblb_core::{Algorithm, Balancer, Node, OptionValue, Options};
 use std::hint::black_box;
 use std::time::Duration;
@@ -40,6 +42,11 @@ fn bench(c: &mut Criterion) {
             let id = BenchmarkId::new(format!("compute/{}", algorithm.name()), n);
             group.bench_function(id, |b| {
                 b.iter(|| black_box(subset(black_box(&spec), black_box(&ids)).unwrap()))
+            });
+            let prepared = Backends::new(&ids).unwrap();
+            let id = BenchmarkId::new(format!("prepared/{}", algorithm.name()), n);
+            group.bench_function(id, |b| {
+                b.iter(|| black_box(prepared.subset(black_box(&spec)).unwrap()))
             });
         }
     }
