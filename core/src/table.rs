@@ -166,12 +166,17 @@ fn validate_nodes(nodes: &[Node]) -> Result<()> {
 /// had left; nodes ejected or down stay, health deals with them, so a failure does not
 /// reshuffle subsets. Keyed algorithms are refused: a key must land on the same node in every
 /// client, which subsets that differ per client cannot give.
+///
+/// `aperture`'s window covers its two edge backends only in part; as Finagle's pick draws
+/// them in proportion to the part inside (`Ring.pick`), the nodes come back with their weights
+/// scaled by it (every member's weight × [`APERTURE_SCALE`] × its fraction, at least 1), so the
+/// algorithms that read weights draw edges less; the others treat the members alike.
 fn subset(
     algorithm: Algorithm,
     spec: &crate::subset::SubsetSpec,
     nodes: &[Node],
     active: &[u32],
-) -> Result<Vec<u32>> {
+) -> Result<(Vec<u32>, Option<Vec<Node>>)> {
     if algorithm.is_keyed() {
         return Err(Error::InvalidOptionValue {
             option: "subset",
@@ -180,12 +185,25 @@ fn subset(
         });
     }
     let ids: Vec<&str> = active.iter().map(|i| &*nodes[*i as usize].id).collect();
-    let mut chosen: Vec<u32> = (crate::subset::subset(spec, &ids)?.into_iter())
-        .map(|k| active[k])
+    let members: Vec<(u32, f64)> = (crate::subset::subset_weighted(spec, &ids)?.into_iter())
+        .map(|(k, fraction)| (active[k], fraction))
         .collect();
+    let scaled = members.iter().any(|(_, f)| *f < 1.0).then(|| {
+        let mut scaled = nodes.to_vec();
+        for (i, fraction) in &members {
+            let node = &mut scaled[*i as usize];
+            let weight = f64::from(node.weight) * f64::from(APERTURE_SCALE) * fraction;
+            node.weight = (weight.round() as u64).clamp(1, u64::from(u32::MAX)) as u32;
+        }
+        scaled
+    });
+    let mut chosen: Vec<u32> = members.into_iter().map(|(i, _)| i).collect();
     chosen.sort_unstable();
-    Ok(chosen)
+    Ok((chosen, scaled))
 }
+
+/// The resolution of `aperture`'s edge fractions in scaled weights (see [`subset`]).
+const APERTURE_SCALE: u32 = 1000;
 
 impl Table {
     /// Builds the table for `nodes` (insertion order matters only for round robin and smooth
@@ -230,9 +248,11 @@ impl Table {
         let mut active: Vec<u32> = (0..nodes.len() as u32)
             .filter(|i| nodes[*i as usize].weight > 0)
             .collect();
+        let mut scaled = None;
         if let Some(spec) = options.subset_spec()? {
-            active = subset(algorithm, &spec, nodes, &active)?;
+            (active, scaled) = subset(algorithm, &spec, nodes, &active)?;
         }
+        let nodes = scaled.as_deref().unwrap_or(nodes);
         let mut policy = Policy::new(options);
         let plan = (!active.is_empty()).then(|| {
             match Layout::build(algorithm, options, routing, nodes, &active, &loads) {

@@ -183,3 +183,64 @@ fn without_subsetting_every_active_node_is_listed() {
     let b = Balancer::new(Algorithm::RoundRobin, ns, Options::default()).unwrap();
     assert_eq!(ids(&b), ["10.0.0.0:80", "10.0.0.2:80", "10.0.0.3:80"]);
 }
+
+/// Finagle's aperture draws its window's two edge backends in proportion to the part of them
+/// inside the window (`Ring.pick`): through the balancer, `weighted_random` picks every member
+/// in proportion to its fraction (a chi-square test, fixed seed), while `round_robin`, which
+/// reads no weights, still takes each member once a round.
+#[test]
+#[cfg_attr(miri, ignore)] // 40,000 picks.
+fn aperture_edges_are_drawn_by_the_part_inside_the_window() {
+    let nodes = nodes(25);
+    let all: Vec<&str> = nodes.iter().map(|n| &*n.id).collect();
+    let spec = SubsetSpec {
+        algorithm: SubsetAlgorithm::Aperture,
+        size: 4,
+        client_index: 1,
+        client_count: 7,
+        seed: 0,
+    };
+    let window = liblb_core::subset::subset_weighted(&spec, &all).unwrap();
+    assert!(window.iter().any(|(_, f)| *f < 0.99), "{window:?}");
+    let o = options(&[
+        ("subset", "aperture"),
+        ("subset_size", "4"),
+        ("client_index", "1"),
+        ("client_count", "7"),
+        ("seed", "3"),
+    ]);
+    let b = Balancer::new(Algorithm::WeightedRandom, nodes.clone(), o).unwrap();
+    let picks = 40_000;
+    let mut counts = std::collections::BTreeMap::new();
+    for _ in 0..picks {
+        *counts
+            .entry(b.pick(None).unwrap().id().to_string())
+            .or_insert(0u32) += 1;
+    }
+    let total: f64 = window.iter().map(|(_, f)| f).sum();
+    let chi2: f64 = (window.iter())
+        .map(|(i, f)| {
+            let expected = picks as f64 * f / total;
+            let seen = f64::from(*counts.get(all[*i]).unwrap_or(&0));
+            (seen - expected).powi(2) / expected
+        })
+        .sum();
+    assert_eq!(counts.len(), window.len(), "{counts:?}");
+    // Chi-square critical values at p = 0.001 for 1 to 10 degrees of freedom.
+    const CRITICAL: [f64; 10] = [
+        10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59,
+    ];
+    let critical = CRITICAL[window.len() - 2];
+    assert!(
+        chi2 < critical,
+        "chi2 {chi2} >= {critical}, {counts:?} {window:?}"
+    );
+    let rr = Balancer::new(Algorithm::RoundRobin, nodes.clone(), o).unwrap();
+    let mut round: Vec<String> = (0..window.len())
+        .map(|_| rr.pick(None).unwrap().id().to_string())
+        .collect();
+    round.sort();
+    let mut members: Vec<String> = window.iter().map(|(i, _)| all[*i].to_string()).collect();
+    members.sort();
+    assert_eq!(round, members);
+}
