@@ -13,6 +13,10 @@
 //!       done
 //!     done
 //!
+//! Also `routed_*` (issue 24: levels, locality weights, zone-aware routing) and
+//! `prequal_pick_answers` / `prequal_offer_probe_only` (issue 25: a prequal pick with the three
+//! probe answers it makes due, and the answers alone).
+//!
 //! Instructions per pick = (collected at 1,000,000 − collected at 0) / 1,000,000; 100 nodes,
 //! weights 1..=5 for the weighted ones; `lease_*` is `acquire` + `finish`. Instructions are not nanoseconds (a locked
 //! read-modify-write or a cache miss costs many cycles in one instruction), but they show
@@ -123,6 +127,34 @@ fn main() {
             sum += b.pick(None).unwrap().tag();
             for _ in 0..count {
                 sum += b.pick(None).unwrap().tag();
+            }
+        }
+        // Issue 25: prequal's steady state, a pick and the 3 probe answers it made due (the
+        // `prequal/pick_with_3_answers` benchmark), against `offer_probe_only` (the answers).
+        "prequal_pick_answers" | "prequal_offer_probe_only" => {
+            let options = Options {
+                max_probe_age: std::time::Duration::from_secs(3600),
+                ..options
+            };
+            let b = Balancer::new(Algorithm::Prequal, nodes(N, false), options).unwrap();
+            let ids: Vec<String> = b.nodes().into_iter().map(|n| n.id).collect();
+            let mut next = 0;
+            let mut answer = |b: &Balancer| {
+                next = (next + 7) % N;
+                let latency = std::time::Duration::from_micros(500 + 97 * next as u64);
+                b.offer_probe(&ids[next], (next % 13) as u32, latency).unwrap();
+            };
+            for _ in 0..64 {
+                answer(&b);
+            }
+            let pick = op == "prequal_pick_answers";
+            for _ in 0..count {
+                if pick {
+                    sum += b.pick(None).unwrap().tag();
+                }
+                for _ in 0..3 {
+                    answer(&b);
+                }
             }
         }
         "smallrng_choose" => {
