@@ -142,7 +142,8 @@ fn main() {
             let mut answer = |b: &Balancer| {
                 next = (next + 7) % N;
                 let latency = std::time::Duration::from_micros(500 + 97 * next as u64);
-                b.offer_probe(&ids[next], (next % 13) as u32, latency).unwrap();
+                b.offer_probe(&ids[next], (next % 13) as u32, latency)
+                    .unwrap();
             };
             for _ in 0..64 {
                 answer(&b);
