@@ -193,7 +193,7 @@ fn subset(
         for (i, fraction) in &members {
             let node = &mut scaled[*i as usize];
             let weight = f64::from(node.weight) * f64::from(APERTURE_SCALE) * fraction;
-            node.weight = (weight.round() as u64).clamp(1, u64::from(u32::MAX)) as u32;
+            node.weight = (libm::round(weight) as u64).clamp(1, u64::from(u32::MAX)) as u32;
         }
         scaled
     });
