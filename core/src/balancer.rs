@@ -64,8 +64,10 @@ const RESERVE_CAP: usize = 1 << 16;
 struct Snapshot {
     nodes: Vec<Node>,
     table: Table,
-    /// Node indices sorted by id, to find a node (and its load) by id in O(log n).
-    by_id: Vec<u32>,
+    /// `(xxh3 of the id, node index)` sorted, to find a node (and its load) by id in
+    /// O(log n) integer comparisons and one id comparison (string comparisons were a third
+    /// of a `prequal` probe answer's cost).
+    by_id: Vec<(u64, u32)>,
     clock: Arc<dyn Clock>,
     /// The balancer's state (leases end through it: health, bounded loads).
     state: Arc<State>,
@@ -76,6 +78,12 @@ struct Snapshot {
     attachment: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
+/// The hash [`Snapshot::find`] looks ids up by (the one `Table` checks duplicates with).
+#[inline]
+fn id_hash(id: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(id.as_bytes())
+}
+
 impl Snapshot {
     fn new(
         nodes: Vec<Node>,
@@ -84,8 +92,10 @@ impl Snapshot {
         state: Arc<State>,
         current: Weak<Published<Snapshot>>,
     ) -> Snapshot {
-        let mut by_id: Vec<u32> = (0..nodes.len() as u32).collect();
-        by_id.sort_unstable_by(|a, b| nodes[*a as usize].id.cmp(&nodes[*b as usize].id));
+        let mut by_id: Vec<(u64, u32)> = (nodes.iter().enumerate())
+            .map(|(i, n)| (id_hash(&n.id), i as u32))
+            .collect();
+        by_id.sort_unstable();
         Snapshot {
             nodes,
             table,
@@ -117,10 +127,13 @@ impl Snapshot {
 
     /// The index of the node with this id.
     fn find(&self, id: &str) -> Result<usize> {
-        self.by_id
-            .binary_search_by(|i| (*self.nodes[*i as usize].id).cmp(id))
-            .map(|at| self.by_id[at] as usize)
-            .map_err(|_| Error::UnknownNode(id.to_string()))
+        let hash = id_hash(id);
+        let first = self.by_id.partition_point(|(h, _)| *h < hash);
+        (self.by_id[first..].iter())
+            .take_while(|(h, _)| *h == hash)
+            .map(|(_, i)| *i as usize)
+            .find(|i| *self.nodes[*i].id == *id)
+            .ok_or_else(|| Error::UnknownNode(id.to_string()))
     }
 
     /// The clock, for operations that read it at most once (a batch shares one reading).
