@@ -107,3 +107,14 @@ pub const MAX_RING_POINTS: u64 = 1 << 22;
 pub const MAX_BATCH: usize = 1 << 24;
 /// Largest number of nodes in one balancer (indices are stored as `u32`).
 pub const MAX_NODES: usize = 1 << 24;
+
+/// The property tests' configuration: `cases` cases natively, `miri_cases` under Miri, and no
+/// regression files (Miri's isolation forbids the working-directory look-up they need).
+#[cfg(test)]
+pub(crate) fn proptest_config(cases: u32, miri_cases: u32) -> proptest::prelude::ProptestConfig {
+    proptest::prelude::ProptestConfig {
+        cases: if cfg!(miri) { miri_cases } else { cases },
+        failure_persistence: None,
+        ..Default::default()
+    }
+}

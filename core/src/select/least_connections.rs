@@ -834,11 +834,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: if cfg!(miri) { 2 } else { 512 },
-            failure_persistence: None,
-            ..Default::default()
-        })]
+        #![proptest_config(crate::proptest_config(512, 2))]
 
         /// Equal weights (the index): every pick and retry order is the scan's, whatever the
         /// leases, health and warm-ups did, including weight-0 nodes left out.

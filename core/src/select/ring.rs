@@ -419,12 +419,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        // No failure-persistence file: Miri's isolation forbids the file system.
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: if cfg!(miri) { 1 } else { 48 },
-            failure_persistence: None,
-            ..Default::default()
-        })]
+        #![proptest_config(crate::proptest_config(48, 1))]
 
         /// Ids drawn to collide (`s1`/`s11`/`s111`, IPv4 text): every node of weight w owns
         /// exactly `vnodes · w` distinct points, whatever the insertion order.

@@ -503,12 +503,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        // No failure-persistence file: Miri's isolation forbids the file system.
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: if cfg!(miri) { 2 } else { 64 },
-            failure_persistence: None,
-            ..Default::default()
-        })]
+        #![proptest_config(crate::proptest_config(64, 2))]
 
         /// The tournament gives nginx's loop's order on random weight sets: few distinct
         /// weights (ties everywhere, nginx's first-in-order rule decides), many, or a mix; and

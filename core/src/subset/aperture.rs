@@ -664,12 +664,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: if cfg!(miri) { 2 } else { 1000 },
-            // No regression files: Miri isolation forbids the cwd look-up they need.
-            failure_persistence: None,
-            ..Default::default()
-        })]
+        #![proptest_config(crate::proptest_config(1000, 2))]
 
         /// `ProcessCoordinateTest`, "setCoordinate range": for any count in 1..=Int.MaxValue
         /// and id below it, offset in [0, 1) and unit width in (0, 1]. (liblb's ids are u64;

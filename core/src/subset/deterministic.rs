@@ -200,12 +200,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: if cfg!(miri) { 1 } else { 64 },
-            // No regression files: Miri isolation forbids the cwd look-up they need.
-            failure_persistence: None,
-            ..Default::default()
-        })]
+        #![proptest_config(crate::proptest_config(64, 1))]
 
         /// The SRE property: with `client_count` a multiple of `subset_count`, every backend
         /// has exactly the same number of clients; with any other client count, the counts

@@ -207,12 +207,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: if cfg!(miri) { 2 } else { 256 },
-            // No regression files: Miri isolation forbids the cwd look-up they need.
-            failure_persistence: None,
-            ..Default::default()
-        })]
+        #![proptest_config(crate::proptest_config(256, 2))]
 
         /// A68's rendezvous property: adding one backend changes at most one member of a
         /// client's subset (the new backend comes in and the last one goes out, or nothing

@@ -227,12 +227,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: if cfg!(miri) { 2 } else { 256 },
-            // No regression files: Miri isolation forbids the cwd look-up they need.
-            failure_persistence: None,
-            ..Default::default()
-        })]
+        #![proptest_config(crate::proptest_config(256, 2))]
 
         /// Backend scale events: appending task `n` changes at most one member of any client's
         /// subset (and so does removing the last task, the same event backwards).
