@@ -339,10 +339,17 @@ typedef struct lb_load_report lb_load_report;
  * - `client_side_wrr` (server-reported load, gRFC A58): `blackout_period_ms`, 0 = none
  *   [10000]; `weight_expiration_period_ms` >= 1 [180000]; `weight_update_period_ms`, below
  *   100 counts as 100 [1000]; `error_utilization_penalty` >= 0, as text for fractions
- *   (`"0.5"`) [1.0].
+ *   (`"0.5"`) [1.0];
+ * - subsetting (`docs/subsetting.md`; unkeyed algorithms only, `lb_balancer_subset` lists the
+ *   subset): `subset`, text, `"deterministic"`, `"random"`, `"ringsteady"` or `"aperture"`
+ *   [none: every node]; `subset_size` >= 1, required with `subset`; `client_index`, below
+ *   `client_count` [0]; `client_count` >= 1 [1]; `subset_seed`, any 64-bit integer [derived
+ *   from `seed`, else for `random` drawn from OS entropy when the balancer is made].
  *
  * A setter checks only its own option, so options may be set in any order; the rules between
- * options (min/max ring size, base/max ejection time) are checked by `lb_balancer_new`.
+ * options (min/max ring size, base/max ejection time, `subset` with `subset_size`,
+ * `client_index` below `client_count`, `subset` with a keyed algorithm) are checked by
+ * `lb_balancer_new`.
  */
 typedef struct lb_options lb_options;
 
@@ -438,7 +445,8 @@ typedef struct lb_key {
 } lb_key;
 
 /**
- * One answer of `lb_balancer_pick_many`, `lb_balancer_pick_n` or `lb_balancer_attempts`.
+ * One answer of `lb_balancer_pick_many`, `lb_balancer_pick_n` or `lb_balancer_attempts`, or
+ * one member listed by `lb_balancer_subset`.
  */
 typedef struct lb_pick {
     /**
@@ -1629,16 +1637,17 @@ lb_result lb_options_new(struct lb_options **options_out);
 void lb_options_free(struct lb_options *options);
 
 /**
- * Sets an integer option: any option of `lb_options` but `hash` (`seed` takes any value, the
- * others their ranges listed there). `name` is `name_len` bytes of UTF-8, not necessarily
- * NUL-terminated. Only this option's own range is checked here; rules between options are
+ * Sets an integer option: any option of `lb_options` but `hash` and `subset` (`seed` and
+ * `subset_seed` take any value, the others their ranges listed there). `name` is `name_len`
+ * bytes of UTF-8, not necessarily NUL-terminated. Only this option's own range is checked here; rules between options are
  * checked by `lb_balancer_new`.
  *
  * Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or
  * NULL `name` with a non-zero length), `LB_RESULT_INVALID_LENGTH` (`name_len` above
  * `PTRDIFF_MAX`), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION` (a name not listed at
  * `lb_options`), `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (an integer for
- * `hash`, or a value out of the option's range). Not thread-safe for the same `options`.
+ * `hash` or `subset`, or a value out of the option's range). Not thread-safe for the same
+ * `options`.
  */
 lb_result lb_options_set_int(struct lb_options *options,
                              const char *name,
@@ -1646,7 +1655,8 @@ lb_result lb_options_set_int(struct lb_options *options,
                              uint64_t value);
 
 /**
- * Sets an option from text: `hash` (`"sha256"` or `"xxh3"`), `slow_start_aggression` as a
+ * Sets an option from text: `hash` (`"sha256"` or `"xxh3"`), `subset` (`"random"`, ...),
+ * `slow_start_aggression` as a
  * decimal number (`"1.5"`), or any integer option as decimal text. `name` and `value` are UTF-8 of the given lengths, not necessarily NUL-terminated.
  *
  * Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or
@@ -2156,6 +2166,34 @@ lb_result lb_server_load_header(const struct lb_server_load *load,
                                 char *buf,
                                 size_t buf_len,
                                 size_t *size_out);
+
+/**
+ * Lists the nodes picks choose from, in node (insertion) order: with subsetting (option
+ * `subset`), this client's subset of the nodes with weight > 0; without it, every node with
+ * weight > 0. Ejected or marked-down members stay listed (health deals with them; the subset
+ * does not move). `picks_out` (room for `picks_cap` entries) gets each member's tag and its
+ * `id` pointing at a NUL-terminated copy in the caller's `ids_buf` (`ids_buf_len` bytes).
+ * `*count_out` gets the number of members and `*ids_size_out` the id bytes used.
+ *
+ * If `picks_cap` or `ids_buf_len` is too small: `LB_RESULT_BUFFER_TOO_SMALL`, with the count
+ * and id bytes needed in `*count_out` and `*ids_size_out` (another thread may change the
+ * membership before you retry: loop), and `picks_out` untouched. `NULL, 0, NULL, 0` is the way
+ * to ask for the sizes (unless the list is empty, which succeeds with both 0).
+ *
+ * `picks_out`, `ids_buf`, `*count_out` and `*ids_size_out` must not overlap each other.
+ *
+ * Errors: `LB_RESULT_NULL_PARAMETER` (NULL balancer, `count_out` or `ids_size_out`, or NULL
+ * arrays with non-zero sizes), `LB_RESULT_INVALID_LENGTH` (also when the ids' total size would
+ * not fit in a `size_t`), `LB_RESULT_BUFFER_TOO_SMALL`. Listing never changes the balancer.
+ * Thread-safe: the list is one consistent snapshot.
+ */
+lb_result lb_balancer_subset(const struct lb_balancer *balancer,
+                             struct lb_pick *picks_out,
+                             size_t picks_cap,
+                             char *ids_buf,
+                             size_t ids_buf_len,
+                             size_t *count_out,
+                             size_t *ids_size_out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -828,6 +828,27 @@ public:
         return result;
     }
 
+    /// The ids picks choose from, in node order (one consistent snapshot): with subsetting
+    /// (option "subset", docs/subsetting.md) this client's subset of the nodes with weight > 0,
+    /// else every node with weight > 0.
+    std::vector<std::string> subset() const {
+        size_t count = 0, size = 0;
+        std::vector<lb_pick> out;
+        std::string ids;
+        lb_result r = lb_balancer_subset(get(), nullptr, 0, nullptr, 0, &count, &size);
+        while (r == LB_RESULT_BUFFER_TOO_SMALL) {  // loop: another thread may add meanwhile
+            out.resize(count);
+            ids.resize(size);
+            r = lb_balancer_subset(get(), out.data(), out.size(), ids.data(), ids.size(), &count,
+                                   &size);
+        }
+        detail::check(r);
+        std::vector<std::string> result;
+        result.reserve(count);
+        for (size_t i = 0; i < count; i++) result.emplace_back(out[i].id, out[i].id_len);
+        return result;
+    }
+
     /// The nodes with their places, in insertion order (one consistent snapshot).
     std::vector<located_node> located_nodes() const {
         size_t count = 0, size = 0;

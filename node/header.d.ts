@@ -139,6 +139,16 @@ export interface BalancerOptions {
   max_probe_age_ms?: number | bigint | string | null
   /** prequal: the worst probe is removed at this rate per pick (default 1). */
   probe_remove_rate?: number | string | null
+  /** Subsetting (unkeyed algorithms; docs/subsetting.md): picks choose from this client's subset of the nodes, chosen by this algorithm (default: no subsetting). */
+  subset?: 'deterministic' | 'random' | 'ringsteady' | 'aperture' | null
+  /** Subsetting: how many nodes the client's subset holds, >= 1 (required with `subset`). */
+  subset_size?: number | bigint | string | null
+  /** Subsetting: this client's index among the clients, below `client_count` (default 0; e.g. a StatefulSet ordinal). */
+  client_index?: number | bigint | string | null
+  /** Subsetting: how many clients share the nodes, >= 1 (default 1). */
+  client_count?: number | bigint | string | null
+  /** Subsetting: `random`'s per-client seed (default: derived from `seed`, else drawn from OS entropy). */
+  subset_seed?: number | bigint | string | null
   /** The default budget of this balancer's requests (see also `setBudget`). */
   budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
 }

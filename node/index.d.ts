@@ -139,6 +139,16 @@ export interface BalancerOptions {
   max_probe_age_ms?: number | bigint | string | null
   /** prequal: the worst probe is removed at this rate per pick (default 1). */
   probe_remove_rate?: number | string | null
+  /** Subsetting (unkeyed algorithms; docs/subsetting.md): picks choose from this client's subset of the nodes, chosen by this algorithm (default: no subsetting). */
+  subset?: 'deterministic' | 'random' | 'ringsteady' | 'aperture' | null
+  /** Subsetting: how many nodes the client's subset holds, >= 1 (required with `subset`). */
+  subset_size?: number | bigint | string | null
+  /** Subsetting: this client's index among the clients, below `client_count` (default 0; e.g. a StatefulSet ordinal). */
+  client_index?: number | bigint | string | null
+  /** Subsetting: how many clients share the nodes, >= 1 (default 1). */
+  client_count?: number | bigint | string | null
+  /** Subsetting: `random`'s per-client seed (default: derived from `seed`, else drawn from OS entropy). */
+  subset_seed?: number | bigint | string | null
   /** The default budget of this balancer's requests (see also `setBudget`). */
   budget?: RetryBudget | RetryThrottle | AdaptiveThrottle | null
 }
@@ -527,6 +537,12 @@ export declare class Balancer {
    * pick; 0 for other algorithms): ask `probeTargets` for that many.
    */
   probesDue(): number
+  /**
+   * The ids picks choose from, in node order: with subsetting (option `subset`,
+   * docs/subsetting.md) this client's subset of the nodes with weight > 0, else every node
+   * with weight > 0.
+   */
+  subset(): string[]
   /**
    * The balancer's clock in milliseconds (fractions included): liblb's monotonic clock,
    * one per process (budgets read it too); the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the

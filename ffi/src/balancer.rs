@@ -154,7 +154,8 @@ pub struct lb_key {
     pub key_len: usize,
 }
 
-/// One answer of `lb_balancer_pick_many`, `lb_balancer_pick_n` or `lb_balancer_attempts`.
+/// One answer of `lb_balancer_pick_many`, `lb_balancer_pick_n` or `lb_balancer_attempts`, or
+/// one member listed by `lb_balancer_subset`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct lb_pick {

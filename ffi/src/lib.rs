@@ -32,6 +32,7 @@ mod ptr;
 mod request;
 mod result;
 mod server_load;
+mod subset;
 #[cfg(test)]
 mod tests;
 
@@ -95,6 +96,7 @@ pub use server_load::{
     lb_server_load_set_cpu_utilization, lb_server_load_set_mem_utilization, lb_server_load_start,
     lb_server_request,
 };
+pub use subset::lb_balancer_subset;
 
 use core::ffi::{CStr, c_char};
 use panic::ffi_panic_boundary;

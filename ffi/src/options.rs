@@ -42,10 +42,17 @@ use liblb_core::{OptionValue, Options};
 /// - `client_side_wrr` (server-reported load, gRFC A58): `blackout_period_ms`, 0 = none
 ///   [10000]; `weight_expiration_period_ms` >= 1 [180000]; `weight_update_period_ms`, below
 ///   100 counts as 100 [1000]; `error_utilization_penalty` >= 0, as text for fractions
-///   (`"0.5"`) [1.0].
+///   (`"0.5"`) [1.0];
+/// - subsetting (`docs/subsetting.md`; unkeyed algorithms only, `lb_balancer_subset` lists the
+///   subset): `subset`, text, `"deterministic"`, `"random"`, `"ringsteady"` or `"aperture"`
+///   [none: every node]; `subset_size` >= 1, required with `subset`; `client_index`, below
+///   `client_count` [0]; `client_count` >= 1 [1]; `subset_seed`, any 64-bit integer [derived
+///   from `seed`, else for `random` drawn from OS entropy when the balancer is made].
 ///
 /// A setter checks only its own option, so options may be set in any order; the rules between
-/// options (min/max ring size, base/max ejection time) are checked by `lb_balancer_new`.
+/// options (min/max ring size, base/max ejection time, `subset` with `subset_size`,
+/// `client_index` below `client_count`, `subset` with a keyed algorithm) are checked by
+/// `lb_balancer_new`.
 pub struct lb_options {
     _private: [u8; 0],
 }
@@ -79,16 +86,17 @@ pub extern "C" fn lb_options_free(options: *mut lb_options) {
     ffi_panic_boundary!(unsafe { free_handle(options) })
 }
 
-/// Sets an integer option: any option of `lb_options` but `hash` (`seed` takes any value, the
-/// others their ranges listed there). `name` is `name_len` bytes of UTF-8, not necessarily
-/// NUL-terminated. Only this option's own range is checked here; rules between options are
+/// Sets an integer option: any option of `lb_options` but `hash` and `subset` (`seed` and
+/// `subset_seed` take any value, the others their ranges listed there). `name` is `name_len`
+/// bytes of UTF-8, not necessarily NUL-terminated. Only this option's own range is checked here; rules between options are
 /// checked by `lb_balancer_new`.
 ///
 /// Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or
 /// NULL `name` with a non-zero length), `LB_RESULT_INVALID_LENGTH` (`name_len` above
 /// `PTRDIFF_MAX`), `LB_RESULT_INVALID_UTF8`, `LB_RESULT_UNKNOWN_OPTION` (a name not listed at
 /// `lb_options`), `LB_RESULT_INVALID_VNODES`, `LB_RESULT_INVALID_OPTION_VALUE` (an integer for
-/// `hash`, or a value out of the option's range). Not thread-safe for the same `options`.
+/// `hash` or `subset`, or a value out of the option's range). Not thread-safe for the same
+/// `options`.
 #[unsafe(no_mangle)]
 pub extern "C" fn lb_options_set_int(
     options: *mut lb_options,
@@ -101,7 +109,8 @@ pub extern "C" fn lb_options_set_int(
     )))
 }
 
-/// Sets an option from text: `hash` (`"sha256"` or `"xxh3"`), `slow_start_aggression` as a
+/// Sets an option from text: `hash` (`"sha256"` or `"xxh3"`), `subset` (`"random"`, ...),
+/// `slow_start_aggression` as a
 /// decimal number (`"1.5"`), or any integer option as decimal text. `name` and `value` are UTF-8 of the given lengths, not necessarily NUL-terminated.
 ///
 /// Errors (the options are then unchanged): `LB_RESULT_NULL_PARAMETER` (NULL `options`, or

@@ -2132,3 +2132,93 @@ fn locality_routing_setters_validate_and_reach_the_core() {
     );
     assert!(routing().locality_weights.is_empty());
 }
+
+/// `lb_balancer_subset` under Miri: the two-call protocol, short buffers written nowhere but
+/// the sizes, and the subset the options chose by name (deterministic subsetting, 3 of 6).
+#[test]
+fn subset_lists_the_client_subset_through_caller_buffers() {
+    let mut options = null_mut();
+    assert_eq!(lb_options_new(&mut options), lb_result::Ok);
+    for (name, value) in [("subset", "deterministic"), ("subset_size", "3")] {
+        let (n, l) = s(name);
+        let (v, vl) = s(value);
+        assert_eq!(lb_options_set_str(options, n, l, v, vl), lb_result::Ok);
+    }
+    let ids = ["a", "b", "c", "d", "e", "f"];
+    let nodes: Vec<lb_node> = (0..6).map(|i| node(ids[i], 1, i as u64)).collect();
+    let b = new("round_robin", options, &nodes).unwrap();
+    lb_options_free(options);
+    let (mut count, mut size) = (usize::MAX, usize::MAX);
+    let r = lb_balancer_subset(b.0, null_mut(), 0, null_mut(), 0, &mut count, &mut size);
+    assert_eq!((r, count, size), (lb_result::BufferTooSmall, 3, 6));
+    let blank = lb_pick {
+        tag: u64::MAX,
+        id: null(),
+        id_len: 0,
+    };
+    let mut picks = [blank; 3];
+    let mut buf = [0x55 as c_char; 6];
+    let r = lb_balancer_subset(
+        b.0,
+        picks.as_mut_ptr(),
+        3,
+        buf.as_mut_ptr(),
+        5,
+        &mut count,
+        &mut size,
+    );
+    assert_eq!((r, count, size), (lb_result::BufferTooSmall, 3, 6));
+    assert!(
+        picks.iter().all(|p| p.tag == u64::MAX),
+        "entries written on error"
+    );
+    let r = lb_balancer_subset(
+        b.0,
+        picks.as_mut_ptr(),
+        3,
+        buf.as_mut_ptr(),
+        6,
+        &mut count,
+        &mut size,
+    );
+    assert_eq!((r, count, size), (lb_result::Ok, 3, 6));
+    let listed: Vec<&str> = picks.iter().map(|p| cstr(p.id)).collect();
+    assert!(picks.windows(2).all(|w| w[0].tag < w[1].tag), "node order");
+    for p in &picks {
+        assert_eq!(cstr(p.id), ids[p.tag as usize]);
+    }
+    let mut o = Options::default();
+    o.set("subset", OptionValue::Str("deterministic")).unwrap();
+    o.set("subset_size", OptionValue::Int(3)).unwrap();
+    let core = liblb_core::Balancer::new(Algorithm::RoundRobin, ids.map(|id| (id, 1)), o);
+    let members: Vec<String> = core.unwrap().subset().ids().map(String::from).collect();
+    assert_eq!(listed, members, "the core's subset");
+    for _ in 0..10 {
+        let (id, _) = pick_id(&b, None).unwrap();
+        assert!(listed.contains(&id.as_str()));
+    }
+    assert_eq!(
+        lb_balancer_subset(
+            null(),
+            picks.as_mut_ptr(),
+            3,
+            buf.as_mut_ptr(),
+            6,
+            &mut count,
+            &mut size
+        ),
+        lb_result::NullParameter
+    );
+    assert_eq!(
+        lb_balancer_subset(
+            b.0,
+            picks.as_mut_ptr(),
+            3,
+            buf.as_mut_ptr(),
+            6,
+            null_mut(),
+            &mut size
+        ),
+        lb_result::NullParameter
+    );
+}

@@ -503,6 +503,14 @@ impl Balancer {
         u32::try_from(self.inner.probes_due()).unwrap_or(u32::MAX)
     }
 
+    /// The ids picks choose from, in node order: with subsetting (option `subset`,
+    /// docs/subsetting.md) this client's subset of the nodes with weight > 0, else every node
+    /// with weight > 0.
+    #[napi(catch_unwind, ts_return_type = "string[]")]
+    pub fn subset(&self) -> Ids {
+        Ids(self.inner.subset())
+    }
+
     /// The balancer's clock in milliseconds (fractions included): liblb's monotonic clock,
     /// one per process (budgets read it too); the clock of `stats()`'s `untilMs`, so `untilMs - nowMs()` is the
     /// time left.

@@ -10,7 +10,7 @@ const v8 = require('node:v8')
 const vm = require('node:vm')
 const { Worker } = require('node:worker_threads')
 const lb = require('..')
-const { Balancer, algorithms, hashAlgorithms, optionNames } = lb
+const { Balancer, algorithms, hashAlgorithms, keyedAlgorithms, optionNames } = lb
 const { throwsCode, throwsRange, throwsType } = require('./helpers')
 
 const ABC = ['a', 'b', 'c']
@@ -237,9 +237,22 @@ describe('options', () => {
       blackout_period_ms: 5000, weight_expiration_period_ms: 60000, weight_update_period_ms: 500,
       error_utilization_penalty: 0.25, probe_pool_size: 8, q_rif: 0.9, probe_rate: 2,
       probe_reuse: 3, max_probe_age_ms: 2000, probe_remove_rate: 0.5,
+      subset: 'aperture', subset_size: 2, client_index: 1, client_count: 4, subset_seed: 5,
     }
     assert.deepEqual(Object.keys(values).sort(), [...optionNames()].sort(), 'a core option this test does not set')
-    for (const name of algorithms()) assert.equal(new Balancer(name, ABC, values).size, 3)
+    const { subset, ...unsubset } = values
+    for (const name of algorithms()) {
+      if (keyedAlgorithms().includes(name)) {
+        // Subsetting is for unkeyed algorithms: a keyed one refuses `subset`, nothing else.
+        throwsCode(() => new Balancer(name, ABC, values), 'LB_INVALID_OPTION_VALUE', 'subset')
+        assert.equal(new Balancer(name, ABC, unsubset).size, 3)
+      } else {
+        assert.equal(new Balancer(name, ABC, values).size, 3)
+        // aperture's fractional edges may take the third node; random takes exactly two.
+        assert.ok(new Balancer(name, ABC, { ...unsubset, subset }).subset().length >= 2)
+        assert.equal(new Balancer(name, ABC, { ...unsubset, subset: 'random' }).subset().length, 2)
+      }
+    }
     const text = new Balancer('maglev', ABC, { table_size: '251' })
     const big = new Balancer('maglev', ABC, { table_size: 251n })
     const keys = Array.from({ length: 50 }, (_, i) => `k${i}`)

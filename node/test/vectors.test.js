@@ -76,6 +76,8 @@ function run(balancer, leases, step) {
       return balancer.probeTargets(step.count)
     case 'probes_due':
       return balancer.probesDue()
+    case 'subset':
+      return balancer.subset()
     case 'report_load':
       return balancer.reportLoad(step.id, step.load)
     case 'cancel':
@@ -106,6 +108,15 @@ function run(balancer, leases, step) {
 function replay(kase, seedAs) {
   const options = { ...kase.options }
   if (options.seed !== undefined) options.seed = seedAs(options.seed)
+  if (kase.expect_error !== undefined) {
+    // A balancer that must not build, with this code.
+    assert.throws(
+      () => new Balancer(kase.algorithm, toNodes(kase.nodes), options),
+      (err) => err instanceof Error && err.code === kase.expect_error,
+      `${kase.name}: expected ${kase.expect_error}`,
+    )
+    return 0
+  }
   const balancer = new Balancer(kase.algorithm, toNodes(kase.nodes), options)
   const leases = []
   kase.steps.forEach((step, i) => {
@@ -136,6 +147,7 @@ describe('conformance vectors', () => {
   it('the file has version 1 and cases', () => {
     assert.equal(vectors.version, 1)
     assert.ok(vectors.cases.length > 0)
+    assert.ok(vectors.cases.filter((kase) => kase.expect_error !== undefined).length >= 3, 'refused cases')
   })
 
   for (const kase of vectors.cases) {

@@ -120,8 +120,12 @@ class Balancer:
     ``client_side_wrr`` (``blackout_period_ms``, ``weight_expiration_period_ms``,
     ``weight_update_period_ms``, ``error_utilization_penalty``, also a float) and probes for
     ``prequal`` (``probe_pool_size``, ``q_rif`` as a percentage or a fraction ``"0.84"``,
-    ``probe_rate``, ``probe_reuse``, ``max_probe_age_ms``, ``probe_remove_rate``).
-    docs/algorithms.md, docs/health.md and docs/localities.md say which algorithm reads which.
+    ``probe_rate``, ``probe_reuse``, ``max_probe_age_ms``, ``probe_remove_rate``);
+    subsetting for unkeyed algorithms (``subset``: ``"deterministic"``, ``"random"``,
+    ``"ringsteady"`` or ``"aperture"``; ``subset_size``, ``client_index``, ``client_count``,
+    ``subset_seed``; ``subset()`` lists the subset).
+    docs/algorithms.md, docs/health.md, docs/localities.md and docs/subsetting.md say which
+    algorithm reads which.
     """
 
     def __new__(
@@ -174,6 +178,11 @@ class Balancer:
         probe_reuse: int | str | None = None,
         max_probe_age_ms: int | str | None = None,
         probe_remove_rate: float | int | str | None = None,
+        subset: Literal["deterministic", "random", "ringsteady", "aperture"] | None = None,
+        subset_size: int | str | None = None,
+        client_index: int | str | None = None,
+        client_count: int | str | None = None,
+        subset_seed: int | str | None = None,
         budget: _Budget | None = None,
     ) -> Balancer: ...
     def request(
@@ -311,6 +320,9 @@ class Balancer:
         """Changes a node's weight (0 drains it)."""
     def update(self, nodes: _Nodes) -> None:
         """Replaces the whole membership atomically."""
+    def subset(self) -> list[str]:
+        """The ids picks choose from, in node order: with ``subset`` this client's subset of
+        the nodes with weight > 0, else every node with weight > 0."""
     @overload
     def nodes(self, *, located: Literal[False] = False) -> list[tuple[str, int]]:
         """The nodes as ``(id, weight)`` pairs, or ``Node``s with ``located=True``."""

@@ -524,6 +524,12 @@ impl PyBalancer {
         PyList::new(py, nodes.into_iter().map(|n| (n.id, n.weight)))
     }
 
+    /// The ids picks choose from, in node order: with subsetting (option `subset`) this
+    /// client's subset of the nodes with weight > 0, else every node with weight > 0.
+    fn subset<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        id_list(py, &self.inner.subset())
+    }
+
     fn __len__(&self) -> usize {
         self.inner.len()
     }
@@ -560,6 +566,13 @@ impl PyBalancer {
         }
         if let Some(hash) = options.hash {
             let _ = write!(out, ", hash={}", PyString::new(py, hash.name()).repr()?);
+        }
+        if let Some(subset) = options.subset {
+            let _ = write!(out, ", subset={}", PyString::new(py, subset.name()).repr()?);
+        }
+        // Also the seed a `random` subset drew from OS entropy: the repr rebuilds its subset.
+        if let Some(seed) = options.subset_seed {
+            let _ = write!(out, ", subset_seed={seed}");
         }
         // The other options, by their names in `Options::NAMES`, where they differ from the
         // default (the core writes them as `set` reads them).

@@ -206,10 +206,19 @@ def test_every_core_option_is_accepted() -> None:
         "weight_update_period_ms": 500, "error_utilization_penalty": 0.25,
         "probe_pool_size": 8, "q_rif": 0.9, "probe_rate": 2.5, "probe_reuse": 3,
         "max_probe_age_ms": 2000, "probe_remove_rate": 0.5,
+        "subset": "aperture", "subset_size": 2, "client_index": 1, "client_count": 4,
+        "subset_seed": 5,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
+    unsubset = {k: v for k, v in values.items() if k != "subset"}
     for algorithm in liblb.ALGORITHMS:
-        b = liblb.Balancer(algorithm, NODES, **values)  # type: ignore[arg-type]
+        if algorithm in liblb.KEYED_ALGORITHMS:
+            # Subsetting is for unkeyed algorithms: a keyed one refuses `subset`, nothing else.
+            with pytest.raises(liblb.InvalidOptionValueError, match="subset"):
+                liblb.Balancer(algorithm, NODES, **values)  # type: ignore[arg-type]
+            b = liblb.Balancer(algorithm, NODES, **unsubset)  # type: ignore[arg-type]
+        else:
+            b = liblb.Balancer(algorithm, NODES, **values)  # type: ignore[arg-type]
         assert len(b) == 3
     # Integer options also take decimal text, as in Node and the core.
     a = liblb.Balancer("maglev", NODES, table_size="251")
@@ -280,15 +289,26 @@ def test_repr_evaluates_back_with_every_option() -> None:
         "weight_update_period_ms": 500, "error_utilization_penalty": 0.25,
         "probe_pool_size": 8, "q_rif": 0.9, "probe_rate": 2.5, "probe_reuse": 3,
         "max_probe_age_ms": 2000, "probe_remove_rate": 0.5,
+        "subset": "random", "subset_size": 2, "client_index": 1, "client_count": 4,
+        "subset_seed": 5,
     }
     assert set(values) == set(liblb.OPTIONS), "a core option this test does not set"
-    b = liblb.Balancer("maglev", NODES, **values)  # type: ignore[arg-type]
+    # maglev (keyed) takes every option but `subset`; round_robin takes them all.
+    keyed = {k: v for k, v in values.items() if k != "subset"}
+    b = liblb.Balancer("maglev", NODES, **keyed)  # type: ignore[arg-type]
+    text = repr(b)
+    for name, value in keyed.items():
+        assert f"{name}={value!r}" in text, text
+    again = eval(text, {"Balancer": liblb.Balancer})
+    assert repr(again) == text
+    assert [again.pick(str(i)) for i in range(50)] == [b.pick(str(i)) for i in range(50)]
+    b = liblb.Balancer("round_robin", NODES, **values)  # type: ignore[arg-type]
     text = repr(b)
     for name, value in values.items():
         assert f"{name}={value!r}" in text, text
     again = eval(text, {"Balancer": liblb.Balancer})
     assert repr(again) == text
-    assert [again.pick(str(i)) for i in range(50)] == [b.pick(str(i)) for i in range(50)]
+    assert again.subset() == b.subset() and len(b.subset()) == 2
 
 
 def test_lease_tag_is_the_nodes_tag() -> None:

@@ -98,6 +98,8 @@ def run_step(balancer: liblb.Balancer, leases: list[liblb.Lease], step: dict[str
         return balancer.probe_targets(step["count"])
     if op == "probes_due":
         return balancer.probes_due()
+    if op == "subset":
+        return balancer.subset()
     if op == "report_load":
         return balancer.report_load(step["id"], liblb.parse_orca(step["load"]))
     if op == "cancel":

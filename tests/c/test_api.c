@@ -1644,6 +1644,168 @@ static void test_prequal_probes(void) {
     lb_balancer_free(b);
 }
 
+/* Lists the balancer's subset into caller buffers; returns the count (checks the two-call
+ * protocol, as list() does for lb_balancer_nodes). */
+static size_t subset_of(const lb_balancer *b, lb_pick *picks, size_t cap, char *ids,
+                        size_t ids_cap) {
+    size_t count = SENTINEL_SIZE, size = SENTINEL_SIZE;
+    lb_result r = lb_balancer_subset(b, NULL, 0, NULL, 0, &count, &size);
+    CHECK(r == (count == 0 ? LB_RESULT_OK : LB_RESULT_BUFFER_TOO_SMALL));
+    CHECK(count <= cap && size <= ids_cap);
+    size_t count2 = 0, size2 = 0;
+    CHECK_OK(lb_balancer_subset(b, picks, cap, ids, ids_cap, &count2, &size2));
+    CHECK(count2 == count && size2 == size);
+    for (size_t i = 0; i < count2 && i < cap; i++) {
+        CHECK(picks[i].id >= ids && picks[i].id < ids + ids_cap); /* caller memory */
+        CHECK(picks[i].id_len == strlen(picks[i].id));
+    }
+    return count2;
+}
+
+/* Whether two listings name the same ids in the same order. */
+static bool same_subset(const lb_pick *a, size_t na, const lb_pick *b, size_t nb) {
+    if (na != nb) return false;
+    for (size_t i = 0; i < na; i++)
+        if (a[i].tag != b[i].tag || strcmp(a[i].id, b[i].id) != 0) return false;
+    return true;
+}
+
+/* Subsetting (issue 26): the options by name, lb_balancer_subset's listing and buffer
+ * protocol, picks inside the subset, membership changes, and every refusal leaving the options
+ * and the balancer as they were. */
+static void test_subsetting(void) {
+    enum { N = 20 };
+    char names[N][4];
+    lb_node fleet[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "n%02d", i);
+        fleet[i] = node(names[i], 1, (uint64_t)i);
+    }
+    lb_options *o = NULL;
+    CHECK_OK(lb_options_new(&o));
+    CHECK_OK(lb_options_set_str(o, S("subset"), S("random")));
+    CHECK_OK(lb_options_set_int(o, S("subset_size"), 5));
+    CHECK_OK(lb_options_set_int(o, S("subset_seed"), UINT64_MAX)); /* any 64-bit value */
+    CHECK_OK(lb_options_set_int(o, S("subset_seed"), 42));
+    CHECK_OK(lb_options_set_int(o, S("client_count"), 3));
+    CHECK_OK(lb_options_set_str(o, S("client_index"), S("2")));
+    /* Refused values leave the options as they were (checked by the listing below). */
+    CHECK_RESULT(lb_options_set_int(o, S("subset"), 1), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_str(o, S("subset"), S("aperture2")),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_str(o, S("subset"), S("")), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_int(o, S("subset_size"), 0), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_str(o, S("subset_size"), S("five")),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_int(o, S("client_count"), 0), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_str(o, S("subset_seed"), S("-1")),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_options_set_int(o, S("subset_sizes"), 5), LB_RESULT_UNKNOWN_OPTION);
+
+    lb_balancer *b = make("round_robin", o, fleet, N);
+    lb_balancer *twin = make("round_robin", o, fleet, N);
+    lb_pick picks[N], again[N];
+    char ids[N * 4], ids2[N * 4];
+    size_t n = subset_of(b, picks, N, ids, sizeof ids);
+    CHECK(n == 5);
+    /* Node order: the ids (and tags, equal to the indices) ascend. */
+    for (size_t i = 1; i < n; i++) CHECK(picks[i - 1].tag < picks[i].tag);
+    for (size_t i = 0; i < n; i++) CHECK_STR(picks[i].id, names[picks[i].tag]);
+    /* The same options give the same subset; picks never leave it. */
+    CHECK(same_subset(picks, n, again, subset_of(twin, again, N, ids2, sizeof ids2)));
+    for (int i = 0; i < 50; i++) {
+        uint64_t tag = SENTINEL_TAG;
+        CHECK_OK(lb_balancer_pick(b, NULL, 0, &tag, NULL, 0, NULL));
+        bool inside = false;
+        for (size_t j = 0; j < n; j++) inside |= picks[j].tag == tag;
+        CHECK(inside);
+    }
+    /* Another client's seed: another subset of the same size (A68: seeds are per client). */
+    CHECK_OK(lb_options_set_int(o, S("subset_seed"), 43));
+    lb_balancer *other = make("round_robin", o, fleet, N);
+    size_t m = subset_of(other, again, N, ids2, sizeof ids2);
+    CHECK(m == 5 && !same_subset(picks, n, again, m));
+    lb_balancer_free(other);
+
+    /* Bad calls: the outputs untouched, then the same listing. */
+    size_t count = SENTINEL_SIZE, size = SENTINEL_SIZE;
+    lb_pick keep[1] = {{SENTINEL_TAG, NULL, 0}};
+    CHECK_RESULT(lb_balancer_subset(NULL, picks, N, ids, sizeof ids, &count, &size),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_subset(b, picks, N, ids, sizeof ids, NULL, &size),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_subset(b, picks, N, ids, sizeof ids, &count, NULL),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_subset(b, NULL, N, ids, sizeof ids, &count, &size),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_subset(b, picks, N, NULL, 8, &count, &size),
+                 LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_balancer_subset(b, picks, N, ids, SIZE_MAX, &count, &size),
+                 LB_RESULT_INVALID_LENGTH);
+    CHECK_RESULT(lb_balancer_subset(b, picks, SIZE_MAX / 2, ids, sizeof ids, &count, &size),
+                 LB_RESULT_INVALID_LENGTH);
+    CHECK(count == SENTINEL_SIZE && size == SENTINEL_SIZE);
+    /* Short buffers: both sizes needed, the entries untouched. */
+    CHECK_RESULT(lb_balancer_subset(b, keep, 1, ids, sizeof ids, &count, &size),
+                 LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(count == 5 && size == 5 * 4 && keep[0].tag == SENTINEL_TAG && keep[0].id == NULL);
+    count = size = SENTINEL_SIZE;
+    CHECK_RESULT(lb_balancer_subset(b, keep, 5, ids, 19, &count, &size),
+                 LB_RESULT_BUFFER_TOO_SMALL);
+    CHECK(count == 5 && size == 20);
+    CHECK(same_subset(picks, n, again, subset_of(b, again, N, ids2, sizeof ids2)));
+
+    /* Rules between options, checked when a balancer is made: nothing is written. */
+    lb_balancer *none = (lb_balancer *)&none; /* any non-NULL value: must stay untouched */
+    lb_balancer *const before = none;
+    CHECK_RESULT(lb_balancer_new(S("ring"), o, fleet, N, &none), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_OK(lb_options_set_int(o, S("client_index"), 3)); /* == client_count */
+    CHECK_RESULT(lb_balancer_new(S("random"), o, fleet, N, &none),
+                 LB_RESULT_INVALID_OPTION_VALUE);
+    lb_options_free(o);
+    CHECK_OK(lb_options_new(&o));
+    CHECK_OK(lb_options_set_str(o, S("subset"), S("aperture")));
+    CHECK_RESULT(lb_balancer_new(S("random"), o, fleet, N, &none),
+                 LB_RESULT_INVALID_OPTION_VALUE); /* no subset_size */
+    CHECK(none == before);
+    lb_options_free(o);
+
+    /* Membership changes recompute it: a removed or drained member leaves (A68: one member
+     * replaced), and restoring the weight brings the same subset back. Failed changes keep it. */
+    const char *gone = picks[0].id;
+    char gone_id[4];
+    snprintf(gone_id, sizeof gone_id, "%s", gone);
+    CHECK_OK(lb_balancer_set_weight(b, gone_id, strlen(gone_id), 0));
+    m = subset_of(b, again, N, ids2, sizeof ids2);
+    CHECK(m == 5);
+    size_t kept = 0;
+    for (size_t i = 0; i < m; i++) {
+        CHECK(strcmp(again[i].id, gone_id) != 0);
+        for (size_t j = 0; j < n; j++) kept += strcmp(again[i].id, picks[j].id) == 0;
+    }
+    CHECK(kept == 4);
+    CHECK_RESULT(lb_balancer_set_weight(b, S("zz"), 1), LB_RESULT_UNKNOWN_NODE);
+    CHECK_RESULT(lb_balancer_add(b, S("n01"), 1, 0), LB_RESULT_DUPLICATE_NODE);
+    CHECK_OK(lb_balancer_set_weight(b, gone_id, strlen(gone_id), 1));
+    CHECK(same_subset(picks, n, again, subset_of(b, again, N, ids2, sizeof ids2)));
+    CHECK_OK(lb_balancer_remove(b, gone_id, strlen(gone_id)));
+    CHECK(subset_of(b, again, N, ids2, sizeof ids2) == 5);
+
+    /* Without subsetting: every node of weight > 0, in node order. */
+    lb_node abc[] = {node("a", 1, 0), node("b", 0, 1), node("c", 2, 2)};
+    lb_balancer *plain = make("random", NULL, abc, 3);
+    CHECK(subset_of(plain, again, N, ids2, sizeof ids2) == 2);
+    CHECK_STR(again[0].id, "a");
+    CHECK_STR(again[1].id, "c");
+    CHECK_OK(lb_balancer_update(plain, NULL, 0));
+    count = size = SENTINEL_SIZE;
+    CHECK_OK(lb_balancer_subset(plain, NULL, 0, NULL, 0, &count, &size));
+    CHECK(count == 0 && size == 0);
+    lb_balancer_free(plain);
+    lb_balancer_free(twin);
+    lb_balancer_free(b);
+}
+
 /* The server side (issue 25): a backend counts its requests on an lb_server_load, answers
  * Prequal probes and writes endpoint-load-metrics headers that lb_load_report_parse reads back
  * to the same numbers; a request ends once; NULLs and bad values change nothing. */
@@ -1774,6 +1936,7 @@ int main(void) {
     test_version_and_names();
     test_client_side_wrr();
     test_prequal_probes();
+    test_subsetting();
     test_options();
     test_new_errors();
     test_membership();

@@ -501,6 +501,36 @@ static void test_probes() {
     CHECK(lb::balancer("round_robin", {{"a"}}).probes_due() == 0);
 }
 
+// Subsetting (issue 26): options by name, subset() in node order, picks inside it, the
+// rules between options checked when the balancer is built.
+static void test_subset() {
+    std::vector<lb::node> fleet;
+    for (int i = 0; i < 20; i++) fleet.push_back({"n" + std::to_string(100 + i), 1, uint64_t(i)});
+    lb::options o;
+    o.set("subset", "aperture").set("subset_size", 4).set("client_index", 1).set("client_count", 5);
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, o.set("subset", 1));
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, o.set("subset", "apertures"));
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, o.set("subset_size", 0));
+    lb::balancer b("round_robin", fleet, o);
+    std::vector<std::string> subset = b.subset();
+    CHECK(subset.size() >= 4 && subset.size() < 20);
+    CHECK(std::is_sorted(subset.begin(), subset.end()));  // node order: n100, n101, ...
+    for (int i = 0; i < 40; i++)
+        CHECK(std::find(subset.begin(), subset.end(), b.pick().id) != subset.end());
+    CHECK(b.subset() == subset);
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::balancer("maglev", fleet, o));
+    o.set("client_index", 5);  // == client_count
+    EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::balancer("round_robin", fleet, o));
+    CHECK(b.subset() == subset);
+    b.set_weight(subset[0], 0);
+    std::vector<std::string> after = b.subset();
+    CHECK(std::find(after.begin(), after.end(), subset[0]) == after.end());
+    // Without subsetting: every node of weight > 0.
+    lb::balancer plain("random", {{"a", 1, 0}, {"b", 0, 1}, {"c", 3, 2}});
+    CHECK(plain.subset() == (std::vector<std::string>{"a", "c"}));
+    CHECK(lb::balancer("random").subset().empty());
+}
+
 // The server side: requests start and end once (the type sees to it), probes and reports
 // follow them, and the header parses back to the same numbers.
 static void test_server_load() {
@@ -626,6 +656,7 @@ int main() {
     test_load_reports();
     test_report_load();
     test_probes();
+    test_subset();
     test_server_load();
     auto names = lb::algorithms();
     CHECK(names.size() == 17 && names.front() == "random" && names.back() == "prequal");

@@ -410,6 +410,18 @@ static lb_result run_step(const lb_balancer *b, const json *step, char *ids) {
         r = lb_balancer_probe_targets(b, want, picks, ids, IDS_CAP, &size, &count);
         if (r == LB_RESULT_OK) check_picks("probe_targets", picks, count, expect);
         free(picks);
+    } else if (strcmp(op, "subset") == 0) {
+        size_t cap = 0;
+        r = lb_balancer_subset(b, NULL, 0, NULL, 0, &count, &size);
+        lb_pick *picks = NULL;
+        while (r == LB_RESULT_BUFFER_TOO_SMALL && size <= IDS_CAP) {
+            free(picks);
+            cap = count;
+            picks = calloc(cap ? cap : 1, sizeof *picks);
+            r = lb_balancer_subset(b, picks, cap, ids, IDS_CAP, &count, &size);
+        }
+        if (r == LB_RESULT_OK) check_picks("subset", picks, count, expect);
+        free(picks);
     } else if (strcmp(op, "probes_due") == 0) {
         size_t due = 0;
         r = lb_balancer_probes_due(b, &due);
@@ -457,24 +469,30 @@ static lb_result run_step(const lb_balancer *b, const json *step, char *ids) {
     return r;
 }
 
-static lb_balancer *build(const json *c) {
+/* Builds a case's balancer into *out; returns the first error (an option refused by name, or
+ * the balancer refused by lb_balancer_new), leaving *out NULL then. */
+static lb_result try_build(const json *c, lb_balancer **out) {
+    *out = NULL;
     lb_options *options = NULL;
-    if (lb_options_new(&options) != LB_RESULT_OK) return NULL;
+    lb_result r = lb_options_new(&options);
+    if (r != LB_RESULT_OK) return r;
     const json *opts = json_get(c, "options");
     for (size_t i = 0; opts && i < opts->len; i++) {
         const char *name = opts->keys[i];
         const json *v = &opts->items[i];
-        lb_result r = v->kind == JSON_STRING
-                          ? lb_options_set_str(options, name, strlen(name), v->str, v->len)
-                          : lb_options_set_int(options, name, strlen(name), v->integer);
-        if (r != LB_RESULT_OK) FAIL("option %s: %s", name, lb_result_name(r));
+        r = v->kind == JSON_STRING
+                ? lb_options_set_str(options, name, strlen(name), v->str, v->len)
+                : lb_options_set_int(options, name, strlen(name), v->integer);
+        if (r != LB_RESULT_OK) {
+            lb_options_free(options);
+            return r;
+        }
     }
     size_t n;
     bool located;
     lb_located_node *nodes = nodes_of(json_get(c, "nodes"), &n, &located);
     const char *algorithm = json_get(c, "algorithm")->str;
     lb_balancer *b = NULL;
-    lb_result r;
     if (located) {
         r = lb_balancer_new_located(algorithm, strlen(algorithm), options, nodes, n, &b);
     } else {
@@ -482,9 +500,17 @@ static lb_balancer *build(const json *c) {
         r = lb_balancer_new(algorithm, strlen(algorithm), options, plain_form, n, &b);
         free(plain_form);
     }
-    if (r != LB_RESULT_OK) FAIL("new: %s", lb_result_name(r));
+    if (r != LB_RESULT_OK && b != NULL) FAIL("new: %s, and a balancer written", lb_result_name(r));
     free(nodes);
     lb_options_free(options);
+    *out = b;
+    return r;
+}
+
+static lb_balancer *build(const json *c) {
+    lb_balancer *b = NULL;
+    lb_result r = try_build(c, &b);
+    if (r != LB_RESULT_OK) FAIL("new: %s", lb_result_name(r));
     return b;
 }
 
@@ -746,11 +772,21 @@ int main(int argc, char **argv) {
         return 2;
     }
     char *ids = malloc(IDS_CAP);
-    size_t steps_run = 0, errors_checked = 0;
+    size_t steps_run = 0, errors_checked = 0, cases_refused = 0;
     for (size_t ci = 0; ci < cases->len; ci++) {
         const json *c = &cases->items[ci];
         case_name = json_get(c, "name")->str;
         step_index = 0;
+        const json *refused = json_get(c, "expect_error");
+        if (refused) { /* the balancer must not build, with this code */
+            lb_balancer *b = NULL;
+            lb_result r = try_build(c, &b);
+            if (strcmp(lb_result_name(r), refused->str) != 0)
+                FAIL("new: got %s, expected %s", lb_result_name(r), refused->str);
+            lb_balancer_free(b);
+            cases_refused++;
+            continue;
+        }
         lb_balancer *b = build(c);
         if (!b) continue;
         const json *steps = json_get(c, "steps");
@@ -809,9 +845,14 @@ int main(int argc, char **argv) {
         step_index = 0;
         run_orca(&orca->items[ci]);
     }
-    printf("test_vectors: %zu cases, %zu steps (%zu expected errors); %zu budget cases, %zu steps; "
-           "%zu request cases; %zu orca cases\n",
-           cases->len, steps_run, errors_checked, budgets ? budgets->len : 0, budget_steps,
+    if (cases_refused < 3) {
+        fprintf(stderr, "%s: only %zu cases refused at construction\n", argv[1], cases_refused);
+        check_failures++;
+    }
+    printf("test_vectors: %zu cases (%zu refused), %zu steps (%zu expected errors); %zu budget "
+           "cases, %zu steps; %zu request cases; %zu orca cases\n",
+           cases->len, cases_refused, steps_run, errors_checked, budgets ? budgets->len : 0,
+           budget_steps,
            requests ? requests->len : 0, orca ? orca->len : 0);
     free(ids);
     json_free(&root);

@@ -37,7 +37,11 @@ the server's ORCA load report as an endpoint-load-metrics header value, and repo
 load) gives one without a request (each language parses `load` with its parse_orca first; a \
 report that does not parse fails the step); offer_probe (id, rif, latency_ms) gives a probe \
 answer, probe_targets (count) expects the ids to probe, probes_due expects how many probes \
-the picks since the last probes_due made due. Keys are hashed as \
+the picks since the last probes_due made due, subset expects the ids picks choose from (the \
+client's subset of the nodes with weight > 0 under the `subset` options, else every node with \
+weight > 0) in node order. A case with `expect_error` (and no steps) must fail to build with \
+that error code: an option refused by name, or a balancer refused by the rules between \
+options. Keys are hashed as \
 their UTF-8 bytes. `expect` is the answer every language must give; `expect_error` is the \
 error code the step must fail with, leaving the balancer unchanged. Seeded random sequences \
 depend on every earlier step of the case. Each of `requests` builds a fresh balancer the same \
@@ -440,6 +444,7 @@ fn cases() -> Vec<Case> {
     out.extend(outcome_cases());
     out.extend(load_report_cases());
     out.extend(locality_cases());
+    out.extend(subset_cases());
     // Every algorithm over an empty node list answers "no nodes".
     for algorithm in Algorithm::NAMES {
         out.push(Case {
@@ -461,6 +466,144 @@ fn cases() -> Vec<Case> {
         steps: unkeyed(12),
     });
     out
+}
+
+fn subset() -> Value {
+    json!({"op": "subset"})
+}
+
+/// The nodes of the subsetting cases: 20 backends in task-index order (Ringsteady reads it).
+fn fleet() -> Vec<(String, u32)> {
+    (0..20).map(|i| (format!("10.1.0.{i}:8080"), 1)).collect()
+}
+
+/// Subsetting (issue 26): each subsetting algorithm under an unkeyed algorithm, as client 3 of
+/// 8 with a fixed `subset_seed`: the subset, picks (which stay in it), then a member removed,
+/// added back, a node added, a member drained (weight 0) and restored, each followed by the
+/// subset and picks; refused changes leave it. The members the steps change are read from the
+/// core here, so every case changes the subset, whatever the algorithm chose.
+fn subset_cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    let runs = [
+        ("deterministic", "round_robin"),
+        ("random", "random"),
+        ("ringsteady", "weighted_random"),
+        ("aperture", "round_robin"),
+    ];
+    for (subsetting, algorithm) in runs {
+        let options = json!({
+            "subset": subsetting,
+            "subset_size": 5,
+            "client_index": 3,
+            "client_count": 8,
+            "subset_seed": 77,
+            "seed": 5,
+        });
+        let nodes = fleet();
+        let members: Vec<String> = build(algorithm, &options, &json!(nodes))
+            .expect("subset case builds")
+            .subset()
+            .ids()
+            .map(String::from)
+            .collect();
+        let (first, second) = (&members[0], &members[members.len() - 1]);
+        let mut steps = vec![subset()];
+        steps.extend(unkeyed(6));
+        steps.push(attempts(None, 8));
+        steps.extend([node_op("remove", first), subset()]);
+        steps.extend(unkeyed(4));
+        steps.extend([
+            json!({"op": "add", "id": first, "weight": 1}),
+            subset(),
+            json!({"op": "add", "id": "10.1.9.9:8080", "weight": 1}),
+            subset(),
+            json!({"op": "set_weight", "id": second, "weight": 0}),
+            subset(),
+        ]);
+        steps.extend(unkeyed(4));
+        steps.extend([
+            json!({"op": "set_weight", "id": second, "weight": 1}),
+            subset(),
+            node_op("remove", "10.1.9.99:8080"),
+            json!({"op": "add", "id": first, "weight": 1}),
+            subset(),
+        ]);
+        steps.extend(unkeyed(4));
+        out.push(Case {
+            name: format!("subset-{subsetting}-{algorithm}"),
+            algorithm,
+            options,
+            nodes,
+            places: Vec::new(),
+            steps,
+        });
+    }
+    // A subset as large as the fleet is the whole fleet; without subsetting `subset` lists
+    // every node of weight > 0.
+    let mut whole = vec![subset()];
+    whole.extend(unkeyed(4));
+    out.push(Case {
+        name: "subset-larger-than-fleet".into(),
+        algorithm: "round_robin",
+        options: json!({"subset": "aperture", "subset_size": 50, "client_count": 3}),
+        nodes: fleet(),
+        places: Vec::new(),
+        steps: whole,
+    });
+    out.push(case(
+        "subset-without-subsetting",
+        "round_robin",
+        json!({}),
+        &[("a", 1), ("b", 0), ("c", 2)],
+        vec![
+            subset(),
+            json!({"op": "set_weight", "id": "b", "weight": 1}),
+            subset(),
+            json!({"op": "update", "nodes": []}),
+            subset(),
+        ],
+    ));
+    out
+}
+
+/// Balancers that must not build, each with the error code every language must give.
+fn refused_cases() -> Vec<Case> {
+    let refused = |name: &'static str, algorithm: &'static str, options: Value| Case {
+        name: name.into(),
+        algorithm,
+        options,
+        nodes: fleet(),
+        places: Vec::new(),
+        steps: Vec::new(),
+    };
+    vec![
+        // Per-client subsets would send one key to different nodes.
+        refused(
+            "subset-refused-with-keyed-algorithm",
+            "ring_hash",
+            json!({"subset": "random", "subset_size": 3, "subset_seed": 1}),
+        ),
+        refused(
+            "subset-refused-without-size",
+            "round_robin",
+            json!({"subset": "deterministic"}),
+        ),
+        refused(
+            "subset-refused-client-index-not-below-count",
+            "round_robin",
+            json!({"subset": "aperture", "subset_size": 3, "client_index": 4, "client_count": 4}),
+        ),
+        refused(
+            "subset-refused-unknown-algorithm",
+            "round_robin",
+            json!({"subset": "rendezvous", "subset_size": 3}),
+        ),
+        refused(
+            "subset-refused-size-zero",
+            "round_robin",
+            json!({"subset": "random", "subset_size": 0, "subset_seed": 1}),
+        ),
+    ]
 }
 
 fn acquire(key: Option<&str>) -> Value {
@@ -1572,6 +1715,7 @@ pub fn run_step(
             json!(b.probe_targets(count)?.ids().collect::<Vec<_>>())
         }
         "probes_due" => json!(b.probes_due()),
+        "subset" => json!(b.subset().ids().collect::<Vec<_>>()),
         "report_load" => {
             let load = liblb_core::parse_orca(str_of(step, "load").as_bytes())?;
             b.report_load(str_of(step, "id"), &load)?;
@@ -1771,50 +1915,64 @@ fn generate_orca() -> Vec<Value> {
 }
 
 /// The vectors document, with every expectation computed by the core.
-pub fn generate() -> Value {
-    let cases: Vec<Value> = cases()
-        .into_iter()
-        .map(|c| {
-            let nodes = (c.nodes.iter().enumerate())
-                .map(|(i, (id, w))| match c.places.get(i) {
-                    Some((locality, priority)) => json!([id, w, locality, priority]),
-                    None => json!([id, w]),
-                })
-                .collect();
-            // Cases that let time pass run on a manual clock, so the expectations are exact;
-            // the others on the real clock, like every reader.
-            let time = if c.steps.iter().any(|s| s["op"] == "sleep") {
-                Time::Manual(Arc::new(ManualClock::new(Duration::from_millis(1))))
-            } else {
-                Time::Real
-            };
-            let clock = match &time {
-                Time::Manual(clock) => Some(clock.clone()),
-                Time::Real => None,
-            };
-            let b = build_with(c.algorithm, &c.options, &nodes, clock).expect("case builds");
-            let mut leases = Leases::new();
-            let steps: Vec<Value> = c
-                .steps
-                .into_iter()
-                .map(|mut step| {
-                    match run_step(&b, &mut leases, &step, &time) {
-                        Ok(Value::Null) => {}
-                        Ok(answer) => step["expect"] = answer,
-                        Err(e) => step["expect_error"] = json!(e.code()),
-                    }
-                    step
-                })
-                .collect();
-            let mut case = Map::new();
-            case.insert("name".into(), json!(c.name));
-            case.insert("algorithm".into(), json!(c.algorithm));
-            case.insert("options".into(), c.options);
-            case.insert("nodes".into(), nodes);
-            case.insert("steps".into(), Value::Array(steps));
-            Value::Object(case)
+/// A case with the answers the core gives to its steps.
+fn case_json(c: Case) -> Value {
+    let nodes = (c.nodes.iter().enumerate())
+        .map(|(i, (id, w))| match c.places.get(i) {
+            Some((locality, priority)) => json!([id, w, locality, priority]),
+            None => json!([id, w]),
         })
         .collect();
+    // Cases that let time pass run on a manual clock, so the expectations are exact;
+    // the others on the real clock, like every reader.
+    let time = if c.steps.iter().any(|s| s["op"] == "sleep") {
+        Time::Manual(Arc::new(ManualClock::new(Duration::from_millis(1))))
+    } else {
+        Time::Real
+    };
+    let clock = match &time {
+        Time::Manual(clock) => Some(clock.clone()),
+        Time::Real => None,
+    };
+    let b = build_with(c.algorithm, &c.options, &nodes, clock).expect("case builds");
+    let mut leases = Leases::new();
+    let steps: Vec<Value> = c
+        .steps
+        .into_iter()
+        .map(|mut step| {
+            match run_step(&b, &mut leases, &step, &time) {
+                Ok(Value::Null) => {}
+                Ok(answer) => step["expect"] = answer,
+                Err(e) => step["expect_error"] = json!(e.code()),
+            }
+            step
+        })
+        .collect();
+    let mut case = Map::new();
+    case.insert("name".into(), json!(c.name));
+    case.insert("algorithm".into(), json!(c.algorithm));
+    case.insert("options".into(), c.options);
+    case.insert("nodes".into(), nodes);
+    case.insert("steps".into(), Value::Array(steps));
+    Value::Object(case)
+}
+
+pub fn generate() -> Value {
+    let mut cases: Vec<Value> = cases().into_iter().map(case_json).collect();
+    cases.extend(refused_cases().into_iter().map(|c| {
+        let error = match build(c.algorithm, &c.options, &json!(c.nodes)) {
+            Ok(_) => panic!("{} built", c.name),
+            Err(e) => e.code(),
+        };
+        json!({
+            "name": c.name,
+            "algorithm": c.algorithm,
+            "options": c.options,
+            "nodes": c.nodes,
+            "steps": [],
+            "expect_error": error,
+        })
+    }));
     json!({
         "_comment": COMMENT,
         "version": 1,

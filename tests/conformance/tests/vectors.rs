@@ -27,15 +27,23 @@ fn vectors_replay_through_the_rust_api() {
     let doc: Value = serde_json::from_str(&checked_in()).unwrap();
     let cases = doc["cases"].as_array().unwrap();
     assert!(cases.len() >= 10);
-    let mut checked = 0;
+    let (mut checked, mut refused) = (0, 0);
     for case in cases {
         let name = case["name"].as_str().unwrap();
-        let b = build(
+        let built = build(
             case["algorithm"].as_str().unwrap(),
             &case["options"],
             &case["nodes"],
-        )
-        .unwrap();
+        );
+        let b = match (built, case.get("expect_error")) {
+            (Ok(b), None) => b,
+            (Err(e), Some(code)) => {
+                assert_eq!(e.code(), code.as_str().unwrap(), "{name}");
+                refused += 1;
+                continue;
+            }
+            (got, want) => panic!("{name}: built {}, expected error {want:?}", got.is_ok()),
+        };
         let mut leases = Leases::new();
         for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
             let before = b.nodes();
@@ -64,6 +72,7 @@ fn vectors_replay_through_the_rust_api() {
         }
     }
     assert!(checked > 300, "only {checked} steps");
+    assert!(refused >= 3, "only {refused} cases refused");
 }
 
 #[test]
