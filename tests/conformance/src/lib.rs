@@ -489,6 +489,8 @@ fn subset_cases() -> Vec<Case> {
         ("random", "random"),
         ("ringsteady", "weighted_random"),
         ("aperture", "round_robin"),
+        // Aperture's edge backends weigh by the part of them in the window.
+        ("aperture", "weighted_random"),
     ];
     for (subsetting, algorithm) in runs {
         let options = json!({
