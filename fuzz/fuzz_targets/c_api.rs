@@ -167,6 +167,11 @@ enum Op {
         cap: u8,
         ids: Buf,
     },
+    /// `lb_balancer_subset`: with no subsetting option, every node of weight > 0.
+    Subset {
+        cap: u8,
+        ids: Buf,
+    },
     Contains {
         id: Id,
     },
@@ -1373,6 +1378,44 @@ impl Harness {
                     assert_eq!(r, lb_result::Ok);
                     for (n, m) in nodes.iter().zip(&self.model) {
                         assert_eq!((n.id_len, n.weight, n.tag), (m.id.len(), m.weight, m.tag));
+                    }
+                }
+            }
+            Op::Subset { cap, ids } => {
+                let members: Vec<&ModelNode> = self.model.iter().filter(|n| n.weight > 0).collect();
+                let cap = usize::from(*cap % 8);
+                let untouched = lb_pick {
+                    tag: 0x7777,
+                    id: null(),
+                    id_len: 0,
+                };
+                let mut picks = vec![untouched; cap];
+                let (_storage, buf, buf_len) = buffer(*ids);
+                let (mut count, mut size) = (0xCCCC_usize, 0xBBBB_usize);
+                let r = lb_balancer_subset(
+                    self.handle,
+                    picks.as_mut_ptr(),
+                    cap,
+                    buf,
+                    buf_len,
+                    &mut count,
+                    &mut size,
+                );
+                if matches!(ids, Buf::NullWithLen) {
+                    assert_eq!(r, lb_result::NullParameter);
+                    return;
+                }
+                let needed: usize = members.iter().map(|n| n.id.len() + 1).sum();
+                assert_eq!((count, size), (members.len(), needed));
+                if cap < members.len() || buf_len < needed {
+                    assert_eq!(r, lb_result::BufferTooSmall);
+                    assert!(picks.iter().all(|p| p.tag == 0x7777 && p.id.is_null()));
+                } else {
+                    assert_eq!(r, lb_result::Ok);
+                    for (p, m) in picks.iter().zip(&members) {
+                        // SAFETY: `id` points into the caller's buffer, NUL-terminated.
+                        let id = unsafe { CStr::from_ptr(p.id) }.to_bytes();
+                        assert_eq!((id, p.id_len, p.tag), (m.id.as_bytes(), m.id.len(), m.tag));
                     }
                 }
             }
