@@ -212,9 +212,9 @@ pub struct Options {
     /// Subsetting: how many clients share the nodes; default 1. Read by `aperture`.
     pub client_count: u64,
     /// Subsetting: `random`'s per-client hash seed (A68: each client draws its own, once) and
-    /// the fleet-wide seed of `deterministic`'s shuffles. `None`: derived from `seed` when
-    /// that is set, else drawn from OS entropy when a balancer is made (a `Table` needs one
-    /// of the two).
+    /// the fleet-wide seed of `deterministic`'s shuffles. `None`: for `random`, derived from
+    /// `seed` when that is set, else drawn from OS entropy when a balancer is made (a `Table`
+    /// needs one of the two); for the others 0, the same in every client.
     pub subset_seed: Option<u64>,
 }
 
@@ -526,9 +526,10 @@ impl Options {
         Ok(())
     }
 
-    /// The numeric options (all but `seed`, `vnodes`, `hash`, `subset` and `subset_seed`) whose value differs from the
-    /// default, as `(name, value)` with the value written as [`Options::set`] reads it — for
-    /// bindings' `repr` and configuration dumps, so a new option needs no change there.
+    /// The numeric options (all but `seed`, `vnodes`, `hash`, `subset` and `subset_seed`)
+    /// whose value differs from the default, as `(name, value)` with the value written as
+    /// [`Options::set`] reads it — for bindings' `repr` and configuration dumps, so a new
+    /// numeric option needs no change there.
     pub fn changed_numbers(&self) -> alloc::vec::Vec<(&'static str, String)> {
         let default = Options::default();
         let ms = |d: Duration| d.as_millis().to_string();
