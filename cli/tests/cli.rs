@@ -1255,6 +1255,10 @@ fn fleet_names_bad_parameters() {
         "deterministic, random, ringsteady, aperture",
     );
     fails(&["--clients", "0"], "--clients");
+    fails(
+        &["--clients", "1000000", "--subset-sizes", "200"],
+        "largest subset size",
+    );
     fails(&["--backends", "1"], "--backends");
     fails(&["-a", "round_robin"], "--subset");
     fails(&["--nodes", "5"], "--backends");
