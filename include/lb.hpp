@@ -64,6 +64,28 @@ inline void check(lb_result result) {
     if (result != LB_RESULT_OK) throw error(result);
 }
 
+/// The entries a C listing gives (`lb_balancer_nodes`, `_stats`, `_subset`,
+/// `_located_nodes`), its buffers grown until they fit: another thread may add nodes between
+/// the sizing call and the filling one. The entries point into `strings`, which the caller
+/// keeps while it reads them.
+template <typename Entry>
+std::vector<Entry> listing(const lb_balancer *b,
+                           lb_result (*list)(const lb_balancer *, Entry *, size_t, char *, size_t,
+                                             size_t *, size_t *),
+                           std::string &strings) {
+    size_t count = 0, size = 0;
+    std::vector<Entry> out;
+    lb_result r = list(b, nullptr, 0, nullptr, 0, &count, &size);
+    while (r == LB_RESULT_BUFFER_TOO_SMALL) {
+        out.resize(count);
+        strings.resize(size);
+        r = list(b, out.data(), out.size(), strings.data(), strings.size(), &count, &size);
+    }
+    check(r);
+    out.resize(count);
+    return out;
+}
+
 struct balancer_deleter {
     void operator()(lb_balancer *b) const noexcept { lb_balancer_free(b); }
 };
@@ -750,17 +772,9 @@ public:
 
     /// Each node's load in insertion order (one consistent node set).
     std::vector<node_stats> stats() const {
-        size_t count = 0, size = 0;
-        std::vector<lb_node_stats> out;
         std::string ids;
-        lb_result r = lb_balancer_stats(get(), nullptr, 0, nullptr, 0, &count, &size);
-        while (r == LB_RESULT_BUFFER_TOO_SMALL) {  // loop: another thread may add meanwhile
-            out.resize(count);
-            ids.resize(size);
-            r = lb_balancer_stats(get(), out.data(), out.size(), ids.data(), ids.size(), &count,
-                                  &size);
-        }
-        detail::check(r);
+        std::vector<lb_node_stats> out = detail::listing(get(), lb_balancer_stats, ids);
+        size_t count = out.size();
         std::vector<node_stats> result;
         result.reserve(count);
         for (size_t i = 0; i < count; i++) {
@@ -809,17 +823,9 @@ public:
 
     /// The nodes in insertion order (one consistent snapshot).
     std::vector<node> nodes() const {
-        size_t count = 0, size = 0;
-        std::vector<lb_node> out;
         std::string ids;
-        lb_result r = lb_balancer_nodes(get(), nullptr, 0, nullptr, 0, &count, &size);
-        while (r == LB_RESULT_BUFFER_TOO_SMALL) {  // loop: another thread may add meanwhile
-            out.resize(count);
-            ids.resize(size);
-            r = lb_balancer_nodes(get(), out.data(), out.size(), ids.data(), ids.size(), &count,
-                                  &size);
-        }
-        detail::check(r);
+        std::vector<lb_node> out = detail::listing(get(), lb_balancer_nodes, ids);
+        size_t count = out.size();
         std::vector<node> result;
         result.reserve(count);
         for (size_t i = 0; i < count; i++)
@@ -832,17 +838,9 @@ public:
     /// (option "subset", docs/subsetting.md) this client's subset of the nodes with weight > 0,
     /// else every node with weight > 0.
     std::vector<std::string> subset() const {
-        size_t count = 0, size = 0;
-        std::vector<lb_pick> out;
         std::string ids;
-        lb_result r = lb_balancer_subset(get(), nullptr, 0, nullptr, 0, &count, &size);
-        while (r == LB_RESULT_BUFFER_TOO_SMALL) {  // loop: another thread may add meanwhile
-            out.resize(count);
-            ids.resize(size);
-            r = lb_balancer_subset(get(), out.data(), out.size(), ids.data(), ids.size(), &count,
-                                   &size);
-        }
-        detail::check(r);
+        std::vector<lb_pick> out = detail::listing(get(), lb_balancer_subset, ids);
+        size_t count = out.size();
         std::vector<std::string> result;
         result.reserve(count);
         for (size_t i = 0; i < count; i++) result.emplace_back(out[i].id, out[i].id_len);
@@ -851,17 +849,10 @@ public:
 
     /// The nodes with their places, in insertion order (one consistent snapshot).
     std::vector<located_node> located_nodes() const {
-        size_t count = 0, size = 0;
-        std::vector<lb_located_node> out;
         std::string strings;
-        lb_result r = lb_balancer_located_nodes(get(), nullptr, 0, nullptr, 0, &count, &size);
-        while (r == LB_RESULT_BUFFER_TOO_SMALL) {  // loop: another thread may add meanwhile
-            out.resize(count);
-            strings.resize(size);
-            r = lb_balancer_located_nodes(get(), out.data(), out.size(), strings.data(),
-                                          strings.size(), &count, &size);
-        }
-        detail::check(r);
+        std::vector<lb_located_node> out =
+            detail::listing(get(), lb_balancer_located_nodes, strings);
+        size_t count = out.size();
         std::vector<located_node> result;
         result.reserve(count);
         for (size_t i = 0; i < count; i++)

@@ -10,7 +10,7 @@ use crate::lb_result;
 use crate::outcome::{LB_LATENCY_NONE, lb_outcome, plain};
 use crate::panic::ffi_panic_boundary;
 use crate::ptr::{
-    Castable, OutSlice, free_handle, free_shared_handle, opt_out, opt_ref, to_handle,
+    Castable, Out, OutSlice, free_handle, free_shared_handle, opt_out, opt_ref, to_handle,
     to_shared_handle, try_bytes, try_key, try_out, try_out_slice, try_ref, try_slice, try_str,
 };
 use core::ffi::{c_char, c_void};
@@ -697,29 +697,43 @@ pub extern "C" fn lb_balancer_nodes(
             )
         };
         let nodes = balancer.nodes();
-        let needed = ids_size(nodes.iter().map(|n| n.id.len()))?;
-        if nodes.len() > nodes_out.len() || needed > buf.len() {
-            count_out.write(nodes.len());
-            size_out.write(needed);
-            return Err(lb_result::BufferTooSmall);
-        }
-        let mut offset = 0;
-        for (i, node) in nodes.iter().enumerate() {
-            let id = copy_id(&mut buf, &mut offset, &node.id);
-            nodes_out.write(
-                i,
-                lb_node {
-                    id,
-                    id_len: node.id.len(),
-                    weight: node.weight,
-                    tag: node.tag,
-                },
-            );
-        }
-        count_out.write(nodes.len());
-        size_out.write(needed);
-        Ok(())
+        let entries = || nodes.iter().map(|n| (&*n.id, n));
+        write_listing(entries, &mut nodes_out, &mut buf, count_out, size_out, |id, _, node| {
+            lb_node {
+                id,
+                id_len: node.id.len(),
+                weight: node.weight,
+                tag: node.tag,
+            }
+        })
     }
+}
+
+/// Writes a listing (`lb_balancer_nodes`, `lb_balancer_subset`): for each `(id, item)` that
+/// `entries()` gives, the id copied NUL-terminated into `buf` and `entry(that copy, id, item)`
+/// into `out`; the count and the id bytes needed into `count_out` and `size_out`. When `out`
+/// or `buf` is too small, only the two sizes are written: `LB_RESULT_BUFFER_TOO_SMALL`.
+pub(crate) fn write_listing<'s, X, T, I: ExactSizeIterator<Item = (&'s str, X)>>(
+    entries: impl Fn() -> I,
+    out: &mut OutSlice<'_, T>,
+    buf: &mut OutSlice<'_, u8>,
+    count_out: Out<'_, usize>,
+    size_out: Out<'_, usize>,
+    entry: impl Fn(*const c_char, &str, X) -> T,
+) -> Result<(), lb_result> {
+    let count = entries().len();
+    let needed = ids_size(entries().map(|(id, _)| id.len()))?;
+    count_out.write(count);
+    size_out.write(needed);
+    if count > out.len() || needed > buf.len() {
+        return Err(lb_result::BufferTooSmall);
+    }
+    let mut offset = 0;
+    for (i, (id, item)) in entries().enumerate() {
+        let at = copy_id(buf, &mut offset, id);
+        out.write(i, entry(at, id, item));
+    }
+    Ok(())
 }
 
 /// A buffer size (id bytes + NUL) that fits every id of the current membership, in

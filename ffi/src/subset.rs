@@ -2,7 +2,7 @@
 //! `subset`, `subset_size`, `client_index`, `client_count` and `subset_seed` (set by name with
 //! `lb_options_set_str` / `lb_options_set_int`); this file only lists it.
 
-use crate::balancer::{copy_id, ids_size};
+use crate::balancer::write_listing;
 use crate::panic::ffi_panic_boundary;
 use crate::ptr::{try_out, try_out_slice, try_ref};
 use crate::{lb_balancer, lb_pick, lb_result};
@@ -49,26 +49,13 @@ pub extern "C" fn lb_balancer_subset(
             )
         };
         let members = balancer.subset();
-        let needed = ids_size(members.ids().map(str::len))?;
-        if members.len() > picks_out.len() || needed > buf.len() {
-            count_out.write(members.len());
-            size_out.write(needed);
-            return Err(lb_result::BufferTooSmall);
-        }
-        let mut offset = 0;
-        for (i, (id, tag)) in members.ids().zip(members.tags()).enumerate() {
-            let at = copy_id(&mut buf, &mut offset, id);
-            picks_out.write(
-                i,
-                lb_pick {
-                    tag,
-                    id: at,
-                    id_len: id.len(),
-                },
-            );
-        }
-        count_out.write(members.len());
-        size_out.write(needed);
-        Ok(())
+        let entries = || members.ids().zip(members.tags());
+        write_listing(entries, &mut picks_out, &mut buf, count_out, size_out, |at, id, tag| {
+            lb_pick {
+                tag,
+                id: at,
+                id_len: id.len(),
+            }
+        })
     }
 }
