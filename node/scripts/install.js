@@ -4,9 +4,10 @@
 // <clone>/node`), a copied folder (`--install-links`), or the published tarball.
 //
 //   1. In a packed copy (the tarball, or a folder copied by `--install-links`) whose
-//      prebuilt.json names an addon that is present, unchanged (same SHA-256) and loads, there
-//      is nothing to do: no Rust needed. scripts/package.sh writes prebuilt.json for the addon
-//      it builds; nothing else does, so an addon merely left in a checkout is never trusted.
+//      prebuilt.json names addons that are all present and unchanged (same SHA-256), and one of
+//      them loads here (linux x64/arm64, glibc/musl), there is nothing to do: no Rust needed.
+//      scripts/package.sh writes prebuilt.json for the addons it builds; nothing else does, so
+//      an addon merely left in a checkout is never trusted.
 //   2. Otherwise build it from source with cargo and copy it to `liblb.<platform>.node`, the
 //      name the generated loader (index.js) looks for. The sources are either the enclosing
 //      repository's workspace (this folder is <repo>/node: always built, cargo skips what is
@@ -41,18 +42,23 @@ function addonLoads() {
   return { ok: probe.status === 0, why: (probe.stderr || '').trim().split('\n').slice(0, 3).join(' ') }
 }
 
-// Is an addon listed in prebuilt.json ({"liblb.<platform>.node": "<sha256>"}) here, unchanged?
-function prebuiltPresent() {
+// Are the addons listed in prebuilt.json ({"liblb.<platform>.node": "<sha256>", ...}: one per
+// platform the package was built for) all here, unchanged? 'none' without prebuilt.json,
+// 'changed' if any listed addon is missing or differs, else 'ok'. Which addon this machine
+// needs (arch, glibc or musl) is the generated loader's choice; addonLoads() then asks it.
+function prebuiltState() {
   let listed
   try {
     listed = JSON.parse(fs.readFileSync(path.join(pkgDir, 'prebuilt.json'), 'utf8'))
   } catch {
-    return false
+    return 'none'
   }
-  return Object.entries(listed).some(([file, sha256]) => {
+  const entries = Object.entries(listed)
+  const intact = entries.every(([file, sha256]) => {
     const addon = path.join(pkgDir, path.basename(file))
     return fs.existsSync(addon) && crypto.createHash('sha256').update(fs.readFileSync(addon)).digest('hex') === sha256
   })
+  return entries.length > 0 && intact ? 'ok' : 'changed'
 }
 
 // The workspace to build: the repository around this folder, else the vendored copy.
@@ -104,10 +110,13 @@ function run(cmd, args, opts = {}) {
 function main() {
   const workspace = findWorkspace()
   if ((!workspace || workspace.vendored) && process.env.LIBLB_BUILD_FROM_SOURCE !== '1') {
-    if (prebuiltPresent()) {
+    const prebuilt = prebuiltState()
+    if (prebuilt === 'ok') {
       const probe = addonLoads()
       if (probe.ok) return
-      say(`the prebuilt addon does not load here (${probe.why}); building from source with cargo`)
+      say(`no prebuilt addon loads on ${process.platform}-${process.arch} (${probe.why}); building from source with cargo`)
+    } else if (prebuilt === 'changed') {
+      say('the prebuilt addons are not the ones prebuilt.json names (missing or changed): not using them; building from source with cargo')
     } else {
       say('no prebuilt addon for this package; building from source with cargo')
     }
