@@ -15,8 +15,13 @@
 #      vendored rust/), each with the same three smoke tests;
 #      and `cargo install --path <clone>/cli` gives an `lb` command that answers the same;
 #   6. the C tarball, extracted: smoke.c built with pkg-config against liblb.so (found through
-#      the rpath) and against liblb.a, run; lb.hpp compiles as C++17.
+#      the rpath) and against liblb.a, run; lb.hpp compiles as C++17;
+#   7. aarch64: Debian's cross gcc builds smoke.c against the aarch64-linux-gnu tarball (shared
+#      and static) and qemu-user runs it with Debian's arm64 glibc.
 #
+# package.sh builds two of its four targets here, x86_64- and aarch64-unknown-linux-gnu
+# (LIBLB_TARGETS overrides); scripts/test-platforms.sh tests all four in arm64, older-glibc and
+# musl systems (docs/install.md).
 # Uncommitted changes are not in the clone of step 5: commit first (the script says so).
 # Needs the toolchains (Rust, Python >= 3.10 with venv + pip, Node >= 20.17 + npm, gcc,
 # pkg-config, git) and the registries (npm: typescript, undici; PyPI: maturin, for the sdist's build).
@@ -103,10 +108,12 @@ node_smoke() {
 }
 
 # --- 1 ---------------------------------------------------------------------------------------
-step "scripts/package.sh -> $dist"
-LIBLB_DIST="$dist" scripts/package.sh
-wheel="$(cd "$dist" && ls liblb-"$version"-*.whl)"
-c_tarball="$(cd "$dist" && ls liblb-"$version"-*-linux-gnu.tar.gz)"
+targets="${LIBLB_TARGETS:-x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu}"
+step "scripts/package.sh for $targets -> $dist"
+LIBLB_TARGETS="$targets" LIBLB_DIST="$dist" scripts/package.sh
+wheel="$(cd "$dist" && ls liblb-"$version"-cp310-abi3-manylinux*_x86_64.whl)"
+c_tarball="$(cd "$dist" && ls liblb-"$version"-x86_64-linux-gnu.tar.gz)"
+(cd "$dist" && sha256sum --quiet -c SHA256SUMS) || fail "SHA256SUMS does not match the artifacts"
 passed
 
 # --- 2 ---------------------------------------------------------------------------------------
@@ -145,6 +152,24 @@ new_npm_project "$scratch/npm-tarball"
 [[ ! -L "$scratch/npm-tarball/node_modules/liblb" ]] || fail "the tarball install is a link"
 [[ ! -e "$scratch/npm-tarball/node_modules/liblb/rust/target" ]] || fail "the tarball install built from source"
 node_smoke "$scratch/npm-tarball" without_rust
+passed
+
+# prebuilt.json vouches for every addon in the tarball: one changed byte in an addon this
+# machine does not even load, and the install step must refuse them all and build from source,
+# which without Rust is a clear failure (not a silent install of an addon nobody vouched for).
+step "Node: a tarball whose other-platform addon was altered is refused"
+mkdir -p "$scratch/tampered"
+tar -xzf "$dist/liblb-$version.tgz" -C "$scratch/tampered"
+other="$(cd "$scratch/tampered/package" && ls liblb.*.node | grep -vx liblb.linux-x64-gnu.node | sed -n 1p)"
+[[ -n "$other" ]] || fail "the tarball holds no addon but linux-x64-gnu"
+printf '\0' >>"$scratch/tampered/package/$other"
+tar -czf "$scratch/tampered/liblb-$version.tgz" -C "$scratch/tampered" package
+new_npm_project "$scratch/npm-tampered"
+if (cd "$scratch/npm-tampered" && without_rust npm install --foreground-scripts "$scratch/tampered/liblb-$version.tgz") >"$scratch/tampered.log" 2>&1; then
+    fail "npm installed a tarball whose $other was altered"
+fi
+grep -q "are not the ones prebuilt.json names" "$scratch/tampered.log" || { cat "$scratch/tampered.log"; fail "the install step did not refuse the altered addons"; }
+grep -q "needs Rust" "$scratch/tampered.log" || { cat "$scratch/tampered.log"; fail "the install step did not say it needs Rust"; }
 passed
 
 # liblb/undici as docs/node-http.md shows it: undici (the pinned devDependency) from the
@@ -231,5 +256,42 @@ prefix="$scratch/c/${c_tarball%.tar.gz}"
         c++ -std=c++17 -Wall -Wextra -Werror -x c++ - $(pkg-config --cflags --libs liblb) -o hpp-check
 )
 passed
+
+# --- 7 ---------------------------------------------------------------------------------------
+a64_tarball="liblb-$version-aarch64-linux-gnu.tar.gz"
+if [[ " $targets " == *" aarch64-unknown-linux-gnu "* ]]; then
+    cross=()
+    command -v qemu-aarch64-static >/dev/null || cross+=(qemu-user-static)
+    command -v aarch64-linux-gnu-gcc >/dev/null || cross+=(gcc-aarch64-linux-gnu)
+    if ((${#cross[@]})); then
+        step "installing ${cross[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${cross[@]}" >/dev/null
+    fi
+    step "C on aarch64: $a64_tarball, smoke.c by aarch64-linux-gnu-gcc (shared + static), run by qemu-aarch64"
+    mkdir -p "$scratch/c-aarch64"
+    tar -xzf "$dist/$a64_tarball" -C "$scratch/c-aarch64"
+    prefix="$scratch/c-aarch64/${a64_tarball%.tar.gz}"
+    (
+        cd "$scratch/c-aarch64"
+        export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+        cflags=(-std=c11 -Wall -Wextra -Wpedantic -Werror)
+        # Debian's arm64 glibc for the cross compiler; qemu looks there first for the loader and
+        # libc (-L), and the rpath (a path of this machine) finds liblb.so.
+        run() { qemu-aarch64-static -L /usr/aarch64-linux-gnu "$@"; }
+        # shellcheck disable=SC2046 # pkg-config output is meant to be word-split
+        aarch64-linux-gnu-gcc "${cflags[@]}" ../smoke.c $(pkg-config --cflags --libs liblb) \
+            -Wl,-rpath,"$prefix/lib" -o smoke-shared
+        readelf -h smoke-shared | grep -q 'Machine: *AArch64' || fail "smoke-shared is not an aarch64 program"
+        run ./smoke-shared "$version"
+        # shellcheck disable=SC2046
+        aarch64-linux-gnu-gcc "${cflags[@]}" ../smoke.c $(pkg-config --cflags liblb) "$prefix/lib/liblb.a" \
+            $(pkg-config --variable=native_libs liblb) -o smoke-static
+        run ./smoke-static "$version"
+    )
+    passed
+else
+    echo "NOTE: LIBLB_TARGETS has no aarch64-unknown-linux-gnu: the aarch64 check did not run"
+fi
 
 step "all $checks package checks passed"

@@ -23,6 +23,10 @@ step "format"
 cargo fmt --all --check
 ok
 
+step "one version: Cargo.toml's, in Cargo.lock, node/package.json and its lock, lb.h, CHANGELOG.md"
+scripts/check-version.sh
+ok
+
 step "clippy (workspace, all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 ok
@@ -81,7 +85,7 @@ step "Node: npm ci, napi build, generated files fresh, node --test"
 ./scripts/test-node.sh
 ok
 
-step "Packages: scripts/package.sh (npm tarball, wheel, sdist, C tarball), each installed in a scratch folder (no Rust on PATH for the built ones); npm install of a fresh clone's node/, linked and copied"
+step "Packages: scripts/package.sh for x86-64 and aarch64 glibc (npm tarball, wheels, sdist, C tarballs), each x86-64 one installed in a scratch folder (no Rust on PATH for the built ones); npm install of a fresh clone's node/, linked and copied; the aarch64 C library under qemu"
 ./scripts/test-packages.sh
 ok
 
