@@ -10,7 +10,8 @@
 #                    debug info).
 #   --target TRIPLE  cross-build for another Linux target with cargo-zigbuild (on PATH; zig as
 #                    the linker): x86_64/aarch64-unknown-linux-gnu are linked against glibc 2.17,
-#                    *-linux-musl dynamically against musl (liblb.so needs only musl's libc).
+#                    *-linux-musl dynamically against musl (liblb.so needs only musl's libc;
+#                    liblb.a carries its unwinder, so a static link needs only -lc).
 #   --relocatable    write `prefix=${pcfiledir}/../..` in liblb.pc instead of PREFIX, so the tree
 #                    works wherever it is moved (scripts/package.sh's C tarballs).
 # Then: cc app.c $(PKG_CONFIG_PATH=PREFIX/lib/pkgconfig pkg-config --cflags --libs liblb)
