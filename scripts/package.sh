@@ -138,9 +138,10 @@ musl_soname() { echo "libc.musl-$(arch_of "$1").so.1"; }
 # `libc.*`) and which links on Alpine and with Debian's musl-gcc alike. A wheel's extension must
 # name it as Alpine does, libc.musl-<arch>.so.1, the only name auditwheel's musllinux policy
 # allows: usage check_shared_object TARGET FILE [wheel] renames it there.
+needed_of() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u | paste -sd' '; }
 check_shared_object() {
     local target="$1" so="$2" needed newest
-    needed="$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u | paste -sd' ')"
+    needed="$(needed_of "$so")"
     [[ "$(readelf -h "$so" | sed -n 's/^ *Machine: *//p')" == "$(machine_of "$target")" ]] ||
         fail "$so is not built for $target"
     case "$(libc_of "$target")" in
@@ -158,7 +159,7 @@ check_shared_object() {
             [[ "$needed" == libc.so ]] || fail "$so needs '$needed', not only musl's libc"
             if [[ "${3:-}" == wheel ]]; then
                 patchelf --replace-needed libc.so "$(musl_soname "$target")" "$so"
-                needed="$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | paste -sd' ')"
+                needed="$(needed_of "$so")"
                 [[ "$needed" == "$(musl_soname "$target")" ]] || fail "patchelf left $so needing '$needed'"
             fi
             echo "$(basename "$so"): musl; needs $needed"

@@ -56,7 +56,7 @@ for tool in cargo node npm python3 tar; do
     command -v "$tool" >/dev/null || fail "$tool is not on PATH"
 done
 
-version="$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' Cargo.toml)"
+version="$(scripts/check-version.sh)"
 export LIBLB_EXPECT_VERSION="$version" LIBLB_REPO="$repo"
 typescript="$(node -p "require('./node/package.json').devDependencies.typescript")"
 
@@ -117,9 +117,12 @@ c_tarball="$(cd "$dist" && ls liblb-"$version"-x86_64-linux-gnu.tar.gz)"
 passed
 
 # --- 2 ---------------------------------------------------------------------------------------
-step "Python: fresh venv, pip install $wheel without Rust on PATH"
+# The README's command: pip chooses among the wheels (and the sdist, which would need Rust).
+step "Python: fresh venv, pip install --no-index --find-links <dist> liblb without Rust on PATH: $wheel"
 new_venv "$scratch/py-wheel"
-without_rust "$scratch/py-wheel/bin/python" -m pip install --quiet --no-index "$dist/$wheel"
+without_rust "$scratch/py-wheel/bin/python" -m pip install --quiet --no-index --find-links "$dist" liblb
+grep -q '^Tag: cp310-abi3-manylinux.*_x86_64$' "$scratch"/py-wheel/lib/python3*/site-packages/liblb-"$version".dist-info/WHEEL ||
+    fail "pip did not install the manylinux x86_64 wheel"
 (cd "$scratch" && without_rust "$scratch/py-wheel/bin/python" smoke.py)
 passed
 

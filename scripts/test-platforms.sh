@@ -197,11 +197,12 @@ arm64="$root"
 [[ "$(in_root "$arm64" 'uname -m')" == aarch64 ]] || fail "the arm64 root file system does not run as aarch64"
 
 wheel="$(artifact "liblb-$version-cp310-abi3-manylinux*_aarch64.whl")"
-step "arm64 bookworm: python3 -m venv, pip install $wheel, smoke.py"
+step "arm64 bookworm: python3 -m venv, pip install --find-links (the four wheels) liblb: $wheel, smoke.py"
 in_root "$arm64" "
     cd /liblb-test
     python3 -m venv venv
-    venv/bin/python -m pip install --quiet --no-index dist/$wheel
+    venv/bin/python -m pip install --quiet --no-index --find-links dist liblb  # pip picks $wheel
+    grep -q '^Tag: cp310-abi3-manylinux.*_aarch64\$' venv/lib/python3*/site-packages/liblb-$version.dist-info/WHEEL
     venv/bin/python -c 'import platform, liblb; assert platform.machine() == \"aarch64\"; print(platform.machine(), liblb._liblb.__file__)'
     venv/bin/python smoke.py
 "
