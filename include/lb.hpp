@@ -1232,7 +1232,8 @@ inline void balancer::set_budget(const adaptive_throttle &throttle) const {
 }
 
 /// A Prequal probe answer (server_load::probe()): the requests in flight and the latency
-/// expected for a request arriving at that level (0 before any request succeeded).
+/// expected for a request arriving at that level (0 when no request has succeeded in the last
+/// second).
 struct probe_answer {
     uint32_t rif = 0;
     std::chrono::nanoseconds latency{0};
@@ -1375,8 +1376,8 @@ public:
     }
 
     /// The ORCA load report now: the three utilisations, `rps_fractional` and `eps` over the
-    /// last 10 seconds, and the named metrics `rif` and (once a request succeeded)
-    /// `latency_ms`, which a client's prequal balancer reads as a probe answer.
+    /// last 10 seconds, and the named metrics `rif` and (when a request has succeeded in the
+    /// last second) `latency_ms`, which a client's prequal balancer reads as a probe answer.
     load_report report() const {
         lb_load_report *raw = nullptr;
         detail::check(lb_server_load_report(get(), &raw));

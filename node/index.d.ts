@@ -692,7 +692,7 @@ export declare class ServerLoad {
   /**
    * The ORCA load report now, the object `parseOrca` returns: the utilisations,
    * `rpsFractional` and `eps` over the last 10 seconds, and the named metrics `rif` and
-   * (once a request succeeded) `latency_ms`.
+   * `latency_ms` (when a request has succeeded in the last second).
    */
   report(): LoadReport
   /**
@@ -810,8 +810,8 @@ export interface Probe {
   /** Requests in flight now. */
   rif: number
   /**
-   * The latency expected for a request arriving at this level, in milliseconds (0 before
-   * any request succeeded).
+   * The latency expected for a request arriving at this level, in milliseconds (0 when no
+   * request has succeeded in the last second).
    */
   latencyMs: number
 }

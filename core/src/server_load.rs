@@ -47,13 +47,26 @@
 //! (requests already in flight, itself not counted), and its latency is filed under that
 //! level. Levels are exact from 0 to 15, then four per power of two (16–19, 20–23, …, 128
 //! levels for every `u32`), so the relative width of a level stays under 25%. Each level keeps
-//! its 8 most recent latencies (microseconds, a ring written lock-free); its estimate is their
-//! median (the upper one of an even count). A probe at RIF `r` answers with the level of `r`;
-//! if that level has no sample yet, with the nearest level that has one (on a tie, the higher:
-//! a guess should err slow); before any sample at all, zero. Only successes are filed: a
-//! server that fails fast would otherwise look fast and draw traffic to its errors (Prequal's
-//! "sinkholing"); failures still count in `eps`. Levels do not age — a level keeps its last 8
-//! latencies however old they are; a level's samples are replaced as soon as it sees traffic.
+//! its 8 most recent latencies (microseconds, a ring written lock-free) with the time each was
+//! filed; its estimate is the median (the upper one of an even count) of those filed within
+//! [`LATENCY_MAX_AGE`] (1 s). A probe at RIF `r` answers with the level of `r`; if that level
+//! has no recent sample, with the nearest level that has one (on a tie, the higher: a guess
+//! should err slow); with no recent sample at all, zero — what a server knows before its
+//! first request. Only successes are filed: a server that fails fast would otherwise look
+//! fast and draw traffic to its errors (Prequal's "sinkholing"); failures still count in `eps`.
+//!
+//! Samples age because an estimate that never changes can starve a server for good: one that
+//! once drew an unlucky median (eight slow requests) answers every probe with it, Prequal's
+//! clients pick the faster-looking probes, no request comes to replace the samples, and the
+//! server idles for the rest of its life (`lb simulate --scenario uneven` showed a backend of
+//! ten kept at 0.0% that way before samples aged). With aging, a server left without traffic
+//! for a second says it does not know — zero, as before its first request — and draws the
+//! requests that measure it again; the draw is bounded by the clients' hot/cold rule, which
+//! stops picking it once its RIF is above their recent quantile. The paper's servers estimate
+//! from *recent* queries; the one-second horizon is liblb's, the same as `prequal`'s default
+//! `max_probe_age_ms` on the client. A sample's time is kept in milliseconds; without 64-bit
+//! atomics (thumbv7em) that count wraps after 49 days, so a level left untouched for 25 to 50
+//! days may be read as recent until its next sample.
 //!
 //! Cost: `start` is one atomic add; `finish` about six relaxed atomic operations (plus a slot
 //! rotation once per slot period); `probe` reads at most one level of 8 words in the common
@@ -89,6 +102,11 @@ const LEVELS: usize = EXACT as usize + 4 * 28;
 const SAMPLES: usize = 8;
 /// A ring entry that holds no latency yet.
 const EMPTY: u32 = u32::MAX;
+
+/// How long a latency sample counts toward its level's estimate (see the module docs).
+pub const LATENCY_MAX_AGE: Duration = Duration::from_secs(1);
+/// [`LATENCY_MAX_AGE`] in the milliseconds samples are stamped with.
+const MAX_AGE_MS: usize = LATENCY_MAX_AGE.as_millis() as usize;
 
 /// A request the server has started: hand it back to [`ServerLoad::finish`] (or
 /// [`ServerLoad::cancel`]) when it ends. It is neither `Copy` nor `Clone`, so a request cannot
@@ -215,7 +233,7 @@ impl ServerLoad {
         self.rates.add(now_ns, ok);
         let latency = Duration::from_nanos(now_ns.saturating_sub(started.started_ns));
         if ok {
-            self.levels[level(started.rif)].record(latency);
+            self.levels[level(started.rif)].record(latency, now_ns);
         }
         latency
     }
@@ -233,22 +251,22 @@ impl ServerLoad {
     }
 
     /// The answer to a Prequal probe at `now_ns`: the RIF and the latency estimate at that RIF
-    /// (the module docs give the fallbacks). `now_ns` is unused today (levels do not age) and
-    /// taken so that they may without an API change.
+    /// (the module docs give the fallbacks).
     pub fn probe(&self, now_ns: u64) -> Probe {
-        let _ = now_ns;
         let rif = self.in_flight();
         Probe {
             rif,
-            latency: self.latency_at(rif),
+            latency: self.latency_at(rif, now_ns),
         }
     }
 
-    /// The latency estimate for a request arriving at RIF `rif`: the median of its level, else
-    /// of the nearest level with samples (the higher one on a tie), else zero.
-    pub fn latency_at(&self, rif: u32) -> Duration {
+    /// The latency estimate at `now_ns` for a request arriving at RIF `rif`: the median of its
+    /// level's samples of the last [`LATENCY_MAX_AGE`], else of the nearest level with such
+    /// samples (the higher one on a tie), else zero.
+    pub fn latency_at(&self, rif: u32, now_ns: u64) -> Duration {
         let home = level(rif);
-        let median = |i: usize| self.levels[i].median();
+        let now = stamp(now_ns);
+        let median = |i: usize| self.levels[i].median(now);
         let found = median(home).or_else(|| {
             (1..LEVELS).find_map(|d| {
                 let up = (home + d < LEVELS).then(|| median(home + d)).flatten();
@@ -356,10 +374,18 @@ fn level(rif: u32) -> usize {
     (EXACT + 4 * (log - 4) + sub) as usize
 }
 
-/// One RIF level's recent latencies: a ring of [`SAMPLES`] microsecond values.
+/// A sample's time stamp: `now_ns` in milliseconds (wrapping in the counter's width).
+fn stamp(now_ns: u64) -> usize {
+    (now_ns / 1_000_000) as usize
+}
+
+/// One RIF level's recent latencies: a ring of [`SAMPLES`] microsecond values and when each
+/// was filed.
 #[derive(Debug)]
 struct Level {
     samples: [AtomicU32; SAMPLES],
+    /// Each sample's [`stamp`].
+    stamps: [AtomicCounter; SAMPLES],
     /// The next ring position to write (wrapping; taken modulo `SAMPLES`).
     next: AtomicU32,
 }
@@ -368,28 +394,36 @@ impl Level {
     fn new() -> Level {
         Level {
             samples: core::array::from_fn(|_| AtomicU32::new(EMPTY)),
+            stamps: core::array::from_fn(|_| AtomicCounter::new(0)),
             next: AtomicU32::new(0),
         }
     }
 
-    fn record(&self, latency: Duration) {
+    fn record(&self, latency: Duration, now_ns: u64) {
         // Saturates at 71 minutes, one below EMPTY.
         let us = u32::try_from(latency.as_micros())
             .unwrap_or(EMPTY - 1)
             .min(EMPTY - 1);
         // Relaxed: two writers get distinct positions (one RMW), and a reader racing a write
-        // sees the old or the new sample, either a recent latency of this level.
+        // sees the old or the new sample with the old or the new stamp, either a latency of
+        // this level: at worst one sample is counted or left out by the other's age.
         let at = self.next.fetch_add(1, Ordering::Relaxed) as usize % SAMPLES;
+        self.stamps[at].store(stamp(now_ns) as _, Ordering::Relaxed);
         self.samples[at].store(us, Ordering::Relaxed);
     }
 
-    /// The median of the samples (the upper one of an even count), `None` when there are none.
-    fn median(&self) -> Option<u32> {
+    /// The median of the samples stamped within [`LATENCY_MAX_AGE`] of `now` (the upper one of
+    /// an even count), `None` when there are none.
+    fn median(&self, now: usize) -> Option<u32> {
         let mut values = [0u32; SAMPLES];
         let mut n = 0;
-        for sample in &self.samples {
+        for (sample, stamp) in self.samples.iter().zip(&self.stamps) {
             let v = sample.load(Ordering::Relaxed);
-            if v != EMPTY {
+            // A stamp a little ahead of `now` (another thread's later clock reading) wraps
+            // to a huge age; it is recent, so ages past half the range count as 0.
+            let age = now.wrapping_sub(stamp.load(Ordering::Relaxed) as usize);
+            let recent = age <= MAX_AGE_MS || age > usize::MAX / 2;
+            if v != EMPTY && recent {
                 values[n] = v;
                 n += 1;
             }
@@ -582,22 +616,42 @@ mod tests {
     #[test]
     fn a_level_answers_the_median_of_its_last_eight() {
         let l = Level::new();
-        assert_eq!(l.median(), None);
-        l.record(Duration::from_micros(30));
-        assert_eq!(l.median(), Some(30));
-        l.record(Duration::from_micros(10));
-        assert_eq!(l.median(), Some(30), "the upper median of two");
+        let record = |us: u64| l.record(Duration::from_micros(us), 0);
+        assert_eq!(l.median(0), None);
+        record(30);
+        assert_eq!(l.median(0), Some(30));
+        record(10);
+        assert_eq!(l.median(0), Some(30), "the upper median of two");
         for us in [20, 50, 40] {
-            l.record(Duration::from_micros(us));
+            record(us);
         }
-        assert_eq!(l.median(), Some(30));
+        assert_eq!(l.median(0), Some(30));
         // Eight more push the first five out.
         for _ in 0..8 {
-            l.record(Duration::from_micros(7));
+            record(7);
         }
-        assert_eq!(l.median(), Some(7));
-        l.record(Duration::from_secs(1 << 40));
+        assert_eq!(l.median(0), Some(7));
+        l.record(Duration::from_secs(1 << 40), 0);
         assert_eq!(l.samples[5].load(Ordering::Relaxed), EMPTY - 1);
+    }
+
+    #[test]
+    fn samples_count_for_the_max_age_and_a_stamp_ahead_counts() {
+        let l = Level::new();
+        l.record(Duration::from_micros(5), 3_000 * 1_000_000);
+        assert_eq!(l.median(3_000 + MAX_AGE_MS), Some(5));
+        assert_eq!(l.median(3_001 + MAX_AGE_MS), None);
+        assert_eq!(
+            l.median(2_000),
+            Some(5),
+            "stamped after now: another clock reading"
+        );
+        // Stamps wrap in the counter's width: ages are taken modulo it.
+        let wrapped = Level::new();
+        wrapped.stamps[0].store(usize::MAX as _, Ordering::Relaxed);
+        wrapped.samples[0].store(9, Ordering::Relaxed);
+        assert_eq!(wrapped.median(MAX_AGE_MS - 1), Some(9));
+        assert_eq!(wrapped.median(MAX_AGE_MS + 1), None);
     }
 
     #[test]

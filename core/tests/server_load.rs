@@ -2,7 +2,9 @@
 //! with a manual clock, latency by in-flight level and its fallbacks, the ORCA report and its
 //! header round trip through `parse_orca`, utilisation validation, and a concurrency smoke test.
 
-use liblb_core::{Error, HeaderForm, LATENCY_METRIC, Probe, RIF_METRIC, ServerLoad, parse_orca};
+use liblb_core::{
+    Error, HeaderForm, LATENCY_MAX_AGE, LATENCY_METRIC, Probe, RIF_METRIC, ServerLoad, parse_orca,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,23 +107,25 @@ fn latency_is_attributed_to_the_rif_a_request_found() {
     let alone = load.start(0);
     load.finish(alone, 5 * MS, true);
     // With two others in flight: 30 ms, filed at RIF 2.
-    let h1 = load.start(S);
-    let h2 = load.start(S);
-    let third = load.start(S);
+    let t = 100 * MS;
+    let h1 = load.start(t);
+    let h2 = load.start(t);
+    let third = load.start(t);
     assert_eq!(third.rif(), 2);
-    load.finish(third, S + 30 * MS, true);
+    load.finish(third, t + 30 * MS, true);
     assert_eq!(
-        load.probe(2 * S),
+        load.probe(200 * MS),
         Probe {
             rif: 2,
             latency: ms(30)
         }
     );
     // Failures are not filed: h1 (RIF 0) and h2 (RIF 1) leave the estimates as they were.
-    load.finish(h1, S + 1000 * MS, false);
-    load.finish(h2, S + 1, false);
+    load.finish(h1, t + 800 * MS, false);
+    load.finish(h2, t + 1, false);
+    let now = 950 * MS;
     assert_eq!(
-        load.probe(3 * S),
+        load.probe(now),
         Probe {
             rif: 0,
             latency: ms(5)
@@ -129,9 +133,9 @@ fn latency_is_attributed_to_the_rif_a_request_found() {
     );
     // Levels without samples fall back to the nearest level with some; RIF 1 is as near to
     // RIF 0 as to RIF 2, and the tie goes to the higher (slower) one.
-    assert_eq!(load.latency_at(1), ms(30));
-    assert_eq!(load.latency_at(7), ms(30));
-    assert_eq!(load.latency_at(u32::MAX), ms(30));
+    assert_eq!(load.latency_at(1, now), ms(30));
+    assert_eq!(load.latency_at(7, now), ms(30));
+    assert_eq!(load.latency_at(u32::MAX, now), ms(30));
 }
 
 #[test]
@@ -141,26 +145,71 @@ fn a_level_reports_the_median_of_its_recent_successes() {
         let r = load.start(0);
         load.finish(r, latency_ms * MS, true);
     }
-    assert_eq!(load.latency_at(0), ms(7));
+    assert_eq!(load.latency_at(0, 10 * MS), ms(7));
     // Eight faster ones replace every older sample.
     for _ in 0..8 {
         let r = load.start(0);
         load.finish(r, 3 * MS, true);
     }
-    assert_eq!(load.latency_at(0), ms(3));
+    assert_eq!(load.latency_at(0, 10 * MS), ms(3));
     // RIF 16 to 19 share one level; 20 is the next.
-    let held: Vec<_> = (0..17).map(|_| load.start(S)).collect();
-    let r = load.start(S);
+    let t = 500 * MS;
+    let held: Vec<_> = (0..17).map(|_| load.start(t)).collect();
+    let r = load.start(t);
     assert_eq!(r.rif(), 17);
-    load.finish(r, S + 40 * MS, true);
-    assert_eq!((load.latency_at(16), load.latency_at(19)), (ms(40), ms(40)));
+    load.finish(r, t + 40 * MS, true);
+    let now = t + 50 * MS;
+    assert_eq!(
+        (load.latency_at(16, now), load.latency_at(19, now)),
+        (ms(40), ms(40))
+    );
     for h in held {
         load.cancel(h);
     }
     // Level 15 (RIF 15) is nearer to level 16 than to level 0.
-    assert_eq!(load.latency_at(15), ms(40));
-    assert_eq!(load.latency_at(7), ms(3)); // 7 from level 0, 9 from level 16
-    assert_eq!(load.latency_at(8), ms(40)); // 8 from each: the higher
+    assert_eq!(load.latency_at(15, now), ms(40));
+    assert_eq!(load.latency_at(7, now), ms(3)); // 7 from level 0, 9 from level 16
+    assert_eq!(load.latency_at(8, now), ms(40)); // 8 from each: the higher
+}
+
+/// Samples count for `LATENCY_MAX_AGE` (1 s): a level whose samples are older is passed over
+/// for the nearest level with recent ones, and a server with none at all answers zero, as
+/// before its first request, so a server that drew an unlucky estimate and lost its traffic
+/// is tried again instead of starving.
+#[test]
+fn latencies_older_than_a_second_no_longer_count() {
+    assert_eq!(LATENCY_MAX_AGE, Duration::from_secs(1));
+    let load = ServerLoad::new(0);
+    let r = load.start(0);
+    load.finish(r, 50 * MS, true); // level 0: 50 ms, filed at 50 ms
+    assert_eq!(
+        load.latency_at(0, 50 * MS + S),
+        ms(50),
+        "a second old: still counts"
+    );
+    assert_eq!(
+        load.latency_at(0, 51 * MS + S),
+        Duration::ZERO,
+        "older: gone"
+    );
+    assert_eq!(load.probe(10 * S).latency, Duration::ZERO);
+    // Some samples of a level may be recent and others not: the median is of the recent.
+    for (at, latency_ms) in [(2 * S, 90), (2 * S, 80), (2 * S + 600 * MS, 10)] {
+        let r = load.start(at - latency_ms * MS);
+        load.finish(r, at, true);
+    }
+    assert_eq!(load.latency_at(0, 2 * S + 700 * MS), ms(80)); // 10, 80, 90
+    assert_eq!(load.latency_at(0, 3 * S + 500 * MS), ms(10)); // 10
+    // A stale home level gives way to a recent neighbour, however far.
+    let held: Vec<_> = (0..5).map(|_| load.start(4 * S)).collect();
+    let r = load.start(4 * S);
+    load.finish(r, 4 * S + 20 * MS, true); // level 5: 20 ms
+    for h in held {
+        load.cancel(h);
+    }
+    assert_eq!(load.latency_at(0, 4 * S + 30 * MS), ms(20));
+    // A sample stamped a little after `now` (another thread read the clock later) counts.
+    assert_eq!(load.latency_at(5, 4 * S), ms(20));
 }
 
 #[test]

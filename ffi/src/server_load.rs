@@ -181,8 +181,8 @@ pub extern "C" fn lb_server_load_in_flight(
 
 /// The answer to a Prequal probe now: `*rif_out` the requests in flight, `*latency_ns_out` the
 /// latency expected for a request arriving at that level (the median of the last 8 successes
-/// that found about as many in flight, else of the nearest level with some; 0 before any
-/// success).
+/// that found about as many in flight, of those within the last second, else of the nearest
+/// level with some; 0 when no request has succeeded in the last second).
 ///
 /// Errors (nothing written): `LB_RESULT_NULL_PARAMETER` (NULL `load` or either output).
 /// Thread-safe; reads a few atomics.
@@ -243,7 +243,8 @@ pub extern "C" fn lb_server_load_set_application_utilization(
 /// The ORCA load report now, as a new `lb_load_report` (read it with `lb_load_report_values`
 /// and `lb_load_report_entries`; free it with `lb_load_report_free`): the three utilisations,
 /// `rps_fractional` and `eps` over the last 10 seconds, and the named metrics `rif` (always)
-/// and `latency_ms` (once a request has succeeded) — a Prequal probe answer riding along.
+/// and `latency_ms` (when a request has succeeded in the last second) — a Prequal probe answer
+/// riding along.
 ///
 /// Errors (nothing allocated, `*report_out` unchanged): `LB_RESULT_NULL_PARAMETER`.
 /// Thread-safe.

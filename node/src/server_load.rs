@@ -45,8 +45,8 @@ pub struct ServerRequest {
 pub struct Probe {
     /// Requests in flight now.
     pub rif: u32,
-    /// The latency expected for a request arriving at this level, in milliseconds (0 before
-    /// any request succeeded).
+    /// The latency expected for a request arriving at this level, in milliseconds (0 when no
+    /// request has succeeded in the last second).
     pub latency_ms: f64,
 }
 
@@ -201,7 +201,7 @@ impl ServerLoad {
 
     /// The ORCA load report now, the object `parseOrca` returns: the utilisations,
     /// `rpsFractional` and `eps` over the last 10 seconds, and the named metrics `rif` and
-    /// (once a request succeeded) `latency_ms`.
+    /// `latency_ms` (when a request has succeeded in the last second).
     #[napi(catch_unwind, ts_return_type = "LoadReport")]
     pub fn report(&self) -> Report {
         Report(self.inner.report(MonotonicClock::now()))

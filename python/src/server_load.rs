@@ -107,7 +107,8 @@ impl PyServerLoad {
     }
 
     /// The answer to a Prequal probe now: `(rif, latency)`, the requests in flight and the
-    /// latency in seconds expected at that level (0.0 before any success).
+    /// latency in seconds expected at that level (0.0 when no request succeeded in the last
+    /// second).
     fn probe(&self) -> (u32, f64) {
         let probe = self.inner.probe(MonotonicClock::now());
         (probe.rif, probe.latency.as_secs_f64())
@@ -156,7 +157,8 @@ impl PyServerLoad {
     }
 
     /// The ORCA load report now: the utilisations, `rps_fractional` and `eps` over the last 10
-    /// seconds, and the named metrics `rif` and (once a request succeeded) `latency_ms`.
+    /// seconds, and the named metrics `rif` and (when a request succeeded in the last second)
+    /// `latency_ms`.
     fn report(&self) -> PyLoadReport {
         PyLoadReport::from(self.inner.report(MonotonicClock::now()))
     }
