@@ -40,7 +40,8 @@ pub(crate) trait Model {
     /// A request for `key` was routed to `backend` at `now`; `at_backend` requests are now
     /// there (waiting or in service, this one included), `total` in the whole system.
     fn routed(&mut self, now: u64, backend: usize, key: usize, at_backend: usize, total: usize);
-    /// A request routed to `backend` at `arrived` ended at `now` (its lease already finished).
+    /// A request routed to `backend` at `arrived` ended at `now` (its lease already finished);
+    /// `balancer` is the client's that sent it.
     fn done(&mut self, now: u64, backend: usize, arrived: u64, success: bool, balancer: &Balancer);
     /// How long a probe answer takes to reach the balancer, nanoseconds (see `meter`).
     fn probe_delay_ns(&self) -> u64 {
@@ -82,6 +83,7 @@ struct InService {
     done_ns: u64,
     seq: u64,
     arrived_ns: u64,
+    client: usize,
     backend: usize,
     success: bool,
     lease: Lease,
@@ -94,10 +96,14 @@ crate::events::earliest_first!(InService, done_ns);
 struct Waiting {
     seq: u64,
     arrived_ns: u64,
+    client: usize,
     work: f64,
     lease: Lease,
     started: liblb_core::Started,
 }
+
+/// Mixed into the workload seed for the stream that says which client sends an arrival.
+const CLIENT_STREAM: u64 = 0x636c_6965_6e74_7321;
 
 /// A uniform draw in [0, 1) with 53 bits (every simulation's).
 pub(crate) fn unit(rng: &mut SplitMix64) -> f64 {
@@ -111,6 +117,7 @@ fn begin(model: &impl Model, w: Waiting, b: usize, now: u64, heap: &mut BinaryHe
         done_ns: now + service,
         seq: w.seq,
         arrived_ns: w.arrived_ns,
+        client: w.client,
         backend: b,
         success,
         lease: w.lease,
@@ -118,10 +125,34 @@ fn begin(model: &impl Model, w: Waiting, b: usize, now: u64, heap: &mut BinaryHe
     });
 }
 
-/// Runs the workload through `balancer` (whose clock is `clock`) on `backends` backends until
-/// every request has ended. Returns the number of requests.
+/// The clients that send the workload, each with its own balancer (all on one clock), and when
+/// they restart.
+pub(crate) struct Clients<'a> {
+    pub balancers: Vec<Balancer>,
+    /// (time in nanoseconds, client), in time order: the client restarts then, its balancer
+    /// replaced by `fresh(client)` (requests it already sent finish on the old one).
+    pub restarts: Vec<(u64, usize)>,
+    pub fresh: &'a dyn Fn(usize) -> Result<Balancer, liblb_core::Error>,
+}
+
+impl Clients<'_> {
+    /// One client that never restarts.
+    pub(crate) fn one(balancer: Balancer) -> Clients<'static> {
+        Clients {
+            balancers: vec![balancer],
+            restarts: Vec::new(),
+            fresh: &|_| unreachable!("a client that never restarts"),
+        }
+    }
+}
+
+/// Runs the workload through `clients` on `backends` backends until every request has ended.
+/// With more than one client, each arrival is sent by a client drawn uniformly from a stream
+/// of its own (so one client's runs face the same arrivals as before there were clients), and
+/// probe answers go back to the client that sent the probe (none to a client that restarted
+/// since). Returns the number of requests.
 pub(crate) fn run(
-    balancer: &Balancer,
+    clients: &mut Clients<'_>,
     clock: &ManualClock,
     backends: usize,
     workload: &Workload<'_>,
@@ -129,6 +160,7 @@ pub(crate) fn run(
 ) -> Result<u64, liblb_core::Error> {
     let servers = model.servers();
     let mut rng = SplitMix64::new(workload.seed);
+    let mut senders = SplitMix64::new(workload.seed ^ CLIENT_STREAM);
     let mut busy = vec![0usize; backends];
     let mut queues: Vec<VecDeque<Waiting>> = (0..backends).map(|_| VecDeque::new()).collect();
     let mut in_service = BinaryHeap::new();
@@ -138,6 +170,7 @@ pub(crate) fn run(
     let gap = |rng: &mut SplitMix64| (exp1(rng) * workload.gap_ns).round() as u64;
     let mut next_arrival = gap(&mut rng);
     let mut issued = 0u64;
+    let mut restarts = clients.restarts.iter().peekable();
     loop {
         let next_done = in_service.peek().map(|s: &InService| s.done_ns);
         let more = issued < workload.requests as u64 && next_arrival < workload.end_ns;
@@ -147,14 +180,24 @@ pub(crate) fn run(
             clock.set(Duration::from_nanos(now));
             let key = (workload.key_of)(unit(&mut rng)).min(workload.keys.len() - 1);
             let work = exp1(&mut rng);
-            // Answers that have come back by now reach the balancer before it picks.
-            meters.deliver(balancer, now)?;
+            while let Some((_, c)) = restarts.next_if(|(at, _)| *at <= now) {
+                clients.balancers[*c] = (clients.fresh)(*c)?;
+                meters.forget(*c);
+            }
+            let client = match clients.balancers.len() {
+                1 => 0,
+                n => (unit(&mut senders) * n as f64) as usize,
+            };
+            let balancer = &clients.balancers[client];
+            // Answers that have come back by now reach their clients before this one picks.
+            meters.deliver(&clients.balancers, now)?;
             let lease = balancer.acquire(Some(&workload.keys[key]))?;
-            meters.probe(balancer, now)?;
+            meters.probe(client, balancer, now)?;
             let b = lease.tag() as usize;
             let waiting = Waiting {
                 seq: issued,
                 arrived_ns: now,
+                client,
                 work,
                 lease,
                 started: meters.arrived(b, now),
@@ -184,7 +227,13 @@ pub(crate) fn run(
             let load = meters.completed(b, done.started, now, done.success);
             done.lease.finish_with_load(outcome, &load);
             total -= 1;
-            model.done(now, b, done.arrived_ns, done.success, balancer);
+            model.done(
+                now,
+                b,
+                done.arrived_ns,
+                done.success,
+                &clients.balancers[done.client],
+            );
             match queues[b].pop_front() {
                 Some(next) => begin(model, next, b, now, &mut in_service),
                 None => {

@@ -288,7 +288,13 @@ pub(crate) fn run(
             bins: Vec::new(),
         },
     };
-    events::run(&balancer, &clock, params.backends, &workload, &mut model)?;
+    events::run(
+        &mut events::Clients::one(balancer),
+        &clock,
+        params.backends,
+        &workload,
+        &mut model,
+    )?;
     Ok(model.run)
 }
 

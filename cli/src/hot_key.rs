@@ -278,7 +278,13 @@ pub(crate) fn run(
             peak: Vec::new(),
         },
     };
-    events::run(&balancer, &clock, n, &workload, &mut model)?;
+    events::run(
+        &mut events::Clients::one(balancer),
+        &clock,
+        n,
+        &workload,
+        &mut model,
+    )?;
     model.run.latencies.sort_unstable();
     Ok(model.run)
 }

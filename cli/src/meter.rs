@@ -36,9 +36,9 @@ struct Meter {
     last: Option<(f64, f64, f64)>,
 }
 
-/// A probe answer on its way back: (due at, node id, rif, latency). The delay is the same for
-/// every answer, so they fall due in the order they were sent and a FIFO holds them.
-type Answer = (u64, String, u32, Duration);
+/// A probe answer on its way back: (due at, client, node id, rif, latency). The delay is the
+/// same for every answer, so they fall due in the order they were sent and a FIFO holds them.
+type Answer = (u64, usize, String, u32, Duration);
 
 /// The meters of `backends` backends of `servers` servers each, and the probes they answered.
 pub(crate) struct Meters {
@@ -128,9 +128,14 @@ impl Meters {
         report
     }
 
-    /// Sends the probes the balancer's picks made due at `now`; their answers, computed now,
-    /// are delivered once the probe delay has passed (at once when it is 0).
-    pub(crate) fn probe(&mut self, balancer: &Balancer, now: u64) -> Result<(), liblb_core::Error> {
+    /// Sends the probes `client`'s balancer's picks made due at `now`; their answers, computed
+    /// now, are delivered to it once the probe delay has passed (at once when it is 0).
+    pub(crate) fn probe(
+        &mut self,
+        client: usize,
+        balancer: &Balancer,
+        now: u64,
+    ) -> Result<(), liblb_core::Error> {
         let due = balancer.probes_due();
         if due == 0 {
             return Ok(());
@@ -138,26 +143,36 @@ impl Meters {
         let targets = balancer.probe_targets(due)?;
         for (id, b) in targets.ids().zip(targets.tags()) {
             let answer = self.meters[b as usize].server.probe(now);
-            let at = now + self.probe_delay_ns;
-            (self.pending).push_back((at, id.to_string(), answer.rif, answer.latency));
             self.probes += 1;
+            if self.probe_delay_ns == 0 {
+                balancer.offer_probe(id, answer.rif, answer.latency)?;
+                continue;
+            }
+            let at = now + self.probe_delay_ns;
+            (self.pending).push_back((at, client, id.to_string(), answer.rif, answer.latency));
         }
-        self.deliver(balancer, now)
+        Ok(())
     }
 
-    /// Hands the balancer the probe answers due by `now` (call before each pick; the
-    /// balancer's clock must read `now`).
+    /// Drops the answers on their way to `client` (it restarted: its probes' connections are
+    /// gone).
+    pub(crate) fn forget(&mut self, client: usize) {
+        self.pending.retain(|(_, c, ..)| *c != client);
+    }
+
+    /// Hands each client (`clients[i]` is client i's balancer) the probe answers due to it by
+    /// `now` (call before each pick; the balancers' clock must read `now`).
     pub(crate) fn deliver(
         &mut self,
-        balancer: &Balancer,
+        clients: &[Balancer],
         now: u64,
     ) -> Result<(), liblb_core::Error> {
         while let Some((at, ..)) = self.pending.front() {
             if *at > now {
                 break;
             }
-            let (_, id, rif, latency) = self.pending.pop_front().expect("a front answer");
-            balancer.offer_probe(&id, rif, latency)?;
+            let (_, client, id, rif, latency) = self.pending.pop_front().expect("a front answer");
+            clients[client].offer_probe(&id, rif, latency)?;
         }
         Ok(())
     }

@@ -86,10 +86,11 @@ pub(crate) struct SimulateArgs {
     /// long-tail: the share of attempts that are slow (0 to 1).
     #[arg(long, default_value_t = 0.01)]
     slow_share: f64,
-    /// long-tail: requests arriving before this time (seconds) are not measured (the
-    /// percentile rule needs a complete 10 s bucket first).
-    #[arg(long, default_value_t = 15.0)]
-    warmup_s: f64,
+    /// long-tail, uneven: requests arriving before this time (seconds) are not measured
+    /// (default: long-tail 15, the percentile rule needs a complete 10 s bucket first; uneven
+    /// 60, the fleet warm and every backlog of its start drained).
+    #[arg(long)]
+    warmup_s: Option<f64>,
     /// Arrival rate as a share of the backends' total capacity: above 0 and below 1 (default
     /// 0.7); retry-storm: up to 3 (default 1.2, past capacity); zones: of priority 0's
     /// capacity (default 0.6).
@@ -111,7 +112,8 @@ pub(crate) struct SimulateArgs {
     fail_ms: f64,
     /// failing-node, retry-storm, overloaded-node, flaky-node, zones, uneven: length of the
     /// run, seconds of virtual time (default: failing-node 110, retry-storm 30,
-    /// overloaded-node 100, flaky-node 60, zones 60 per run, uneven 120).
+    /// overloaded-node 100, flaky-node 60, zones 60 per run, uneven 180, the warm-up
+    /// included).
     #[arg(long)]
     duration_s: Option<f64>,
     /// retry-storm: how long a client waits for an attempt, ms; then it counts as a timeout
@@ -153,11 +155,15 @@ pub(crate) struct SimulateArgs {
     /// zones: how much longer a request served outside its caller's zone takes, ms.
     #[arg(long, default_value_t = 1.0)]
     cross_zone_ms: f64,
+    /// uneven: the clients do not restart (by default each restarts once, at times spread
+    /// evenly over the measured time).
+    #[arg(long)]
+    no_restarts: bool,
     /// uneven: the fastest backend runs background work from this time (seconds of virtual
-    /// time; default 30% of --duration-s)...
+    /// time; default 30% into the measured time)...
     #[arg(long)]
     background_from_s: Option<f64>,
-    /// uneven: ...until this time (default 60% of --duration-s).
+    /// uneven: ...until this time (default 60% into the measured time).
     #[arg(long)]
     background_until_s: Option<f64>,
     /// uneven: how many times longer its service times are meanwhile (1 to 100).
@@ -166,7 +172,8 @@ pub(crate) struct SimulateArgs {
     /// uneven: how long a probe answer takes to reach the balancer, ms (0 to 60000).
     #[arg(long, default_value_t = 1.0)]
     probe_delay_ms: f64,
-    /// fleet: number of clients, 1 to 1000000 (default 10000).
+    /// fleet: number of clients, 1 to 1000000 (default 10000); uneven: clients, each with
+    /// its own balancer, 1 to 1000 (default 20).
     #[arg(long)]
     clients: Option<usize>,
     /// fleet: the subset sizes, comma-separated.
@@ -806,7 +813,7 @@ fn tail(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         slowdown: args.slowdown.unwrap_or(20.0),
         utilisation: args.utilisation.unwrap_or(0.5),
         duration_s: args.duration_s.unwrap_or(60.0),
-        warmup_s: args.warmup_s,
+        warmup_s: args.warmup_s.unwrap_or(15.0),
         seed: args.options.seed.unwrap_or(1),
     };
     params.validate().map_err(Failure::Usage)?;
@@ -862,16 +869,21 @@ fn unequal(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
             "uneven runs unkeyed algorithms on requests without keys; --keys does not apply".into(),
         ));
     }
-    let duration_s = args.duration_s.unwrap_or(120.0);
+    let duration_s = args.duration_s.unwrap_or(180.0);
+    let warmup_s = args.warmup_s.unwrap_or(60.0);
+    let into = |share: f64| warmup_s + share * (duration_s - warmup_s);
     let params = uneven::Params {
         backends: args.backends.unwrap_or(10),
         servers: args.servers.unwrap_or(1),
+        clients: args.clients.unwrap_or(20),
+        warmup_s,
+        restarts: !args.no_restarts,
         service_ms: args.service_ms,
         slowdown: args.slowdown.unwrap_or(4.0),
         utilisation: args.utilisation.unwrap_or(0.7),
         duration_s,
-        background_from_s: args.background_from_s.unwrap_or(0.3 * duration_s),
-        background_until_s: args.background_until_s.unwrap_or(0.6 * duration_s),
+        background_from_s: args.background_from_s.unwrap_or(into(0.3)),
+        background_until_s: args.background_until_s.unwrap_or(into(0.6)),
         background_slowdown: args.background_slowdown,
         probe_delay_ms: args.probe_delay_ms,
         seed: args.options.seed.unwrap_or(1),

@@ -286,7 +286,7 @@ pub(crate) fn run(
             let now = next_arrival;
             clock.set(Duration::from_nanos(now));
             let lease = balancer.acquire(None)?;
-            meters.probe(&balancer, now)?;
+            meters.probe(0, &balancer, now)?;
             let b = lease.tag() as usize;
             let waiting = Waiting {
                 seq: issued,

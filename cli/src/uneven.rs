@@ -10,24 +10,40 @@
 //! (`--service-ms`, default 10 ms). The fleet's nominal capacity is k × Σ 1/mean (625 req/s by
 //! default, in the range of slow-node's 910). The fastest backend shares its machine with
 //! background work from `--background-from-s` to `--background-until-s` (default 30% to 60%
-//! of the run): a request starting service then takes `--background-slowdown` times longer
-//! (default 3x), so its capacity falls to a third for that while, and a router that learned
-//! it was the fastest has to learn again. Requests arrive as a Poisson process at
-//! `--utilisation` (default 70%) of the *nominal* capacity for `--duration-s` (default 120 s:
-//! `client_side_wrr` ignores a node's reports for its first 10 s, gRFC A58's
-//! `blackout_period`, and a longer run keeps that start a small part of the whole). Each
-//! request is routed by the real `Balancer` through `acquire` and its lease finished with its
-//! latency and the backend's load report.
+//! into the measured time): a request starting service then takes `--background-slowdown`
+//! times longer (default 3x), so its capacity falls to a third for that while, and a router
+//! that learned it was the fastest has to learn again. Requests arrive as a Poisson process at
+//! `--utilisation` (default 70%) of the *nominal* capacity for `--duration-s` (default 180 s).
+//!
+//! **Clients.** `--clients` C clients (default 20) send the arrivals, each picked uniformly,
+//! and each has its own `Balancer`, as every pod of a service has its own gRPC channel: a
+//! client's `least_request` and `peak_ewma` see only the requests *it* has in flight, while
+//! the servers' reports and probe answers speak of every client's. That is the case
+//! server-reported load is for (a client "can only guess a backend's capacity from its own
+//! requests"); with one client, `least_request`'s counts are the servers' own queues. Each
+//! request is routed through `acquire` and its lease finished with its latency and the
+//! backend's load report.
+//!
+//! **Warm-up and restarts.** The whole fleet starts cold at time 0, every client at once;
+//! requests arriving in the first `--warmup-s` (default 60 s) are served but not measured
+//! (their p99 is the table's last column), as in long-tail. The start is not what a running
+//! service looks like: `client_side_wrr` spends its first 10 s (gRFC A58's `blackout_period`)
+//! as round robin, which hands backend-0 175% of its capacity, and at 70% the backlog takes
+//! some 35 s more to drain. Clients do restart in a running service, though, one at a time, so
+//! each client restarts once while measured (`--no-restarts` turns that off), at times spread
+//! evenly: its balancer is replaced by a new one, which knows nothing (`client_side_wrr` in
+//! its blackout, `prequal` with an empty pool, in-flight counts at zero), and probe answers on
+//! their way to the old one are dropped; requests the old one sent still finish on it.
 //!
 //! **What the servers say** (see `meter`): every answer carries the backend's ORCA report
 //! (utilisation, queries and errors per second over the last whole second: what gRFC A58's
 //! `client_side_wrr` weighs nodes by, qps / utilisation; and `ServerLoad`'s requests in flight
 //! and latency estimate), and backends answer `prequal`'s probes with the same two numbers
 //! (Wydrowski et al., "Load is not what you should balance: Introducing Prequal", NSDI '24).
-//! A probe answer is computed when the probe arrives and reaches the balancer `--probe-delay-ms`
-//! later (default 1 ms, a round trip inside a data centre): it is delivered before the first
-//! pick at or after that time, so `prequal` picks on slightly stale answers as it would for
-//! real.
+//! A probe answer is computed when the probe arrives and reaches the client that sent it
+//! `--probe-delay-ms` later (default 1 ms, a round trip inside a data centre): it is delivered
+//! before the first pick at or after that time, so `prequal` picks on slightly stale answers
+//! as it would for real.
 //!
 //! **Algorithms** (default; `-a` chooses unkeyed ones): `round_robin` (blind: every backend
 //! gets a tenth, so the slowest runs at 0.7 × 2.5 = 175% of its capacity and its queue grows
@@ -37,51 +53,75 @@
 //! pool of their answers, the hot-cold lexicographic rule).
 //!
 //! **Randomness.** One SplitMix64 seeded with `--seed` (default 1) draws every arrival's gap
-//! and work (common random numbers: every algorithm faces the same arrivals); the balancer's
-//! own draws come from a stream derived from the same seed.
+//! and work (common random numbers: every algorithm faces the same arrivals), a second one
+//! which client sends it; each balancer's own draws come from a stream derived from the same
+//! seed and the client (and a restarted client's from another).
 //!
-//! **Measured** per algorithm over every request (no warm-up dropped): latency from arrival
-//! to completion, p50/p99/p99.9 (nearest rank); each backend's utilisation, its servers' busy
-//! time while requests arrive (0 to `--duration-s`: a backend whose queue outlasts the
-//! arrivals is not credited with the idle fleet's time after them) over that time and over
-//! k; the spread of those
-//! utilisations (max − min, and their coefficient of variation: standard deviation over mean);
-//! and the probe traffic, probes answered per request.
+//! **Measured** per algorithm over the requests arriving after the warm-up: latency from
+//! arrival to completion, p50/p99/p99.9 (nearest rank); each backend's utilisation, its
+//! servers' busy time from the warm-up's end until arrivals stop (a backend whose queue
+//! outlasts the arrivals is not credited with the idle fleet's time after them) over that
+//! time and over k; the spread of those utilisations (max − min, and their coefficient of
+//! variation: standard deviation over mean); the probe traffic, probes answered per request;
+//! and the p99 of the warm-up's requests.
 //!
 //! **What it shows** (default run, seed 1; the README has the table). Issue 25 asked that
 //! `client_side_wrr` and `prequal` each show a lower p99 than `least_request` and a tighter
-//! utilisation spread than `round_robin`. Half of that holds: `prequal`'s p99 is 125 ms against
-//! `least_request`'s 208 ms, and `client_side_wrr`'s spread is 13 points against
-//! `round_robin`'s 53. The other half does not, and no reasonable setting of the scenario
-//! changed that (tried: 120 to 600 s, utilisation 0.7 to 0.9, 1 to 16 servers per backend), so
-//! the defaults stay as the issue proposed them:
+//! utilisation spread than `round_robin`. Both hold: p99 552 ms (`client_side_wrr`) and 299 ms
+//! (`prequal`) against `least_request`'s 770 ms; spread 10.5 and 30.4 points against
+//! `round_robin`'s 51.6 (its three slowest backends at 100% with growing queues). They hold at
+//! seeds 1 to 8, with 10, 50 or 100 clients, at 50% and 75% utilisation, and with answers 5 ms
+//! late. `peak_ewma` has the lowest p99 (260 ms) with
+//! no server help: its latency × in-flight product sees a slow backend through its own
+//! requests' latencies, which do not depend on how many clients there are.
 //!
-//! - `client_side_wrr`'s p99 is 4.4 s. For its first 10 s (the blackout) it routes like
-//!   `round_robin`, backend-0 gathers a backlog of about 190 requests, and once weighted by its
-//!   capacity it drains them at only (1 − 0.7) × 25 = 7.5 req/s; the run's first half-minute
-//!   puts more than 1% of the requests behind that backlog. Over 600 s its p99 is 467 ms; with
-//!   neither blackout nor background work (`-o blackout_period_ms=0 --background-slowdown 1`)
-//!   257 ms against `least_request`'s 192 ms: weights route open-loop, leaving each backend an
-//!   M/M/1 queue at 70%, while `least_request` joins the shorter of two queues.
-//! - `prequal`'s spread is 86 points: it takes the lowest-latency probe among the cold ones, so
-//!   the slowest backend almost never wins (0.3% busy). It balances latency, not load, as the
-//!   paper's title says; at 90% utilisation it needs every backend and its spread (43) comes
-//!   near `round_robin`'s (39).
+//! Where they do not hold, and why:
+//!
+//! - **The cold start** (the last column, and `--warmup-s 0`): `client_side_wrr`'s p99 is 7.0
+//!   s over the warm-up (5.1 s over a run measured from 0), from the blackout's backlog above.
+//! - **One client** (`--clients 1`): its one restart takes every request back to round robin
+//!   for 10 s, p99 3.9 s; without restarts 378 ms, still above `least_request`'s 208 ms, whose
+//!   in-flight counts are then the servers' whole queues: weights route open-loop (each backend
+//!   an M/M/1 queue at 70%) while `least_request` joins the shorter of two queues. `prequal`'s
+//!   spread is 53.2 against `round_robin`'s 52.1 (50.6 against 52.2 without restarts).
+//! - **80% utilisation**: `client_side_wrr`'s p99 is 1.6 s against `least_request`'s 968 ms.
+//!   When backend-9's capacity falls to a third the weights follow within a second or two,
+//!   but what queued there meanwhile drains at the fleet's spare capacity, a tenth of it at
+//!   that point; without the background work it holds (672 against 859 ms).
+//! - **90% utilisation**: every p99 is seconds long, since the background work takes the fleet
+//!   past its capacity (625 − 67 req/s against 562.5 asked); `client_side_wrr` (30 s) and
+//!   `prequal` (3.1 s) are above `least_request` (2.8 s), restarts and the start's backlog
+//!   (which outlasts a 60 s warm-up at 90%) weighing on the first.
+//!
+//! `prequal`'s spread held only after a fix this scenario found: `ServerLoad`'s latency
+//! estimates did not age, so a backend whose samples once had an unlucky median kept
+//! answering probes with it, lost every pick to faster-looking probes, and idled for the rest
+//! of the run (backend-0 at 0.3% busy). Samples now count for a second (`LATENCY_MAX_AGE`, see
+//! `server_load`). The horizon trades latency against spread: at 5 s prequal's p99 is 241 ms
+//! and its spread 44.9, at 10 s 230 ms and 61.9 (wider than `round_robin`'s).
 
-use crate::events::{self, Model, Workload};
+use crate::events::{self, Clients, Model, Workload};
 use crate::meter::Meters;
-use crate::slow_node::{backend_id, virtual_balancer};
+use crate::slow_node::{backend_id, balancer_seed};
 use crate::{Failure, chart};
-use liblb_core::{Algorithm, Balancer, Node, Options};
+use liblb_core::{Algorithm, Balancer, ManualClock, Node, Options};
 use std::cell::RefCell;
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The scenario's parameters (see the module docs).
 #[derive(Debug, Clone)]
 pub(crate) struct Params {
     pub backends: usize,
     pub servers: usize,
+    /// Clients, each with its own balancer.
+    pub clients: usize,
+    /// Seconds before measuring starts.
+    pub warmup_s: f64,
+    /// Whether each client restarts once while measured.
+    pub restarts: bool,
     /// The fastest backend's mean service time, ms.
     pub service_ms: f64,
     /// How many times slower the slowest backend is than the fastest.
@@ -139,6 +179,7 @@ impl Params {
     pub fn validate(&self) -> Result<(), String> {
         crate::bounded("--backends", self.backends, 2, crate::MAX_BACKENDS)?;
         crate::bounded("--servers", self.servers, 1, 1000)?;
+        crate::bounded("--clients", self.clients, 1, 1000)?;
         if !(self.service_ms.is_finite() && self.service_ms > 0.0 && self.service_ms <= 60_000.0) {
             return Err(format!(
                 "--service-ms must be above 0 and at most 60000 (a minute), got {}",
@@ -169,6 +210,13 @@ impl Params {
                 crate::num(self.duration_s)
             ));
         }
+        if !(0.0 <= self.warmup_s && self.warmup_s < self.duration_s) {
+            return Err(format!(
+                "need 0 <= --warmup-s < --duration-s (something must be measured), got {} and {}",
+                crate::num(self.warmup_s),
+                crate::num(self.duration_s)
+            ));
+        }
         if !(0.0 <= self.background_from_s
             && self.background_from_s < self.background_until_s
             && self.background_until_s <= self.duration_s)
@@ -196,6 +244,14 @@ impl Params {
         Ok(())
     }
 
+    /// When each client restarts (seconds, client), in time order: once each, spread evenly
+    /// over the measured time, if `restarts`.
+    pub fn restarts(&self) -> impl Iterator<Item = (f64, usize)> + '_ {
+        let span = self.duration_s - self.warmup_s;
+        let n = if self.restarts { self.clients } else { 0 };
+        (0..n).map(move |c| (self.warmup_s + (c as f64 + 0.5) * span / n as f64, c))
+    }
+
     /// The backends, weight 1 each, tagged with their index.
     pub fn nodes(&self) -> Vec<Node> {
         (0..self.backends)
@@ -207,8 +263,10 @@ impl Params {
 /// What one algorithm's run measured.
 pub(crate) struct Run {
     pub algorithm: Algorithm,
-    /// Every request's latency, nanoseconds, sorted.
+    /// The latency of every request that arrived while measured, nanoseconds, sorted.
     pub latencies: Vec<u64>,
+    /// The latency of every request that arrived during the warm-up, nanoseconds, sorted.
+    pub warmup: Vec<u64>,
     /// Each backend's utilisation over the run, 0 to 1.
     pub utilisation: Vec<f64>,
     /// Probes answered.
@@ -216,11 +274,9 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    /// The `q` quantile (nearest rank) in milliseconds.
+    /// The `q` quantile (nearest rank) of the measured latencies, milliseconds.
     pub fn quantile_ms(&self, q: f64) -> f64 {
-        let n = self.latencies.len();
-        let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
-        self.latencies[rank - 1] as f64 / 1e6
+        quantile_ms(&self.latencies, q)
     }
 
     /// The utilisations' (min, max).
@@ -241,19 +297,33 @@ impl Run {
         var.sqrt() / mean
     }
 
-    /// Probes answered per request.
+    /// Probes answered per request (over the whole run: the probes of the warm-up too).
     pub fn probes_per_request(&self) -> f64 {
-        self.probes as f64 / self.latencies.len().max(1) as f64
+        let requests = self.latencies.len() + self.warmup.len();
+        self.probes as f64 / requests.max(1) as f64
     }
+}
+
+/// The `q` quantile (nearest rank) of sorted nanosecond `latencies`, milliseconds (NaN if
+/// there are none).
+pub(crate) fn quantile_ms(latencies: &[u64], q: f64) -> f64 {
+    let n = latencies.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+    latencies[rank - 1] as f64 / 1e6
 }
 
 struct Uneven<'a> {
     params: &'a Params,
     /// The background work's span, nanoseconds.
     background: std::ops::Range<u64>,
+    /// When measuring starts, nanoseconds.
+    start: u64,
     /// When arrivals stop, nanoseconds.
     end: u64,
-    /// Each backend's service time inside `0..end`, nanoseconds (`serve` takes `&self`).
+    /// Each backend's service time inside `start..end`, nanoseconds (`serve` takes `&self`).
     busy: RefCell<Vec<u64>>,
     run: Run,
 }
@@ -269,14 +339,18 @@ impl Model for Uneven<'_> {
             mean *= self.params.background_slowdown;
         }
         let service = (work * mean).round() as u64;
-        self.busy.borrow_mut()[backend] += (now + service).min(self.end) - now.min(self.end);
+        let inside = |t: u64| t.clamp(self.start, self.end);
+        self.busy.borrow_mut()[backend] += inside(now + service) - inside(now);
         (service, true)
     }
 
     fn routed(&mut self, _now: u64, _backend: usize, _key: usize, _at: usize, _total: usize) {}
 
     fn done(&mut self, now: u64, _backend: usize, arrived: u64, _ok: bool, _b: &Balancer) {
-        self.run.latencies.push(now - arrived);
+        match arrived >= self.start {
+            true => self.run.latencies.push(now - arrived),
+            false => self.run.warmup.push(now - arrived),
+        }
     }
 
     fn probe_delay_ns(&self) -> u64 {
@@ -284,11 +358,20 @@ impl Model for Uneven<'_> {
     }
 
     fn ended(&mut self, meters: &Meters) {
-        let server_ns = self.end as f64 * self.params.servers as f64;
         let busy = self.busy.borrow();
-        self.run.utilisation = busy.iter().map(|ns| *ns as f64 / server_ns).collect();
+        let measured = (self.end - self.start) as f64;
+        self.run.utilisation = (busy.iter())
+            .map(|ns| *ns as f64 / (measured * self.params.servers as f64))
+            .collect();
         self.run.probes = meters.probes;
     }
+}
+
+/// Client `c`'s balancer seed in its `generation` (0 until it restarts): client 0's first is
+/// seeded as every scenario's lone balancer is, so one client replays one-client runs.
+fn client_seed(seed: u64, clients: usize, c: usize, generation: u64) -> u64 {
+    let n = c as u64 + generation * clients as u64;
+    balancer_seed(seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 /// Runs the scenario under one algorithm.
@@ -297,31 +380,54 @@ pub(crate) fn run(
     params: &Params,
     options: Options,
 ) -> Result<Run, liblb_core::Error> {
-    let (balancer, clock) = virtual_balancer(algorithm, params.nodes(), options, params.seed)?;
+    let clock = Arc::new(ManualClock::new(Duration::ZERO));
+    let client = |c: usize, generation: u64| {
+        let seed = client_seed(params.seed, params.clients, c, generation);
+        let options = Options {
+            seed: Some(seed),
+            ..options
+        };
+        Balancer::with_clock(algorithm, params.nodes(), options, clock.clone())
+    };
+    let (start, end) = (Params::ns(params.warmup_s), Params::ns(params.duration_s));
+    let mut clients = Clients {
+        balancers: (0..params.clients)
+            .map(|c| client(c, 0))
+            .collect::<Result<_, _>>()?,
+        restarts: params
+            .restarts()
+            .map(|(at, c)| (Params::ns(at), c))
+            .collect(),
+        fresh: &|c| client(c, 1),
+    };
     // Unkeyed algorithms only: one key, never read.
     let keys = [b"key-0".to_vec()];
     let workload = Workload {
         seed: params.seed,
         gap_ns: 1e9 / params.rate(),
         requests: usize::MAX,
-        end_ns: Params::ns(params.duration_s),
+        end_ns: end,
         keys: &keys,
         key_of: &|_| 0,
     };
+    let measured = params.rate() * (params.duration_s - params.warmup_s);
     let mut model = Uneven {
         params,
         background: Params::ns(params.background_from_s)..Params::ns(params.background_until_s),
-        end: Params::ns(params.duration_s),
+        start,
+        end,
         busy: RefCell::new(vec![0; params.backends]),
         run: Run {
             algorithm,
-            latencies: Vec::with_capacity((params.rate() * params.duration_s * 1.01) as usize),
+            latencies: Vec::with_capacity((measured * 1.01) as usize),
+            warmup: Vec::new(),
             utilisation: Vec::new(),
             probes: 0,
         },
     };
-    events::run(&balancer, &clock, params.backends, &workload, &mut model)?;
+    events::run(&mut clients, &clock, params.backends, &workload, &mut model)?;
     model.run.latencies.sort_unstable();
+    model.run.warmup.sort_unstable();
     Ok(model.run)
 }
 
@@ -354,14 +460,24 @@ pub(crate) fn print(
     )?;
     writeln!(
         out,
-        "backend-{busy} runs background work from {} s to {} s (its service times {}x longer); Poisson arrivals at {:.0}% of nominal capacity ({:.1} of {:.1} req/s) for {} s; ORCA reports on every answer; probe answers arrive {} ms after they are sent; seed {}",
-        params.background_from_s,
-        params.background_until_s,
-        params.background_slowdown,
+        "{} client(s), each with its own balancer, sending Poisson arrivals at {:.0}% of nominal capacity ({:.1} of {:.1} req/s) for {} s, measured after {} s of warm-up; {}",
+        params.clients,
         params.utilisation * 100.0,
         params.rate(),
         params.capacity(),
         params.duration_s,
+        params.warmup_s,
+        match params.restarts {
+            true => "each client restarts once while measured, at times spread evenly",
+            false => "no client restarts",
+        },
+    )?;
+    writeln!(
+        out,
+        "backend-{busy} runs background work from {} s to {} s (its service times {}x longer); ORCA reports on every answer; probe answers arrive {} ms after they are sent; seed {}",
+        params.background_from_s,
+        params.background_until_s,
+        params.background_slowdown,
         params.probe_delay_ms,
         params.seed
     )?;
@@ -370,7 +486,7 @@ pub(crate) fn print(
         .collect::<Result<Vec<_>, _>>()?;
     writeln!(
         out,
-        "\n{:<16} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>7} {:>6} {:>10}",
+        "\n{:<16} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>7} {:>6} {:>10} {:>13}",
         "algorithm",
         "requests",
         "p50 ms",
@@ -380,13 +496,14 @@ pub(crate) fn print(
         "util max",
         "spread",
         "cv",
-        "probes/req"
+        "probes/req",
+        "warm-up p99"
     )?;
     for r in &runs {
         let (lo, hi) = r.range();
         writeln!(
             out,
-            "{:<16} {:>9} {:>9.1} {:>9.1} {:>10.1} {:>7.1}% {:>7.1}% {:>7.1} {:>6.2} {:>10.2}",
+            "{:<16} {:>9} {:>9.1} {:>9.1} {:>10.1} {:>7.1}% {:>7.1}% {:>7.1} {:>6.2} {:>10.2} {:>13.1}",
             r.algorithm.name(),
             r.latencies.len(),
             r.quantile_ms(0.5),
@@ -396,14 +513,15 @@ pub(crate) fn print(
             hi * 100.0,
             (hi - lo) * 100.0,
             r.cv(),
-            r.probes_per_request()
+            r.probes_per_request(),
+            quantile_ms(&r.warmup, 0.99)
         )?;
     }
     writeln!(
         out,
-        "(latency: arrival to completion, nearest rank; util: a backend's busy server-time while requests arrive, over that time and its servers, min and max over the backends; spread: max - min, points; cv: the utilisations' standard deviation over their mean; probes/req: probes answered per request)"
+        "(requests, latency, util: measured, requests arriving after the warm-up; latency: arrival to completion, nearest rank; util: a backend's busy server-time from the warm-up's end until arrivals stop, over that time and its servers, min and max over the backends; spread: max - min, points; cv: the utilisations' standard deviation over their mean; probes/req: probes answered per request, the warm-up's included; warm-up p99: ms, of the requests arriving during the warm-up, as the fleet starts cold)"
     )?;
-    writeln!(out, "\nutilisation per backend over the run, %")?;
+    writeln!(out, "\nutilisation per backend while measured, %")?;
     write!(out, "{:<16}", "algorithm")?;
     for b in 0..n {
         write!(out, " {:>6}", format!("b{b}"))?;
@@ -454,6 +572,9 @@ mod tests {
         Params {
             backends: 4,
             servers: 1,
+            clients: 3,
+            warmup_s: 2.0,
+            restarts: true,
             service_ms: 10.0,
             slowdown: 4.0,
             utilisation: 0.6,
@@ -485,7 +606,7 @@ mod tests {
         for algorithm in ALGORITHMS {
             let r = run(algorithm, &p, Options::default()).unwrap();
             let expected = p.rate() * p.duration_s;
-            let n = r.latencies.len() as f64;
+            let n = (r.latencies.len() + r.warmup.len()) as f64;
             assert!(
                 (n - expected).abs() < 5.0 * expected.sqrt(),
                 "{algorithm}: {n}"
@@ -493,6 +614,46 @@ mod tests {
             assert!(r.utilisation.iter().all(|u| (0.0..=1.0).contains(u)));
             assert_eq!(r.probes > 0, algorithm == Algorithm::Prequal, "{algorithm}");
         }
+    }
+
+    /// Each client restarts once, the restarts spread evenly over the measured time; none
+    /// with `restarts` off.
+    #[test]
+    fn clients_restart_once_each_while_measured() {
+        let p = params();
+        let at: Vec<(f64, usize)> = p.restarts().collect();
+        let expected = [(2.0 + 4.0 / 3.0, 0), (2.0 + 4.0, 1), (2.0 + 20.0 / 3.0, 2)];
+        assert_eq!(at.len(), expected.len());
+        for ((t, c), (want_t, want_c)) in at.iter().zip(expected) {
+            assert!((t - want_t).abs() < 1e-9 && *c == want_c, "{at:?}");
+        }
+        let none = Params {
+            restarts: false,
+            ..p.clone()
+        };
+        assert_eq!(none.restarts().count(), 0);
+    }
+
+    /// A warm-up splits the requests, it does not drop any: the same arrivals, measured from
+    /// its end; one client with neither warm-up nor restarts routes as the one-balancer runs
+    /// of the other scenarios (its balancer seeded alike).
+    #[test]
+    fn the_warm_up_splits_the_requests() {
+        let p = params();
+        let cold = Params {
+            warmup_s: 0.0,
+            ..p.clone()
+        };
+        let (a, b) = (
+            run(Algorithm::LeastRequest, &p, Options::default()).unwrap(),
+            run(Algorithm::LeastRequest, &cold, Options::default()).unwrap(),
+        );
+        assert!(b.warmup.is_empty());
+        assert!(!a.warmup.is_empty());
+        assert_eq!(a.latencies.len() + a.warmup.len(), b.latencies.len());
+        assert_eq!(client_seed(7, 1, 0, 0), balancer_seed(7));
+        assert_ne!(client_seed(7, 3, 0, 1), client_seed(7, 3, 1, 0));
+        assert_ne!(client_seed(7, 3, 1, 0), balancer_seed(7));
     }
 
     /// A probe delay changes what prequal sees, so its run; with no delay the answers are
@@ -520,6 +681,10 @@ mod tests {
         };
         bad(&|p| p.backends = 1, "--backends");
         bad(&|p| p.servers = 0, "--servers");
+        bad(&|p| p.clients = 0, "--clients");
+        bad(&|p| p.clients = 1001, "--clients");
+        bad(&|p| p.warmup_s = 10.0, "--warmup-s");
+        bad(&|p| p.warmup_s = -1.0, "--warmup-s");
         bad(&|p| p.service_ms = f64::NAN, "--service-ms");
         bad(&|p| p.slowdown = 0.5, "--slowdown");
         bad(&|p| p.background_slowdown = 1e9, "--background-slowdown");
