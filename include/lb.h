@@ -398,7 +398,8 @@ typedef struct lb_retry_throttle lb_retry_throttle;
 /**
  * A server's own load (`liblb_core::ServerLoad`): requests in flight, request and error rates
  * over the last 10 seconds, latency by in-flight level, and the utilisations the application
- * sets. Create with `lb_server_load_new`, free with `lb_server_load_free`. Every function
+ * sets. Create with `lb_server_load_new` (or `lb_server_load_new_with` for another window or
+ * latency max age), free with `lb_server_load_free`. Every function
  * taking a `const lb_server_load *` is thread-safe and lock-free: share one between all the
  * threads that serve requests.
  */
@@ -2051,6 +2052,20 @@ const char *lb_result_name(uint32_t result);
  * Errors (nothing allocated, `*load_out` unchanged): `LB_RESULT_NULL_PARAMETER`. Thread-safe.
  */
 lb_result lb_server_load_new(struct lb_server_load **load_out);
+
+/**
+ * Creates a server load in `*load_out` as `lb_server_load_new` does, with its rates over a
+ * window of `window_ms` milliseconds (1000 to 3600000; the default is 10000) and latency
+ * samples counting for `latency_max_age_ms` (1 to 3600000; the default is 1000: longer keeps
+ * a slow server's estimate, and the traffic it loses by it, longer; shorter tries it again
+ * sooner). The caller owns the result and must free it with `lb_server_load_free`.
+ *
+ * Errors (nothing allocated, `*load_out` unchanged): `LB_RESULT_NULL_PARAMETER`,
+ * `LB_RESULT_INVALID_OPTION_VALUE` (either value out of range). Thread-safe.
+ */
+lb_result lb_server_load_new_with(uint64_t window_ms,
+                                  uint64_t latency_max_age_ms,
+                                  struct lb_server_load **load_out);
 
 /**
  * Frees a server load. Calling with NULL is fine. No other thread may be using it, and its

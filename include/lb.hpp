@@ -1313,6 +1313,18 @@ public:
         detail::check(lb_server_load_new(&raw));
         handle_.reset(raw, detail::server_load_deleter{});
     }
+    /// A server load whose rates cover `window` (1 s to 1 h; default 10 s) and whose latency
+    /// samples count for `latency_max_age` (1 ms to 1 h; default 1 s). Other values throw
+    /// LB_RESULT_INVALID_OPTION_VALUE.
+    server_load(std::chrono::milliseconds window, std::chrono::milliseconds latency_max_age) {
+        if (window.count() < 0 || latency_max_age.count() < 0)
+            throw error(LB_RESULT_INVALID_OPTION_VALUE);
+        lb_server_load *raw = nullptr;
+        detail::check(lb_server_load_new_with(static_cast<uint64_t>(window.count()),
+                                              static_cast<uint64_t>(latency_max_age.count()),
+                                              &raw));
+        handle_.reset(raw, detail::server_load_deleter{});
+    }
     server_load(server_load &&) noexcept = default;
     server_load &operator=(server_load &&) noexcept = default;
     server_load(const server_load &) = delete;

@@ -643,8 +643,17 @@ export declare class RetryThrottle {
  * probes (`probe()`) and writes ORCA `endpoint-load-metrics` headers (`header()`).
  */
 export declare class ServerLoad {
-  /** A server load whose rate window starts now. */
-  constructor()
+  /**
+   * `new ServerLoad({ windowMs?, latencyMaxAgeMs? })`: a server load whose rate window
+   * starts now. `windowMs`: the rates' window (1000 to 3600000, default 10000);
+   * `latencyMaxAgeMs`: how long a latency sample counts (1 to 3600000, default 1000). Other
+   * values throw the core's `LB_INVALID_OPTION_VALUE`.
+   */
+  constructor(options?: { windowMs?: number | null; latencyMaxAgeMs?: number | null } | null)
+  /** The rates' window, in milliseconds. */
+  get windowMs(): number
+  /** How long a latency sample counts, in milliseconds. */
+  get latencyMaxAgeMs(): number
   /**
    * A request arrives: in flight + 1. The request remembers when, and how many were in
    * flight already.

@@ -47,6 +47,10 @@ pub(crate) trait Model {
     fn probe_delay_ns(&self) -> u64 {
         0
     }
+    /// How long the backends' latency samples count (see `ServerLoad`).
+    fn latency_max_age(&self) -> Duration {
+        liblb_core::ServerLoad::DEFAULT_LATENCY_MAX_AGE
+    }
     /// Every request has ended: the backends' meters as they stand.
     fn ended(&mut self, meters: &Meters) {
         let _ = meters;
@@ -165,7 +169,8 @@ pub(crate) fn run(
     let mut queues: Vec<VecDeque<Waiting>> = (0..backends).map(|_| VecDeque::new()).collect();
     let mut in_service = BinaryHeap::new();
     let mut total = 0usize;
-    let mut meters = Meters::new(backends, servers).with_probe_delay(model.probe_delay_ns());
+    let mut meters = (Meters::new(backends, servers).with_probe_delay(model.probe_delay_ns()))
+        .with_latency_max_age(model.latency_max_age())?;
 
     let gap = |rng: &mut SplitMix64| (exp1(rng) * workload.gap_ns).round() as u64;
     let mut next_arrival = gap(&mut rng);

@@ -73,6 +73,17 @@ impl Meters {
         }
     }
 
+    /// The same meters with latency samples counting for `max_age` (see `ServerLoad`).
+    pub(crate) fn with_latency_max_age(
+        mut self,
+        max_age: Duration,
+    ) -> Result<Meters, liblb_core::Error> {
+        for m in &mut self.meters {
+            m.server = ServerLoad::new(0).with_latency_max_age(max_age)?;
+        }
+        Ok(self)
+    }
+
     /// The same meters with probe answers delivered `delay_ns` after they are computed.
     pub(crate) fn with_probe_delay(self, delay_ns: u64) -> Meters {
         Meters {

@@ -172,6 +172,10 @@ pub(crate) struct SimulateArgs {
     /// uneven: how long a probe answer takes to reach the balancer, ms (0 to 60000).
     #[arg(long, default_value_t = 1.0)]
     probe_delay_ms: f64,
+    /// uneven: how long a backend's latency samples count toward the estimate its probe
+    /// answers carry, ms (1 to 3600000; `ServerLoad`'s default 1000).
+    #[arg(long, default_value_t = 1000)]
+    latency_max_age_ms: u64,
     /// fleet: number of clients, 1 to 1000000 (default 10000); uneven: clients, each with
     /// its own balancer, 1 to 1000 (default 20).
     #[arg(long)]
@@ -886,6 +890,7 @@ fn unequal(args: SimulateArgs, out: &mut impl Write) -> Result<(), Failure> {
         background_until_s: args.background_until_s.unwrap_or(into(0.6)),
         background_slowdown: args.background_slowdown,
         probe_delay_ms: args.probe_delay_ms,
+        latency_max_age_ms: args.latency_max_age_ms,
         seed: args.options.seed.unwrap_or(1),
     };
     params.validate().map_err(Failure::Usage)?;

@@ -96,9 +96,10 @@
 //! `prequal`'s spread held only after a fix this scenario found: `ServerLoad`'s latency
 //! estimates did not age, so a backend whose samples once had an unlucky median kept
 //! answering probes with it, lost every pick to faster-looking probes, and idled for the rest
-//! of the run (backend-0 at 0.3% busy). Samples now count for a second (`LATENCY_MAX_AGE`, see
-//! `server_load`). The horizon trades latency against spread: at 5 s prequal's p99 is 241 ms
-//! and its spread 44.9, at 10 s 230 ms and 61.9 (wider than `round_robin`'s).
+//! of the run (backend-0 at 0.3% busy). Samples now count for a second (`ServerLoad`'s
+//! default latency max age; `--latency-max-age-ms` sets another). The horizon trades latency
+//! against spread: at 5 s prequal's p99 is 241 ms and its spread 44.9, at 10 s 230 ms and 61.9
+//! (wider than `round_robin`'s).
 
 use crate::events::{self, Clients, Model, Workload};
 use crate::meter::Meters;
@@ -132,6 +133,8 @@ pub(crate) struct Params {
     pub background_until_s: f64,
     pub background_slowdown: f64,
     pub probe_delay_ms: f64,
+    /// How long the backends' latency samples count, ms.
+    pub latency_max_age_ms: u64,
     pub seed: u64,
 }
 
@@ -233,6 +236,10 @@ impl Params {
                 "--probe-delay-ms must be from 0 to 60000 (a minute), got {}",
                 crate::num(self.probe_delay_ms)
             ));
+        }
+        let age = Duration::from_millis(self.latency_max_age_ms);
+        if let Err(e) = liblb_core::ServerLoad::new(0).with_latency_max_age(age) {
+            return Err(format!("--latency-max-age-ms: {e}"));
         }
         let requests = self.rate() * self.duration_s;
         if requests > MAX_REQUESTS {
@@ -357,6 +364,10 @@ impl Model for Uneven<'_> {
         (self.params.probe_delay_ms * 1e6).round() as u64
     }
 
+    fn latency_max_age(&self) -> Duration {
+        Duration::from_millis(self.params.latency_max_age_ms)
+    }
+
     fn ended(&mut self, meters: &Meters) {
         let busy = self.busy.borrow();
         let measured = (self.end - self.start) as f64;
@@ -474,11 +485,12 @@ pub(crate) fn print(
     )?;
     writeln!(
         out,
-        "backend-{busy} runs background work from {} s to {} s (its service times {}x longer); ORCA reports on every answer; probe answers arrive {} ms after they are sent; seed {}",
+        "backend-{busy} runs background work from {} s to {} s (its service times {}x longer); ORCA reports on every answer; probe answers arrive {} ms after they are sent; latency samples count for {} ms; seed {}",
         params.background_from_s,
         params.background_until_s,
         params.background_slowdown,
         params.probe_delay_ms,
+        params.latency_max_age_ms,
         params.seed
     )?;
     let runs = (algorithms.iter())
@@ -583,6 +595,7 @@ mod tests {
             background_until_s: 6.0,
             background_slowdown: 3.0,
             probe_delay_ms: 1.0,
+            latency_max_age_ms: 1000,
             seed: 3,
         }
     }
@@ -692,6 +705,7 @@ mod tests {
         bad(&|p| p.duration_s = 1e9, "--duration-s");
         bad(&|p| p.background_until_s = 11.0, "--background-until-s");
         bad(&|p| p.probe_delay_ms = -1.0, "--probe-delay-ms");
+        bad(&|p| p.latency_max_age_ms = 0, "--latency-max-age-ms");
         bad(&|p| p.duration_s = 86_400.0, "requests");
         assert!(params().validate().is_ok());
     }

@@ -81,7 +81,7 @@ pub use orca::{
 };
 pub use rng::{SplitMix64, bounded};
 pub use route::Routing;
-pub use server_load::{LATENCY_MAX_AGE, LATENCY_METRIC, Probe, RIF_METRIC, ServerLoad, Started};
+pub use server_load::{LATENCY_METRIC, Probe, RIF_METRIC, ServerLoad, Started};
 pub use state::State;
 pub use subset::{SubsetAlgorithm, SubsetSpec};
 pub use table::Table;

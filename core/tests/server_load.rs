@@ -2,9 +2,7 @@
 //! with a manual clock, latency by in-flight level and its fallbacks, the ORCA report and its
 //! header round trip through `parse_orca`, utilisation validation, and a concurrency smoke test.
 
-use liblb_core::{
-    Error, HeaderForm, LATENCY_MAX_AGE, LATENCY_METRIC, Probe, RIF_METRIC, ServerLoad, parse_orca,
-};
+use liblb_core::{Error, HeaderForm, LATENCY_METRIC, Probe, RIF_METRIC, ServerLoad, parse_orca};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -172,14 +170,15 @@ fn a_level_reports_the_median_of_its_recent_successes() {
     assert_eq!(load.latency_at(8, now), ms(40)); // 8 from each: the higher
 }
 
-/// Samples count for `LATENCY_MAX_AGE` (1 s): a level whose samples are older is passed over
+/// Samples count for `DEFAULT_LATENCY_MAX_AGE` (1 s): a level whose samples are older is passed over
 /// for the nearest level with recent ones, and a server with none at all answers zero, as
 /// before its first request, so a server that drew an unlucky estimate and lost its traffic
 /// is tried again instead of starving.
 #[test]
 fn latencies_older_than_a_second_no_longer_count() {
-    assert_eq!(LATENCY_MAX_AGE, Duration::from_secs(1));
+    assert_eq!(ServerLoad::DEFAULT_LATENCY_MAX_AGE, Duration::from_secs(1));
     let load = ServerLoad::new(0);
+    assert_eq!(load.latency_max_age(), Duration::from_secs(1));
     let r = load.start(0);
     load.finish(r, 50 * MS, true); // level 0: 50 ms, filed at 50 ms
     assert_eq!(
@@ -210,6 +209,46 @@ fn latencies_older_than_a_second_no_longer_count() {
     assert_eq!(load.latency_at(0, 4 * S + 30 * MS), ms(20));
     // A sample stamped a little after `now` (another thread read the clock later) counts.
     assert_eq!(load.latency_at(5, 4 * S), ms(20));
+}
+
+/// `with_latency_max_age` sets how long samples count (1 ms to 1 h, to the millisecond), and
+/// refuses other ages naming `latency_max_age_ms`, as `with_window` names `window_ms`.
+#[test]
+fn the_latency_max_age_can_be_set() {
+    let load = ServerLoad::with_window(Duration::from_secs(60), 0)
+        .unwrap()
+        .with_latency_max_age(Duration::from_millis(250))
+        .unwrap();
+    assert_eq!(load.latency_max_age(), ms(250));
+    assert_eq!(load.window(), Duration::from_secs(60));
+    assert_eq!(ServerLoad::new(0).window(), ServerLoad::DEFAULT_WINDOW);
+    let r = load.start(0);
+    load.finish(r, 10 * MS, true);
+    assert_eq!(load.latency_at(0, 260 * MS), ms(10));
+    assert_eq!(load.latency_at(0, 261 * MS), Duration::ZERO);
+    let hour = Duration::from_secs(3600);
+    let long = ServerLoad::new(0).with_latency_max_age(hour).unwrap();
+    let r = long.start(0);
+    long.finish(r, 10 * MS, true);
+    assert_eq!(long.latency_at(0, 10 * MS + 3600 * S), ms(10));
+    for bad in [Duration::ZERO, Duration::from_micros(999), hour + ms(1)] {
+        let err = ServerLoad::new(0).with_latency_max_age(bad).unwrap_err();
+        assert_eq!(err.code(), "LB_INVALID_OPTION_VALUE", "{bad:?}");
+        assert!(err.to_string().contains("latency_max_age_ms"), "{err}");
+    }
+    let err = ServerLoad::new(0).with_latency_max_age(Duration::from_micros(500));
+    assert!(err.unwrap_err().to_string().contains("0.5"));
+    // Kept to the nearest millisecond (a float number of seconds rarely makes whole ones).
+    let age = |us| {
+        let load = ServerLoad::new(0);
+        load.with_latency_max_age(Duration::from_micros(us))
+            .unwrap()
+            .latency_max_age()
+    };
+    assert_eq!(
+        (age(1499), age(1500), age(299_999)),
+        (ms(1), ms(2), ms(300))
+    );
 }
 
 #[test]

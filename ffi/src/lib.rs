@@ -92,9 +92,9 @@ pub use result::{lb_result, lb_result_name, lb_result_str};
 pub use server_load::{
     LB_HEADER_BIN, LB_HEADER_TEXT, lb_server_load, lb_server_load_cancel, lb_server_load_finish,
     lb_server_load_free, lb_server_load_header, lb_server_load_in_flight, lb_server_load_new,
-    lb_server_load_probe, lb_server_load_report, lb_server_load_set_application_utilization,
-    lb_server_load_set_cpu_utilization, lb_server_load_set_mem_utilization, lb_server_load_start,
-    lb_server_request,
+    lb_server_load_new_with, lb_server_load_probe, lb_server_load_report,
+    lb_server_load_set_application_utilization, lb_server_load_set_cpu_utilization,
+    lb_server_load_set_mem_utilization, lb_server_load_start, lb_server_request,
 };
 pub use subset::lb_balancer_subset;
 

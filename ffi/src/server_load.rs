@@ -19,11 +19,13 @@ use crate::ptr::{
     Castable, free_handle, opt_out, read_into, to_handle, try_out, try_out_slice, try_ref,
 };
 use core::ffi::c_char;
+use core::time::Duration;
 use liblb_core::{HeaderForm, MonotonicClock, ServerLoad, Started};
 
 /// A server's own load (`liblb_core::ServerLoad`): requests in flight, request and error rates
 /// over the last 10 seconds, latency by in-flight level, and the utilisations the application
-/// sets. Create with `lb_server_load_new`, free with `lb_server_load_free`. Every function
+/// sets. Create with `lb_server_load_new` (or `lb_server_load_new_with` for another window or
+/// latency max age), free with `lb_server_load_free`. Every function
 /// taking a `const lb_server_load *` is thread-safe and lock-free: share one between all the
 /// threads that serve requests.
 pub struct lb_server_load {
@@ -74,6 +76,31 @@ pub extern "C" fn lb_server_load_new(load_out: *mut *mut lb_server_load) -> lb_r
         // SAFETY: lb.h requires `load_out` NULL or valid for one write.
         let out = unsafe { try_out(load_out) }?;
         out.write(to_handle(ServerLoad::new(MonotonicClock::now())));
+        Ok(())
+    }
+}
+
+/// Creates a server load in `*load_out` as `lb_server_load_new` does, with its rates over a
+/// window of `window_ms` milliseconds (1000 to 3600000; the default is 10000) and latency
+/// samples counting for `latency_max_age_ms` (1 to 3600000; the default is 1000: longer keeps
+/// a slow server's estimate, and the traffic it loses by it, longer; shorter tries it again
+/// sooner). The caller owns the result and must free it with `lb_server_load_free`.
+///
+/// Errors (nothing allocated, `*load_out` unchanged): `LB_RESULT_NULL_PARAMETER`,
+/// `LB_RESULT_INVALID_OPTION_VALUE` (either value out of range). Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn lb_server_load_new_with(
+    window_ms: u64,
+    latency_max_age_ms: u64,
+    load_out: *mut *mut lb_server_load,
+) -> lb_result {
+    ffi_panic_boundary! {
+        // SAFETY: lb.h requires `load_out` NULL or valid for one write.
+        let out = unsafe { try_out(load_out) }?;
+        let window = Duration::from_millis(window_ms);
+        let load = ServerLoad::with_window(window, MonotonicClock::now())?
+            .with_latency_max_age(Duration::from_millis(latency_max_age_ms))?;
+        out.write(to_handle(load));
         Ok(())
     }
 }
@@ -315,6 +342,30 @@ mod tests {
 
     /// Every export through raw pointers as C calls them (also under Miri): outputs written
     /// only on success, NULLs refused, a request ended once.
+    /// `lb_server_load_new_with` checks both values and writes nothing on an error.
+    #[test]
+    fn a_server_load_with_its_window_and_latency_max_age() {
+        let mut load = null_mut();
+        let new_with = lb_server_load_new_with;
+        assert_eq!(new_with(10_000, 1000, null_mut()), lb_result::NullParameter);
+        for (window, age) in [
+            (999, 1000),
+            (3_600_001, 1000),
+            (10_000, 0),
+            (10_000, 3_600_001),
+        ] {
+            let r = new_with(window, age, &mut load);
+            assert_eq!(r, lb_result::InvalidOptionValue, "{window} {age}");
+            assert!(load.is_null(), "untouched on error");
+        }
+        assert_eq!(new_with(60_000, 250, &mut load), lb_result::Ok);
+        // SAFETY: a live handle just made.
+        let core = unsafe { &*load.cast::<ServerLoad>() };
+        assert_eq!(core.window(), Duration::from_secs(60));
+        assert_eq!(core.latency_max_age(), Duration::from_millis(250));
+        lb_server_load_free(load);
+    }
+
     #[test]
     fn a_server_load_through_its_handle() {
         assert_eq!(lb_server_load_new(null_mut()), lb_result::NullParameter);

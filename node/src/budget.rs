@@ -75,7 +75,7 @@ pub(crate) fn field<'e>(object: &Option<Object<'e>>, name: &str) -> Result<Optio
 }
 
 /// A whole number of milliseconds up to 2^53 - 1 (`ttlMs`, `windowMs`), or `default`.
-fn ms_field(
+pub(crate) fn ms_field(
     env: &Env,
     object: &Option<Object<'_>>,
     name: &str,

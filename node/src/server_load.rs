@@ -10,7 +10,7 @@
 //! unfinished is cancelled, as a `Lease` is. Like a `Balancer`, a `ServerLoad` object belongs
 //! to the JavaScript thread that made it (each worker makes its own).
 
-use crate::budget::number;
+use crate::budget::{ms_field, number, options as options_object};
 use crate::error::{Code, Error, OrThrow, Result, type_error};
 use crate::js::{describe, present, string};
 use crate::orca::Report;
@@ -86,13 +86,37 @@ impl ServerLoad {
 
 #[napi]
 impl ServerLoad {
-    /// A server load whose rate window starts now.
-    #[allow(clippy::new_without_default)] // the JavaScript constructor; no Rust caller
-    #[napi(constructor, catch_unwind)]
-    pub fn new() -> Self {
-        ServerLoad {
-            inner: Arc::new(Core::new(MonotonicClock::now())),
-        }
+    /// `new ServerLoad({ windowMs?, latencyMaxAgeMs? })`: a server load whose rate window
+    /// starts now. `windowMs`: the rates' window (1000 to 3600000, default 10000);
+    /// `latencyMaxAgeMs`: how long a latency sample counts (1 to 3600000, default 1000). Other
+    /// values throw the core's `LB_INVALID_OPTION_VALUE`.
+    #[napi(
+        constructor,
+        catch_unwind,
+        ts_args_type = "options?: { windowMs?: number | null; latencyMaxAgeMs?: number | null } | null"
+    )]
+    pub fn new(env: Env, options: Option<Unknown>) -> Result<Self> {
+        let o = options_object(&env, options, "options")?;
+        let window = ms_field(&env, &o, "windowMs", Core::DEFAULT_WINDOW)?;
+        let max_age = ms_field(&env, &o, "latencyMaxAgeMs", Core::DEFAULT_LATENCY_MAX_AGE)?;
+        let inner = Core::with_window(window, MonotonicClock::now())
+            .and_then(|load| load.with_latency_max_age(max_age))
+            .or_throw()?;
+        Ok(ServerLoad {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The rates' window, in milliseconds.
+    #[napi(getter, js_name = "windowMs", catch_unwind)]
+    pub fn window_ms(&self) -> f64 {
+        self.inner.window().as_secs_f64() * 1e3
+    }
+
+    /// How long a latency sample counts, in milliseconds.
+    #[napi(getter, js_name = "latencyMaxAgeMs", catch_unwind)]
+    pub fn latency_max_age_ms(&self) -> f64 {
+        self.inner.latency_max_age().as_secs_f64() * 1e3
     }
 
     /// A request arrives: in flight + 1. The request remembers when, and how many were in

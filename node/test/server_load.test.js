@@ -39,6 +39,28 @@ it('start, finish, cancel and probe count requests', async () => {
   assert.equal(report.namedMetrics.rif, 0)
 })
 
+it('the window and latency max age are set and checked', async () => {
+  const fresh = new ServerLoad()
+  assert.deepEqual([fresh.windowMs, fresh.latencyMaxAgeMs], [10000, 1000])
+  const load = new ServerLoad({ windowMs: 60000, latencyMaxAgeMs: 1 })
+  assert.deepEqual([load.windowMs, load.latencyMaxAgeMs], [60000, 1])
+  load.finish(load.start())
+  await sleep(5)
+  assert.deepEqual(load.probe(), { rif: 0, latencyMs: 0 }, 'a 1 ms max age forgot the sample')
+  assert.deepEqual(new ServerLoad(null).windowMs, 10000)
+  for (const [options, name] of [
+    [{ windowMs: 999 }, 'window_ms'],
+    [{ windowMs: 3600001 }, 'window_ms'],
+    [{ latencyMaxAgeMs: 0 }, 'latency_max_age_ms'],
+    [{ latencyMaxAgeMs: 3600001 }, 'latency_max_age_ms'],
+  ]) {
+    assert.throws(() => new ServerLoad(options), (e) => e.code === 'LB_INVALID_OPTION_VALUE' && e.message.includes(name), JSON.stringify(options))
+  }
+  assert.throws(() => new ServerLoad({ latencyMaxAgeMs: 1.5 }), RangeError)
+  assert.throws(() => new ServerLoad({ windowMs: '10s' }), TypeError)
+  assert.throws(() => new ServerLoad(5), TypeError)
+})
+
 it('a request ends once', () => {
   const load = new ServerLoad()
   const r = load.start()

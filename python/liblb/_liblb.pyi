@@ -399,7 +399,21 @@ class ServerLoad:
     answers Prequal probes (``probe``) and writes ORCA ``endpoint-load-metrics`` headers
     (``header``). Thread-safe; share one between every thread that serves requests."""
 
-    def __new__(cls) -> ServerLoad: ...
+    def __new__(
+        cls,
+        *,
+        window: float | datetime.timedelta | None = None,
+        latency_max_age: float | datetime.timedelta | None = None,
+    ) -> ServerLoad:
+        """``window``: the rates' window (seconds, 1 to 3600; default 10); ``latency_max_age``:
+        how long a latency sample counts (0.001 to 3600; default 1). Another value raises
+        ``InvalidOptionValueError``."""
+    @property
+    def window(self) -> float:
+        """The rates' window, in seconds."""
+    @property
+    def latency_max_age(self) -> float:
+        """How long a latency sample counts, in seconds."""
     def start(self) -> ServerRequest:
         """A request arrives: in flight + 1. ``with load.start():`` finishes it at the end."""
     def finish(self, request: ServerRequest, *, ok: bool = True) -> float:

@@ -41,7 +41,7 @@ fn now_ns(now: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
 /// A span (`ttl`, `window`): seconds as a float or int, or a `datetime.timedelta`. A value the
 /// core cannot take (negative, NaN, infinite) is the core's `InvalidOptionValue` for `option`
 /// (its name in milliseconds, as the core checks the range).
-fn span(
+pub(crate) fn span(
     option: &'static str,
     value: &Bound<'_, PyAny>,
     expected: &'static str,

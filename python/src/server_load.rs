@@ -8,6 +8,7 @@
 //! `LeaseFinishedError` (the binding's "already ended" error, code `LB_LEASE_FINISHED`), and one
 //! collected unfinished is cancelled, as a `Lease` is.
 
+use crate::budget::span;
 use crate::error::{self, OrRaise};
 use crate::orca::PyLoadReport;
 use liblb_core::{HeaderForm, MonotonicClock, ServerLoad, Started};
@@ -70,12 +71,41 @@ impl Drop for PyServerRequest {
 
 #[pymethods]
 impl PyServerLoad {
-    /// A server load whose rate window starts now.
+    /// A server load whose rate window starts now. `window`: the rates' window (float seconds
+    /// or a timedelta, 1 s to 1 h; default 10 s); `latency_max_age`: how long a latency sample
+    /// counts (1 ms to 1 h; default 1 s). Another value raises `InvalidOptionValueError`.
     #[new]
-    fn new() -> Self {
-        PyServerLoad {
-            inner: Arc::new(ServerLoad::new(MonotonicClock::now())),
-        }
+    #[pyo3(signature = (*, window=None, latency_max_age=None))]
+    fn new(
+        window: Option<&Bound<'_, PyAny>>,
+        latency_max_age: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let window = match window {
+            Some(w) => span("window_ms", w, "1000 to 3600000 (milliseconds)")?,
+            None => ServerLoad::DEFAULT_WINDOW,
+        };
+        let latency_max_age = match latency_max_age {
+            Some(a) => span("latency_max_age_ms", a, "1 to 3600000 (milliseconds)")?,
+            None => ServerLoad::DEFAULT_LATENCY_MAX_AGE,
+        };
+        let inner = ServerLoad::with_window(window, MonotonicClock::now())
+            .and_then(|load| load.with_latency_max_age(latency_max_age))
+            .or_raise()?;
+        Ok(PyServerLoad {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The rates' window, in seconds.
+    #[getter]
+    fn window(&self) -> f64 {
+        self.inner.window().as_secs_f64()
+    }
+
+    /// How long a latency sample counts, in seconds.
+    #[getter]
+    fn latency_max_age(&self) -> f64 {
+        self.inner.latency_max_age().as_secs_f64()
     }
 
     /// A request arrives: in flight + 1. The request remembers when, and how many were in

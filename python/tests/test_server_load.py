@@ -7,8 +7,10 @@ header reads back through ``parse_orca`` to the same report."""
 
 from __future__ import annotations
 
+import datetime
 import gc
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -37,6 +39,32 @@ def test_start_finish_cancel_and_probe_count_requests() -> None:
     assert report.named_metrics == {"latency_ms": pytest.approx(latency * 1e3), "rif": 0.0}
     assert repr(load) == "<liblb.ServerLoad in_flight=0>"
     assert repr(c) == "<liblb.ServerRequest rif=2 ended>"
+
+
+def test_window_and_latency_max_age_are_set_and_checked() -> None:
+    default = liblb.ServerLoad()
+    assert (default.window, default.latency_max_age) == (10.0, 1.0)
+    load = liblb.ServerLoad(window=datetime.timedelta(minutes=1), latency_max_age=0.001)
+    assert (load.window, load.latency_max_age) == (60.0, 0.001)
+    with load.start():
+        pass
+    time.sleep(0.005)
+    assert load.probe() == (0, 0.0), "a 1 ms max age forgot the sample"
+    bad: list[tuple[Callable[[], object], str]] = [
+        (lambda: liblb.ServerLoad(window=0.5), "window_ms"),
+        (lambda: liblb.ServerLoad(window=3601), "window_ms"),
+        (lambda: liblb.ServerLoad(latency_max_age=0.0), "latency_max_age_ms"),
+        (lambda: liblb.ServerLoad(latency_max_age=-1.0), "latency_max_age_ms"),
+        (lambda: liblb.ServerLoad(latency_max_age=float("nan")), "latency_max_age_ms"),
+    ]
+    for make, option in bad:
+        with pytest.raises(liblb.InvalidOptionValueError, match=option) as info:
+            make()
+        assert info.value.code == "LB_INVALID_OPTION_VALUE"
+    with pytest.raises(TypeError, match="latency_max_age"):
+        liblb.ServerLoad(latency_max_age="1s")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        liblb.ServerLoad(1.0)  # type: ignore[call-arg]  # keywords only
 
 
 def test_a_request_ends_once() -> None:

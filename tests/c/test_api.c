@@ -1930,6 +1930,25 @@ static void test_server_load(void) {
     CHECK_RESULT(lb_server_load_report(load, NULL), LB_RESULT_NULL_PARAMETER);
     lb_server_load_free(load);
     lb_server_load_free(NULL);
+
+    /* Another window and latency max age: a 1 ms max age forgets a sample 5 ms old; values out
+     * of range are refused, nothing allocated. */
+    load = NULL;
+    CHECK_RESULT(lb_server_load_new_with(10000, 1000, NULL), LB_RESULT_NULL_PARAMETER);
+    CHECK_RESULT(lb_server_load_new_with(999, 1000, &load), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_server_load_new_with(10000, 0, &load), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK_RESULT(lb_server_load_new_with(10000, 3600001, &load), LB_RESULT_INVALID_OPTION_VALUE);
+    CHECK(load == NULL);
+    CHECK_OK(lb_server_load_new_with(60000, 1, &load));
+    lb_server_request d;
+    CHECK_OK(lb_server_load_start(load, &d));
+    CHECK_OK(lb_server_load_finish(load, &d, true, NULL));
+    struct timespec five = {0, 5000000L}; /* 5 ms */
+    while (nanosleep(&five, &five) != 0) {
+    }
+    CHECK_OK(lb_server_load_probe(load, &rif, &latency));
+    CHECK(rif == 0 && latency == 0);
+    lb_server_load_free(load);
 }
 
 int main(void) {

@@ -633,6 +633,18 @@ static void test_server_load() {
     client.report_load("x", load.report());
     EXPECT_ERROR(LB_RESULT_UNKNOWN_NODE, client.report_load("y", load.report()));
 
+    // Another window and latency max age; out of range throws.
+    {
+        lb::server_load brief(milliseconds(60000), milliseconds(1));
+        lb::server_request d = brief.start();
+        brief.finish(d);
+        std::this_thread::sleep_for(milliseconds(5));
+        CHECK(brief.probe().latency.count() == 0);  // a 1 ms max age forgot it
+        EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::server_load(milliseconds(999), milliseconds(1000)));
+        EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::server_load(milliseconds(10000), milliseconds(0)));
+        EXPECT_ERROR(LB_RESULT_INVALID_OPTION_VALUE, lb::server_load(milliseconds(-1), milliseconds(1)));
+    }
+
     lb::server_load moved = std::move(load);
     CHECK(moved.get() && !load.get() && moved.in_flight() == 0);
     EXPECT_ERROR(LB_RESULT_NULL_PARAMETER, load.start());
