@@ -452,9 +452,13 @@ mod tests {
             ),
             (0.5, 0.0, 0.0)
         );
-        assert_eq!(
-            values.rps_fractional, 1.0,
-            "one completion in the first slot"
+        // One completion over the time since the load was made, at least one slot (1 s): 1.0
+        // if the report comes within a second, less on a machine slow enough (Miri on a busy
+        // one) to take longer.
+        assert!(
+            values.rps_fractional > 0.0 && values.rps_fractional <= 1.0,
+            "one completion: {}",
+            values.rps_fractional
         );
         lb_load_report_free(report);
 
