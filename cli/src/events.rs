@@ -41,7 +41,7 @@ pub(crate) trait Model {
     /// there (waiting or in service, this one included), `total` in the whole system.
     fn routed(&mut self, now: u64, backend: usize, key: usize, at_backend: usize, total: usize);
     /// A request routed to `backend` at `arrived` ended at `now` (its lease already finished);
-    /// `balancer` is the client's that sent it.
+    /// `balancer` is that of the client that sent it (its new one if it restarted since).
     fn done(&mut self, now: u64, backend: usize, arrived: u64, success: bool, balancer: &Balancer);
     /// How long a probe answer takes to reach the balancer, nanoseconds (see `meter`).
     fn probe_delay_ns(&self) -> u64 {

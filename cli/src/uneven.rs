@@ -274,7 +274,7 @@ pub(crate) struct Run {
     pub latencies: Vec<u64>,
     /// The latency of every request that arrived during the warm-up, nanoseconds, sorted.
     pub warmup: Vec<u64>,
-    /// Each backend's utilisation over the run, 0 to 1.
+    /// Each backend's utilisation while measured, 0 to 1.
     pub utilisation: Vec<f64>,
     /// Probes answered.
     pub probes: u64,
@@ -515,7 +515,7 @@ pub(crate) fn print(
         let (lo, hi) = r.range();
         writeln!(
             out,
-            "{:<16} {:>9} {:>9.1} {:>9.1} {:>10.1} {:>7.1}% {:>7.1}% {:>7.1} {:>6.2} {:>10.2} {:>13.1}",
+            "{:<16} {:>9} {:>9.1} {:>9.1} {:>10.1} {:>7.1}% {:>7.1}% {:>7.1} {:>6.2} {:>10.2} {:>13}",
             r.algorithm.name(),
             r.latencies.len(),
             r.quantile_ms(0.5),
@@ -526,7 +526,10 @@ pub(crate) fn print(
             (hi - lo) * 100.0,
             r.cv(),
             r.probes_per_request(),
-            quantile_ms(&r.warmup, 0.99)
+            match r.warmup.is_empty() {
+                true => "-".to_string(),
+                false => format!("{:.1}", quantile_ms(&r.warmup, 0.99)),
+            }
         )?;
     }
     writeln!(
@@ -552,13 +555,15 @@ pub(crate) fn print(
     }
     if let Some(path) = svg {
         let title = format!(
-            "uneven: {n} backends, speeds 1x to {}x, weight 1; backend-{busy} {}x slower {} s to {} s; {:.0}% of nominal capacity for {} s; seed {}",
+            "uneven: {n} backends, speeds 1x to {}x, weight 1; backend-{busy} {}x slower {} s to {} s; {} clients, {:.0}% of nominal capacity for {} s, measured from {} s; seed {}",
             params.slowdown,
             params.background_slowdown,
             params.background_from_s,
             params.background_until_s,
+            params.clients,
             params.utilisation * 100.0,
             params.duration_s,
+            params.warmup_s,
             params.seed
         );
         let latencies: Vec<(&str, &[u64])> = (runs.iter())
