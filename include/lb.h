@@ -2119,8 +2119,9 @@ lb_result lb_server_load_in_flight(const struct lb_server_load *load,
 /**
  * The answer to a Prequal probe now: `*rif_out` the requests in flight, `*latency_ns_out` the
  * latency expected for a request arriving at that level (the median of the last 8 successes
- * that found about as many in flight, of those within the last second, else of the nearest
- * level with some; 0 when no request has succeeded in the last second).
+ * that found about as many in flight, of those within the latency max age — 1 s unless
+ * `lb_server_load_new_with` set another —, else of the nearest level with some; 0 when no
+ * request has succeeded that recently).
  *
  * Errors (nothing written): `LB_RESULT_NULL_PARAMETER` (NULL `load` or either output).
  * Thread-safe; reads a few atomics.

@@ -1232,8 +1232,8 @@ inline void balancer::set_budget(const adaptive_throttle &throttle) const {
 }
 
 /// A Prequal probe answer (server_load::probe()): the requests in flight and the latency
-/// expected for a request arriving at that level (0 when no request has succeeded in the last
-/// second).
+/// expected for a request arriving at that level (0 when no request has succeeded within the
+/// latency max age, 1 s by default).
 struct probe_answer {
     uint32_t rif = 0;
     std::chrono::nanoseconds latency{0};

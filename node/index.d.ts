@@ -820,7 +820,7 @@ export interface Probe {
   rif: number
   /**
    * The latency expected for a request arriving at this level, in milliseconds (0 when no
-   * request has succeeded in the last second).
+   * request has succeeded within the latency max age, 1 s by default).
    */
   latencyMs: number
 }

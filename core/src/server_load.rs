@@ -50,11 +50,12 @@
 //! its 8 most recent latencies (microseconds, a ring written lock-free) with the time each was
 //! filed; its estimate is the median (the upper one of an even count) of those filed within
 //! the latency max age ([`ServerLoad::DEFAULT_LATENCY_MAX_AGE`], 1 s, unless
-//! [`ServerLoad::with_latency_max_age`] sets another). A probe at RIF `r` answers with the level of `r`; if that level
-//! has no recent sample, with the nearest level that has one (on a tie, the higher: a guess
-//! should err slow); with no recent sample at all, zero — what a server knows before its
-//! first request. Only successes are filed: a server that fails fast would otherwise look
-//! fast and draw traffic to its errors (Prequal's "sinkholing"); failures still count in `eps`.
+//! [`ServerLoad::with_latency_max_age`] sets another). A probe at RIF `r` answers with the
+//! level of `r`; if that level has no recent sample, with the nearest level that has one (on a
+//! tie, the higher: a guess should err slow); with no recent sample at all, zero — what a
+//! server knows before its first request. Only successes are filed: a server that fails fast
+//! would otherwise look fast and draw traffic to its errors (Prequal's "sinkholing"); failures
+//! still count in `eps`.
 //!
 //! Samples age because an estimate that never changes can starve a server for good: one that
 //! once drew an unlucky median (eight slow requests) answers every probe with it, Prequal's
@@ -68,14 +69,14 @@
 //! `max_probe_age_ms` on the client. It trades a slow server's share against the tail: in
 //! `lb simulate --scenario uneven` (backends of speeds 1x to 4x) the slowest is 50% busy and
 //! prequal's p99 299 ms at 1 s, against 229 ms at 10 s, where it idles the slowest backends
-//! more (its utilisation spread 62 points instead of 30). A sample's time is kept in milliseconds; without 64-bit
-//! atomics (thumbv7em) that count wraps after 49 days, so a level left untouched for 25 to 50
-//! days may be read as recent until its next sample.
+//! more (its utilisation spread 62 points instead of 30). A sample's time is kept in
+//! milliseconds; without 64-bit atomics (thumbv7em) that count wraps after 49 days, so a level
+//! left untouched for 25 to 50 days may be read as recent until its next sample.
 //!
-//! Cost: `start` is one atomic add; `finish` about six relaxed atomic operations (plus a slot
-//! rotation once per slot period); `probe` reads at most one level of 8 words in the common
-//! case, and scans the 128 levels only while the current level is empty. Memory: about 4.6 KiB
-//! per [`ServerLoad`].
+//! Cost: `start` is one atomic add; `finish` about seven relaxed atomic operations (plus a
+//! slot rotation once per slot period); `probe` reads at most one level of 8 samples and their
+//! stamps in the common case, and scans the 128 levels only while the current level has no
+//! recent sample. Memory: about 13 KiB per [`ServerLoad`] (8.5 KiB without 64-bit atomics).
 
 use crate::error::{Error, Result};
 use crate::orca::{HeaderForm, LoadReport};

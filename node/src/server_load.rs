@@ -46,7 +46,7 @@ pub struct Probe {
     /// Requests in flight now.
     pub rif: u32,
     /// The latency expected for a request arriving at this level, in milliseconds (0 when no
-    /// request has succeeded in the last second).
+    /// request has succeeded within the latency max age, 1 s by default).
     pub latency_ms: f64,
 }
 

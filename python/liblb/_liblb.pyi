@@ -422,7 +422,7 @@ class ServerLoad:
     def cancel(self, request: ServerRequest) -> None:
         """The request was abandoned: in flight - 1, nothing counted."""
     def probe(self) -> tuple[int, float]:
-        """A Prequal probe answer: ``(rif, latency)``, latency in seconds (0.0 when no request succeeded in the last second)."""
+        """A Prequal probe answer: ``(rif, latency)``, latency in seconds (0.0 when no request succeeded within ``latency_max_age``)."""
     @property
     def in_flight(self) -> int: ...
     @property

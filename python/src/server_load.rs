@@ -137,8 +137,8 @@ impl PyServerLoad {
     }
 
     /// The answer to a Prequal probe now: `(rif, latency)`, the requests in flight and the
-    /// latency in seconds expected at that level (0.0 when no request succeeded in the last
-    /// second).
+    /// latency in seconds expected at that level (0.0 when no request succeeded within the
+    /// latency max age, 1 s by default).
     fn probe(&self) -> (u32, f64) {
         let probe = self.inner.probe(MonotonicClock::now());
         (probe.rif, probe.latency.as_secs_f64())
