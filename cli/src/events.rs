@@ -169,8 +169,8 @@ pub(crate) fn run(
     let mut queues: Vec<VecDeque<Waiting>> = (0..backends).map(|_| VecDeque::new()).collect();
     let mut in_service = BinaryHeap::new();
     let mut total = 0usize;
-    let mut meters = (Meters::new(backends, servers).with_probe_delay(model.probe_delay_ns()))
-        .with_latency_max_age(model.latency_max_age())?;
+    let mut meters = Meters::new(backends, servers, model.latency_max_age())?
+        .with_probe_delay(model.probe_delay_ns());
 
     let gap = |rng: &mut SplitMix64| (exp1(rng) * workload.gap_ns).round() as u64;
     let mut next_arrival = gap(&mut rng);

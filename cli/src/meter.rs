@@ -53,35 +53,32 @@ pub(crate) struct Meters {
 }
 
 impl Meters {
-    pub(crate) fn new(backends: usize, servers: usize) -> Meters {
-        let meter = || Meter {
-            server: ServerLoad::new(0),
-            start: 0,
-            changed: 0,
-            busy: 0,
-            busy_ns: 0.0,
-            completions: 0,
-            errors: 0,
-            last: None,
+    /// The meters of `backends` backends of `servers` servers each, whose latency samples
+    /// count for `latency_max_age` (see `ServerLoad`; out of its range is its error).
+    pub(crate) fn new(
+        backends: usize,
+        servers: usize,
+        latency_max_age: Duration,
+    ) -> Result<Meters, liblb_core::Error> {
+        let meter = || -> Result<Meter, liblb_core::Error> {
+            Ok(Meter {
+                server: ServerLoad::new(0).with_latency_max_age(latency_max_age)?,
+                start: 0,
+                changed: 0,
+                busy: 0,
+                busy_ns: 0.0,
+                completions: 0,
+                errors: 0,
+                last: None,
+            })
         };
-        Meters {
+        Ok(Meters {
             servers,
-            meters: (0..backends).map(|_| meter()).collect(),
+            meters: (0..backends).map(|_| meter()).collect::<Result<_, _>>()?,
             probes: 0,
             probe_delay_ns: 0,
             pending: VecDeque::new(),
-        }
-    }
-
-    /// The same meters with latency samples counting for `max_age` (see `ServerLoad`).
-    pub(crate) fn with_latency_max_age(
-        mut self,
-        max_age: Duration,
-    ) -> Result<Meters, liblb_core::Error> {
-        for m in &mut self.meters {
-            m.server = ServerLoad::new(0).with_latency_max_age(max_age)?;
-        }
-        Ok(self)
+        })
     }
 
     /// The same meters with probe answers delivered `delay_ns` after they are computed.

@@ -260,7 +260,8 @@ pub(crate) fn run(
     let mut max_queue = vec![0usize; n];
     let mut in_service = BinaryHeap::new();
     let mut latencies = Vec::with_capacity(params.requests);
-    let mut meters = crate::meter::Meters::new(n, params.servers);
+    let max_age = liblb_core::ServerLoad::DEFAULT_LATENCY_MAX_AGE;
+    let mut meters = crate::meter::Meters::new(n, params.servers, max_age)?;
 
     // Starts `w`'s service on backend `b` at `now`.
     let start = |w: Waiting, b: usize, now: u64, in_service: &mut BinaryHeap<InService>| {

@@ -361,7 +361,7 @@ mod tests {
         }
         assert_eq!(new_with(60_000, 250, &mut load), lb_result::Ok);
         // SAFETY: a live handle just made.
-        let core = unsafe { &*load.cast::<ServerLoad>() };
+        let core = unsafe { try_ref(load) }.unwrap();
         assert_eq!(core.window(), Duration::from_secs(60));
         assert_eq!(core.latency_max_age(), Duration::from_millis(250));
         lb_server_load_free(load);
